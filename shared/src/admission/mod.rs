@@ -1,0 +1,135 @@
+//! The admission rules of `EtcdCluster`: validation (create and update) and defaulting.
+//!
+//! Everything here is a pure function of the objects given: the webhook calls these and
+//! holds no rules of its own. Each refusal is a [`Violation`] that names the field and the
+//! rule; accepted objects may carry warnings that `kubectl` prints.
+
+mod defaults;
+mod pod_rules;
+mod quantity;
+mod spec_rules;
+mod syntax;
+mod tls_rules;
+mod update_rules;
+
+use std::fmt;
+
+pub use defaults::Defaults;
+pub use quantity::{ParseQuantityError, parse_quantity};
+
+use crate::EtcdCluster;
+
+/// One broken rule: the field path (`spec.size`) and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// Path of the offending field, such as `spec.pod.etcdEnv[0].name`.
+    pub field: String,
+    /// The rule and the value that breaks it.
+    pub message: String,
+    /// Short stable name of the rule, for metrics (`size-range`, `version-skip`, ...).
+    pub rule: &'static str,
+}
+
+impl Violation {
+    /// Builds a violation of `rule` at `field`.
+    pub fn new(rule: &'static str, field: impl Into<String>, message: impl Into<String>) -> Self {
+        Violation {
+            field: field.into(),
+            message: message.into(),
+            rule,
+        }
+    }
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// The violations of a refused object, displayed one per line after a summary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal(pub Vec<Violation>);
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self.0.iter().map(ToString::to_string).collect();
+        write!(f, "{}", parts.join("; "))
+    }
+}
+
+impl std::error::Error for Refusal {}
+
+/// The admission rules, with the defaults this operator fills in.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AdmissionPolicy {
+    /// What defaulting fills in.
+    pub defaults: Defaults,
+}
+
+impl AdmissionPolicy {
+    /// A policy that defaults to the given values.
+    pub fn new(defaults: Defaults) -> Self {
+        AdmissionPolicy { defaults }
+    }
+
+    /// Validates a create (`old` is `None`) or an update. Returns the warnings of an accepted
+    /// object, or every violation of a refused one. Missing fields that defaulting fills in
+    /// are judged by their default value.
+    pub fn validate(
+        &self,
+        new: &EtcdCluster,
+        old: Option<&EtcdCluster>,
+    ) -> Result<Vec<String>, Refusal> {
+        let mut report = Report::default();
+        spec_rules::check_name(new, &mut report);
+        spec_rules::check_size(new, &mut report);
+        spec_rules::check_version(new, &self.defaults, &mut report);
+        spec_rules::check_repository(new, &mut report);
+        pod_rules::check(new, &self.defaults, &mut report);
+        tls_rules::check(new, &mut report);
+        if let Some(old) = old {
+            update_rules::check(new, old, &self.defaults, &mut report);
+        }
+        report.finish()
+    }
+
+    /// Returns the object with every missing field filled in and the version normalized.
+    /// Defaulting a defaulted object changes nothing.
+    pub fn defaulted(&self, object: &EtcdCluster) -> EtcdCluster {
+        self.defaults.apply(object)
+    }
+}
+
+/// Collects the violations and warnings of one validation.
+#[derive(Debug, Default)]
+pub(crate) struct Report {
+    violations: Vec<Violation>,
+    warnings: Vec<String>,
+}
+
+impl Report {
+    pub(crate) fn refuse(
+        &mut self,
+        rule: &'static str,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) {
+        self.violations.push(Violation::new(rule, field, message));
+    }
+
+    pub(crate) fn warn(&mut self, field: &str, message: impl fmt::Display) {
+        self.warnings.push(format!("{field}: {message}"));
+    }
+
+    fn finish(self) -> Result<Vec<String>, Refusal> {
+        if self.violations.is_empty() {
+            Ok(self.warnings)
+        } else {
+            Err(Refusal(self.violations))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,273 @@
+//! Rules on `spec.pod`: labels, environment, resources, storage and scheduling.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::ResourceRequirements;
+
+use super::quantity::parse_quantity;
+use super::syntax::{is_dns1123_subdomain, is_env_var_name, is_label_value, is_qualified_name};
+use super::{Defaults, Report};
+use crate::EtcdCluster;
+use crate::names::is_reserved_label;
+use crate::version::EtcdVersion;
+
+/// Environment variables that set what the operator itself must control. etcd reads
+/// `ETCD_<FLAG>` for every flag, so these would silently override the member's identity,
+/// its cluster, its URLs, its data or its TLS files.
+pub const RESERVED_ENV: &[&str] = &[
+    "ETCD_NAME",
+    "ETCD_DATA_DIR",
+    "ETCD_WAL_DIR",
+    "ETCD_INITIAL_CLUSTER",
+    "ETCD_INITIAL_CLUSTER_STATE",
+    "ETCD_INITIAL_CLUSTER_TOKEN",
+    "ETCD_INITIAL_ADVERTISE_PEER_URLS",
+    "ETCD_ADVERTISE_CLIENT_URLS",
+    "ETCD_LISTEN_CLIENT_URLS",
+    "ETCD_LISTEN_PEER_URLS",
+    "ETCD_LISTEN_METRICS_URLS",
+    "ETCD_DISCOVERY",
+    "ETCD_DISCOVERY_SRV",
+    "ETCD_CERT_FILE",
+    "ETCD_KEY_FILE",
+    "ETCD_TRUSTED_CA_FILE",
+    "ETCD_CLIENT_CERT_AUTH",
+    "ETCD_AUTO_TLS",
+    "ETCD_PEER_CERT_FILE",
+    "ETCD_PEER_KEY_FILE",
+    "ETCD_PEER_TRUSTED_CA_FILE",
+    "ETCD_PEER_CLIENT_CERT_AUTH",
+    "ETCD_PEER_AUTO_TLS",
+];
+
+/// Every rule on `spec.pod`.
+pub(crate) fn check(cluster: &EtcdCluster, defaults: &Defaults, report: &mut Report) {
+    let Some(pod) = cluster.spec.pod.as_ref() else {
+        warn_ephemeral(report);
+        return;
+    };
+    for (key, value) in &pod.labels {
+        let field = format!("spec.pod.labels[{key}]");
+        if is_reserved_label(key) {
+            report.refuse(
+                "reserved-label",
+                field,
+                "is reserved for the operator (app, etcd_*, app.kubernetes.io/* and etcd.database.coreos.com/* select the members)",
+            );
+        } else if !is_qualified_name(key) {
+            report.refuse(
+                "label-syntax",
+                field,
+                "is not a valid label key ([prefix/]name, name up to 63 characters)",
+            );
+        } else if !is_label_value(value) {
+            report.refuse(
+                "label-syntax",
+                field,
+                format!("value {value:?} is not a valid label value (up to 63 alphanumerics, '-', '_' or '.')"),
+            );
+        }
+    }
+    for key in pod.annotations.keys() {
+        if !is_qualified_name(key) {
+            report.refuse(
+                "annotation-syntax",
+                format!("spec.pod.annotations[{key}]"),
+                "is not a valid annotation key ([prefix/]name, name up to 63 characters)",
+            );
+        }
+    }
+    for (key, value) in &pod.node_selector {
+        if !is_qualified_name(key) || !is_label_value(value) {
+            report.refuse(
+                "label-syntax",
+                format!("spec.pod.nodeSelector[{key}]"),
+                format!("{key}={value} is not a valid label selector term"),
+            );
+        }
+    }
+    check_env(cluster, defaults, report);
+    if let Some(resources) = &pod.resources {
+        check_resources(resources, report);
+    }
+    check_storage(cluster, report);
+    if pod.anti_affinity
+        && pod
+            .affinity
+            .as_ref()
+            .is_some_and(|a| a.pod_anti_affinity.is_some())
+    {
+        report.refuse(
+            "anti-affinity-conflict",
+            "spec.pod.antiAffinity",
+            "cannot be combined with spec.pod.affinity.podAntiAffinity; set one of them",
+        );
+    }
+    if pod.busybox_image.is_some() {
+        report.warn(
+            "spec.pod.busyboxImage",
+            "is ignored: this operator needs no DNS wait container",
+        );
+    }
+    if let Some(domain) = &pod.cluster_domain
+        && !is_dns1123_subdomain(domain)
+    {
+        report.refuse(
+            "cluster-domain-syntax",
+            "spec.pod.ClusterDomain",
+            format!("must be a DNS domain such as cluster.local, got {domain:?}"),
+        );
+    }
+    if let Some(class) = &pod.priority_class_name
+        && !is_dns1123_subdomain(class)
+    {
+        report.refuse(
+            "priority-class-syntax",
+            "spec.pod.priorityClassName",
+            format!("must be a valid PriorityClass name, got {class:?}"),
+        );
+    }
+}
+
+fn check_env(cluster: &EtcdCluster, defaults: &Defaults, report: &mut Report) {
+    let Some(pod) = cluster.spec.pod.as_ref() else {
+        return;
+    };
+    let v2_removed = defaults
+        .version_of(cluster)
+        .parse::<EtcdVersion>()
+        .ok()
+        .and_then(|v| v.capabilities())
+        .is_some_and(|c| !c.v2_flag);
+    let mut seen = BTreeSet::new();
+    for (i, env) in pod.etcd_env.iter().enumerate() {
+        let field = format!("spec.pod.etcdEnv[{i}].name");
+        let name = env.name.as_str();
+        if !is_env_var_name(name) {
+            report.refuse(
+                "env-syntax",
+                field,
+                format!("{name:?} is not a valid environment variable name (letters, digits, '_', '-' and '.', not starting with a digit)"),
+            );
+        } else if RESERVED_ENV.contains(&name) {
+            report.refuse(
+                "env-reserved",
+                field,
+                format!("{name} is set by the operator (member identity, cluster membership, URLs, data directory and TLS files); it cannot be overridden"),
+            );
+        } else if !seen.insert(name) {
+            report.refuse(
+                "env-duplicate",
+                field,
+                format!("{name} is set more than once"),
+            );
+        } else if v2_removed && name == "ETCD_ENABLE_V2" {
+            report.refuse(
+                "env-removed-flag",
+                field,
+                "ETCD_ENABLE_V2 was removed in etcd 3.6; a member given it does not start",
+            );
+        }
+    }
+}
+
+fn check_resources(resources: &ResourceRequirements, report: &mut Report) {
+    let requests = resources.requests.clone().unwrap_or_default();
+    let limits = resources.limits.clone().unwrap_or_default();
+    for (kind, map) in [("requests", &requests), ("limits", &limits)] {
+        for (resource, quantity) in map {
+            if let Err(e) = parse_quantity(&quantity.0) {
+                report.refuse(
+                    "resource-syntax",
+                    format!("spec.pod.resources.{kind}.{resource}"),
+                    e.to_string(),
+                );
+            }
+        }
+    }
+    for (resource, request) in &requests {
+        let Some(limit) = limits.get(resource) else {
+            continue;
+        };
+        if let (Ok(r), Ok(l)) = (parse_quantity(&request.0), parse_quantity(&limit.0))
+            && r > l
+        {
+            report.refuse(
+                "request-above-limit",
+                format!("spec.pod.resources.requests.{resource}"),
+                format!("request {} is above the limit {}", request.0, limit.0),
+            );
+        }
+    }
+}
+
+fn check_storage(cluster: &EtcdCluster, report: &mut Report) {
+    let Some(pod) = cluster.spec.pod.as_ref() else {
+        return;
+    };
+    match pod.storage_medium.as_deref() {
+        None | Some("") => {}
+        Some("Memory") if pod.persistent_volume_claim_spec.is_some() => report.refuse(
+            "storage-medium-conflict",
+            "spec.pod.storageMedium",
+            "Memory applies to the emptyDir used without persistentVolumeClaimSpec; set one of them",
+        ),
+        Some("Memory") => report.warn(
+            "spec.pod.storageMedium",
+            "Memory keeps data in tmpfs: members whose node restarts lose their data and are replaced",
+        ),
+        Some(other) => report.refuse(
+            "storage-medium",
+            "spec.pod.storageMedium",
+            format!("must be \"\" or \"Memory\", got {other:?}"),
+        ),
+    }
+    let Some(claim) = &pod.persistent_volume_claim_spec else {
+        if pod.storage_medium.as_deref() != Some("Memory") {
+            warn_ephemeral(report);
+        }
+        return;
+    };
+    let storage = claim
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("storage"));
+    match storage {
+        None => report.refuse(
+            "claim-size-missing",
+            "spec.pod.persistentVolumeClaimSpec.resources.requests.storage",
+            "is required: the size of each member's data volume, such as 8Gi",
+        ),
+        Some(q) => match parse_quantity(&q.0) {
+            Err(e) => report.refuse(
+                "resource-syntax",
+                "spec.pod.persistentVolumeClaimSpec.resources.requests.storage",
+                e.to_string(),
+            ),
+            Ok(bytes) if bytes < 64.0 * 1024.0 * 1024.0 => report.refuse(
+                "claim-size-small",
+                "spec.pod.persistentVolumeClaimSpec.resources.requests.storage",
+                format!(
+                    "{} is too small for an etcd data directory (at least 64Mi)",
+                    q.0
+                ),
+            ),
+            Ok(_) => {}
+        },
+    }
+    if claim.data_source.is_some() || claim.data_source_ref.is_some() {
+        report.refuse(
+            "claim-data-source",
+            "spec.pod.persistentVolumeClaimSpec.dataSource",
+            "is not supported: a new member must start from an empty data directory and sync from its peers",
+        );
+    }
+}
+
+fn warn_ephemeral(report: &mut Report) {
+    report.warn(
+        "spec.pod.persistentVolumeClaimSpec",
+        "is not set: member data lives in an emptyDir and a member whose pod is deleted is replaced by an empty one; set it for durable members",
+    );
+}

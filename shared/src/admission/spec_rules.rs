@@ -1,0 +1,140 @@
+//! Rules on the name, size, version and repository of a cluster.
+
+use super::syntax::is_dns1035_label;
+use super::{Defaults, Report};
+use crate::EtcdCluster;
+use crate::names::MAX_CLUSTER_NAME_LEN;
+use crate::version::{EtcdVersion, LINES, OLDEST_SUPPORTED, supported_range};
+
+/// Smallest cluster.
+pub const MIN_SIZE: i32 = 1;
+/// Largest cluster: beyond 7 members every write waits on more peers for no more safety.
+pub const MAX_SIZE: i32 = 7;
+
+/// `metadata.name` must yield valid names for the Services and member pods derived from it.
+pub(crate) fn check_name(cluster: &EtcdCluster, report: &mut Report) {
+    let Some(name) = cluster.metadata.name.as_deref() else {
+        // generateName: the API server makes a name we cannot check yet.
+        return;
+    };
+    if name.len() > MAX_CLUSTER_NAME_LEN {
+        report.refuse(
+            "name-length",
+            "metadata.name",
+            format!(
+                "must be at most {MAX_CLUSTER_NAME_LEN} characters so that the Service {name}-client and the member pods {name}-N are valid names, got {} characters",
+                name.len()
+            ),
+        );
+    } else if !is_dns1035_label(name) {
+        report.refuse(
+            "name-syntax",
+            "metadata.name",
+            format!(
+                "must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter) because Services are named after it, got {name:?}"
+            ),
+        );
+    }
+}
+
+/// `spec.size`: 1 to 7; warnings for a single member and for even sizes.
+pub(crate) fn check_size(cluster: &EtcdCluster, report: &mut Report) {
+    let Some(size) = cluster.spec.size else {
+        return;
+    };
+    if !(MIN_SIZE..=MAX_SIZE).contains(&size) {
+        report.refuse(
+            "size-range",
+            "spec.size",
+            format!("must be between {MIN_SIZE} and {MAX_SIZE}, got {size}"),
+        );
+    } else if size == 1 {
+        report.warn(
+            "spec.size",
+            "1 member has no fault tolerance: losing it loses the cluster",
+        );
+    } else if size % 2 == 0 {
+        report.warn(
+            "spec.size",
+            format_args!(
+                "{size} members tolerate no more failures than {} (a majority of {size} is {}); an odd size is recommended",
+                size - 1,
+                size / 2 + 1
+            ),
+        );
+    }
+}
+
+/// `spec.version`: a supported release; end-of-life lines get a warning.
+pub(crate) fn check_version(cluster: &EtcdCluster, defaults: &Defaults, report: &mut Report) {
+    let raw = defaults.version_of(cluster);
+    let version: EtcdVersion = match raw.parse() {
+        Ok(v) => v,
+        Err(e) => {
+            report.refuse("version-syntax", "spec.version", e.to_string());
+            return;
+        }
+    };
+    match version.capabilities() {
+        None => {
+            let why = if version < OLDEST_SUPPORTED {
+                "is older than the operator supports"
+            } else {
+                "is a line the operator does not know"
+            };
+            report.refuse(
+                "version-unsupported",
+                "spec.version",
+                format!(
+                    "{version} {why}; supported versions are {}",
+                    supported_range()
+                ),
+            );
+        }
+        Some(line) if line.end_of_life => {
+            let newest = LINES
+                .iter()
+                .rev()
+                .find(|l| !l.end_of_life)
+                .map(|l| format!("{}.{}", l.major, l.minor))
+                .unwrap_or_default();
+            report.warn(
+                "spec.version",
+                format_args!(
+                    "etcd {} is end of life and gets no fixes; upgrade one minor line at a time towards {newest}",
+                    version.line()
+                ),
+            );
+        }
+        Some(_) => {}
+    }
+}
+
+/// `spec.repository`: an image repository without a tag or digest.
+pub(crate) fn check_repository(cluster: &EtcdCluster, report: &mut Report) {
+    let Some(repo) = cluster.spec.repository.as_deref() else {
+        return;
+    };
+    let last = repo.rsplit('/').next().unwrap_or(repo);
+    if repo.contains('@') || last.contains(':') {
+        report.refuse(
+            "repository-tag",
+            "spec.repository",
+            format!(
+                "must be an image repository without a tag or digest (the tag comes from spec.version), got {repo:?}"
+            ),
+        );
+    } else if repo
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_ascii_uppercase())
+        || repo.ends_with('/')
+    {
+        report.refuse(
+            "repository-syntax",
+            "spec.repository",
+            format!(
+                "must be a lowercase image repository such as quay.io/coreos/etcd, got {repo:?}"
+            ),
+        );
+    }
+}

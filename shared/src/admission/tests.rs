@@ -1,0 +1,633 @@
+//! Table-driven tests of every admission rule and its message.
+
+use super::*;
+use crate::EtcdCluster;
+
+/// An EtcdCluster named `NAME` with the given spec (YAML), as a user would write it.
+fn cluster_named(name: &str, spec: &str) -> EtcdCluster {
+    let indented: String = spec.lines().map(|l| format!("  {l}\n")).collect();
+    let yaml = format!(
+        "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdCluster\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n{indented}"
+    );
+    serde_yaml::from_str(&yaml).unwrap_or_else(|e| panic!("fixture does not parse: {e}\n{yaml}"))
+}
+
+fn cluster(spec: &str) -> EtcdCluster {
+    cluster_named("demo", spec)
+}
+
+fn with_current_version(mut c: EtcdCluster, v: &str) -> EtcdCluster {
+    c.status = Some(crate::EtcdClusterStatus {
+        current_version: Some(v.into()),
+        ..Default::default()
+    });
+    c
+}
+
+/// A durable spec that draws no warnings, to which a case adds its own lines.
+const QUIET: &str =
+    "pod:\n  persistentVolumeClaimSpec:\n    resources:\n      requests:\n        storage: 1Gi\n";
+
+fn quiet(extra: &str) -> EtcdCluster {
+    cluster(&format!("{extra}\n{QUIET}"))
+}
+
+fn refusal(c: &EtcdCluster, old: Option<&EtcdCluster>) -> Vec<String> {
+    match AdmissionPolicy::default().validate(c, old) {
+        Ok(w) => panic!("expected a refusal, got acceptance with warnings {w:?}"),
+        Err(r) => r.0.iter().map(ToString::to_string).collect(),
+    }
+}
+
+fn warnings(c: &EtcdCluster, old: Option<&EtcdCluster>) -> Vec<String> {
+    match AdmissionPolicy::default().validate(c, old) {
+        Ok(w) => w,
+        Err(r) => panic!("expected acceptance, got refusal: {r}"),
+    }
+}
+
+fn assert_refused(c: &EtcdCluster, old: Option<&EtcdCluster>, want: &str) {
+    let got = refusal(c, old);
+    assert!(
+        got.iter().any(|v| v.contains(want)),
+        "want a violation containing {want:?}, got {got:#?}"
+    );
+}
+
+fn assert_warned(c: &EtcdCluster, old: Option<&EtcdCluster>, want: &str) {
+    let got = warnings(c, old);
+    assert!(
+        got.iter().any(|v| v.contains(want)),
+        "want a warning containing {want:?}, got {got:#?}"
+    );
+}
+
+#[test]
+fn the_users_example_is_accepted_with_an_end_of_life_warning() {
+    let yaml = include_str!("../../../examples/example-etcd-cluster.yaml");
+    let c: EtcdCluster = serde_yaml::from_str(yaml).expect("example parses");
+    assert_eq!(c.spec.size, Some(3));
+    assert_eq!(c.spec.version.as_deref(), Some("3.2.13"));
+    let w = warnings(&AdmissionPolicy::default().defaulted(&c), None);
+    assert!(
+        w.iter()
+            .any(|w| w.contains("spec.version: etcd 3.2 is end of life")),
+        "{w:?}"
+    );
+}
+
+#[test]
+fn size_rules() {
+    for (size, ok) in [
+        (0, false),
+        (-1, false),
+        (8, false),
+        (1, true),
+        (3, true),
+        (4, true),
+        (7, true),
+    ] {
+        let c = quiet(&format!("size: {size}"));
+        if ok {
+            warnings(&c, None);
+        } else {
+            assert_refused(
+                &c,
+                None,
+                &format!("spec.size: must be between 1 and 7, got {size}"),
+            );
+        }
+    }
+    assert_warned(
+        &quiet("size: 1"),
+        None,
+        "spec.size: 1 member has no fault tolerance",
+    );
+    assert_warned(
+        &quiet("size: 4"),
+        None,
+        "spec.size: 4 members tolerate no more failures than 3",
+    );
+    assert!(warnings(&quiet("size: 3\nversion: 3.6.16"), None).is_empty());
+}
+
+#[test]
+fn version_rules() {
+    let cases = [
+        ("3.6.16", None),
+        ("v3.6.16", None),
+        ("3.7.3", None),
+        ("3.2.0", None),
+        (
+            "3.6",
+            Some("spec.version: must be a released etcd version MAJOR.MINOR.PATCH"),
+        ),
+        ("latest", Some("must be a released etcd version")),
+        ("3.6.0-rc.1", Some("must be a released etcd version")),
+        (
+            "3.1.20",
+            Some(
+                "spec.version: 3.1.20 is older than the operator supports; supported versions are 3.2.0 to 3.7.x",
+            ),
+        ),
+        (
+            "3.8.0",
+            Some(
+                "spec.version: 3.8.0 is a line the operator does not know; supported versions are 3.2.0 to 3.7.x",
+            ),
+        ),
+        ("4.0.0", Some("supported versions are 3.2.0 to 3.7.x")),
+        ("2.3.8", Some("is older than the operator supports")),
+    ];
+    for (version, want) in cases {
+        let c = quiet(&format!("version: \"{version}\""));
+        match want {
+            None => {
+                warnings(&c, None);
+            }
+            Some(msg) => assert_refused(&c, None, msg),
+        }
+    }
+    for eol in ["3.2.13", "3.3.27", "3.4.37"] {
+        assert_warned(
+            &quiet(&format!("version: {eol}")),
+            None,
+            "is end of life and gets no fixes",
+        );
+    }
+    assert!(warnings(&quiet("version: 3.5.35"), None).is_empty());
+}
+
+#[test]
+fn name_rules() {
+    let long = "a".repeat(57);
+    assert_refused(
+        &cluster_named(&long, QUIET),
+        None,
+        "metadata.name: must be at most 56 characters so that the Service",
+    );
+    warnings(&cluster_named(&"a".repeat(56), QUIET), None);
+    assert_refused(
+        &cluster_named("1etcd", QUIET),
+        None,
+        "metadata.name: must be a DNS-1035 label",
+    );
+    assert_refused(
+        &cluster_named("my.etcd", QUIET),
+        None,
+        "must be a DNS-1035 label",
+    );
+}
+
+#[test]
+fn repository_rules() {
+    warnings(&quiet("repository: gcr.io/etcd-development/etcd"), None);
+    warnings(&quiet("repository: registry.local:5000/etcd"), None);
+    assert_refused(
+        &quiet("repository: quay.io/coreos/etcd:v3.5.0"),
+        None,
+        "spec.repository: must be an image repository without a tag",
+    );
+    assert_refused(
+        &quiet("repository: quay.io/coreos/etcd@sha256:abc"),
+        None,
+        "without a tag or digest",
+    );
+    assert_refused(
+        &quiet("repository: Quay.io/etcd"),
+        None,
+        "spec.repository: must be a lowercase image repository",
+    );
+}
+
+#[test]
+fn env_rules() {
+    let env = |body: &str| {
+        cluster(&format!(
+            "pod:\n  etcdEnv:\n{body}\n  persistentVolumeClaimSpec:\n    resources:\n      requests:\n        storage: 1Gi"
+        ))
+    };
+    assert!(
+        warnings(
+            &env("  - name: ETCD_QUOTA_BACKEND_BYTES\n    value: \"4294967296\""),
+            None
+        )
+        .is_empty()
+    );
+    for reserved in [
+        "ETCD_NAME",
+        "ETCD_INITIAL_CLUSTER",
+        "ETCD_DATA_DIR",
+        "ETCD_LISTEN_CLIENT_URLS",
+        "ETCD_PEER_CERT_FILE",
+    ] {
+        assert_refused(
+            &env(&format!("  - name: {reserved}\n    value: x")),
+            None,
+            &format!("spec.pod.etcdEnv[0].name: {reserved} is set by the operator"),
+        );
+    }
+    assert_refused(
+        &env("  - name: 1BAD\n    value: x"),
+        None,
+        "spec.pod.etcdEnv[0].name: \"1BAD\" is not a valid environment variable name",
+    );
+    assert_refused(
+        &env(
+            "  - name: ETCD_SNAPSHOT_COUNT\n    value: \"1\"\n  - name: ETCD_SNAPSHOT_COUNT\n    value: \"2\"",
+        ),
+        None,
+        "spec.pod.etcdEnv[1].name: ETCD_SNAPSHOT_COUNT is set more than once",
+    );
+    assert_refused(
+        &env("  - name: ETCD_ENABLE_V2\n    value: \"true\""),
+        None,
+        "ETCD_ENABLE_V2 was removed in etcd 3.6",
+    );
+    let mut old_line = env("  - name: ETCD_ENABLE_V2\n    value: \"true\"");
+    old_line.spec.version = Some("3.5.35".into());
+    warnings(&old_line, None);
+}
+
+#[test]
+fn label_and_annotation_rules() {
+    let pod = |body: &str| {
+        cluster(&format!(
+            "pod:\n{body}\n  persistentVolumeClaimSpec:\n    resources:\n      requests:\n        storage: 1Gi"
+        ))
+    };
+    warnings(
+        &pod("  labels:\n    team: storage\n  annotations:\n    example.com/owner: me"),
+        None,
+    );
+    for reserved in [
+        "app",
+        "etcd_cluster",
+        "app.kubernetes.io/name",
+        "etcd.database.coreos.com/member",
+    ] {
+        assert_refused(
+            &pod(&format!("  labels:\n    {reserved}: x")),
+            None,
+            &format!("spec.pod.labels[{reserved}]: is reserved for the operator"),
+        );
+    }
+    assert_refused(
+        &pod("  labels:\n    team: \"not ok\""),
+        None,
+        "spec.pod.labels[team]: value \"not ok\" is not a valid label value",
+    );
+    assert_refused(
+        &pod("  labels:\n    \"-bad\": x"),
+        None,
+        "spec.pod.labels[-bad]: is not a valid label key",
+    );
+    assert_refused(
+        &pod("  annotations:\n    \"a/b/c\": x"),
+        None,
+        "spec.pod.annotations[a/b/c]: is not a valid annotation key",
+    );
+    assert_refused(
+        &pod("  nodeSelector:\n    \"disk type\": ssd"),
+        None,
+        "spec.pod.nodeSelector[disk type]",
+    );
+}
+
+#[test]
+fn resource_rules() {
+    let res = |body: &str| {
+        cluster(&format!(
+            "pod:\n  resources:\n{body}\n  persistentVolumeClaimSpec:\n    resources:\n      requests:\n        storage: 1Gi"
+        ))
+    };
+    warnings(
+        &res(
+            "    requests:\n      cpu: 500m\n      memory: 1Gi\n    limits:\n      cpu: \"1\"\n      memory: 1Gi",
+        ),
+        None,
+    );
+    assert_refused(
+        &res("    requests:\n      cpu: \"2\"\n    limits:\n      cpu: 1500m"),
+        None,
+        "spec.pod.resources.requests.cpu: request 2 is above the limit 1500m",
+    );
+    assert_refused(
+        &res("    requests:\n      memory: 2Gi\n    limits:\n      memory: 2G"),
+        None,
+        "spec.pod.resources.requests.memory: request 2Gi is above the limit 2G",
+    );
+    assert_refused(
+        &res("    requests:\n      memory: lots"),
+        None,
+        "spec.pod.resources.requests.memory: \"lots\" is not a quantity",
+    );
+}
+
+#[test]
+fn storage_rules() {
+    assert_warned(
+        &cluster("size: 3"),
+        None,
+        "spec.pod.persistentVolumeClaimSpec: is not set: member data lives in an emptyDir",
+    );
+    assert_warned(
+        &cluster("pod:\n  storageMedium: Memory"),
+        None,
+        "spec.pod.storageMedium: Memory keeps data in tmpfs",
+    );
+    assert_refused(
+        &cluster("pod:\n  storageMedium: SSD"),
+        None,
+        "spec.pod.storageMedium: must be \"\" or \"Memory\", got \"SSD\"",
+    );
+    assert_refused(
+        &cluster(&format!("{QUIET}  storageMedium: Memory")),
+        None,
+        "spec.pod.storageMedium: Memory applies to the emptyDir",
+    );
+    assert_refused(
+        &cluster("pod:\n  persistentVolumeClaimSpec:\n    storageClassName: fast"),
+        None,
+        "spec.pod.persistentVolumeClaimSpec.resources.requests.storage: is required",
+    );
+    assert_refused(
+        &cluster(
+            "pod:\n  persistentVolumeClaimSpec:\n    resources:\n      requests:\n        storage: 1Mi",
+        ),
+        None,
+        "1Mi is too small for an etcd data directory",
+    );
+    assert_refused(
+        &cluster(&format!(
+            "{QUIET}    dataSource:\n      kind: VolumeSnapshot\n      name: snap"
+        )),
+        None,
+        "spec.pod.persistentVolumeClaimSpec.dataSource: is not supported",
+    );
+}
+
+#[test]
+fn scheduling_and_domain_rules() {
+    assert_refused(
+        &cluster(&format!(
+            "{QUIET}  antiAffinity: true\n  affinity:\n    podAntiAffinity: {{}}"
+        )),
+        None,
+        "spec.pod.antiAffinity: cannot be combined with spec.pod.affinity.podAntiAffinity",
+    );
+    warnings(&cluster(&format!("{QUIET}  antiAffinity: true")), None);
+    assert_warned(
+        &cluster(&format!("{QUIET}  busyboxImage: busybox:1.28")),
+        None,
+        "spec.pod.busyboxImage: is ignored",
+    );
+    assert_refused(
+        &cluster(&format!("{QUIET}  ClusterDomain: \"bad domain\"")),
+        None,
+        "spec.pod.ClusterDomain: must be a DNS domain",
+    );
+    assert_refused(
+        &cluster(&format!("{QUIET}  priorityClassName: Critical")),
+        None,
+        "spec.pod.priorityClassName: must be a valid PriorityClass name",
+    );
+}
+
+#[test]
+fn tls_rules() {
+    let tls = |body: &str| quiet(&format!("TLS:\n{body}"));
+    warnings(
+        &tls(
+            "  static:\n    member:\n      peerSecret: peer\n      serverSecret: server\n    operatorSecret: op",
+        ),
+        None,
+    );
+    warnings(&tls("  static:\n    member:\n      peerSecret: peer"), None);
+    assert_refused(
+        &tls("  static:\n    member:\n      serverSecret: server"),
+        None,
+        "spec.TLS.static.operatorSecret: operatorSecret is required",
+    );
+    assert_refused(
+        &tls("  static:\n    operatorSecret: op"),
+        None,
+        "spec.TLS.static.member.serverSecret: member.serverSecret is required",
+    );
+    assert_refused(
+        &tls("  static: {}"),
+        None,
+        "spec.TLS.static: names no secret",
+    );
+    assert_refused(
+        &tls("  {}"),
+        None,
+        "spec.TLS.static: is required when spec.TLS is set",
+    );
+    assert_refused(
+        &tls("  static:\n    member:\n      peerSecret: Bad_Name"),
+        None,
+        "spec.TLS.static.member.peerSecret: \"Bad_Name\" is not a valid Secret name",
+    );
+}
+
+#[test]
+fn upgrade_path_rules() {
+    let v = |version: &str| quiet(&format!("version: {version}"));
+    let allowed = [
+        ("3.5.35", "3.6.16"),
+        ("3.6.16", "3.7.3"),
+        ("3.6.16", "3.6.12"),
+        ("3.6.12", "3.6.16"),
+        ("3.2.13", "3.3.27"),
+        ("3.6.16", "v3.7.0"),
+    ];
+    for (from, to) in allowed {
+        warnings(&v(to), Some(&v(from)));
+    }
+    let refused = [
+        (
+            "3.5.35",
+            "3.7.3",
+            "spec.version: cannot move from 3.5.35 to 3.7.3: etcd upgrades one minor line at a time; move to 3.6.x first",
+        ),
+        (
+            "3.6.16",
+            "3.5.35",
+            "spec.version: cannot move from 3.6.16 back to 3.5.35: etcd does not support downgrading",
+        ),
+        (
+            "3.5.20",
+            "3.6.16",
+            "spec.version: cannot move from 3.5.20 to 3.6.16: etcd's 3.6 upgrade guide requires every 3.5 member to run 3.5.26 or later first",
+        ),
+        (
+            "3.6.10",
+            "3.7.3",
+            "requires every 3.6 member to run 3.6.11 or later first",
+        ),
+        ("3.2.13", "3.6.16", "move to 3.3.x first"),
+    ];
+    for (from, to, want) in refused {
+        assert_refused(&v(to), Some(&v(from)), want);
+    }
+}
+
+#[test]
+fn no_second_minor_move_while_an_upgrade_runs() {
+    let v = |version: &str| quiet(&format!("version: {version}"));
+    let old = with_current_version(v("3.6.16"), "3.5.35");
+    assert_refused(
+        &v("3.7.3"),
+        Some(&old),
+        "cannot move to 3.7.3 while the members still run 3.5.35",
+    );
+    // A patch change of the target is fine mid-upgrade.
+    warnings(&v("3.6.15"), Some(&old));
+    // The members' own version counts for etcd's patch prerequisites too.
+    let old = with_current_version(v("3.5.35"), "3.5.21");
+    assert_refused(
+        &v("3.6.16"),
+        Some(&old),
+        "cannot move from 3.5.21 to 3.6.16",
+    );
+}
+
+#[test]
+fn immutable_storage_rules() {
+    let claim = |class: &str, size: &str| {
+        cluster(&format!(
+            "pod:\n  persistentVolumeClaimSpec:\n    storageClassName: {class}\n    resources:\n      requests:\n        storage: {size}"
+        ))
+    };
+    warnings(&claim("fast", "2Gi"), Some(&claim("fast", "1Gi")));
+    assert_refused(
+        &claim("slow", "1Gi"),
+        Some(&claim("fast", "1Gi")),
+        "spec.pod.persistentVolumeClaimSpec.storageClassName: cannot change from \"fast\" to \"slow\"",
+    );
+    assert_refused(
+        &claim("fast", "512Mi"),
+        Some(&claim("fast", "1Gi")),
+        "spec.pod.persistentVolumeClaimSpec.resources.requests.storage: cannot shrink from 1Gi to 512Mi",
+    );
+    assert_refused(
+        &cluster("size: 3"),
+        Some(&claim("fast", "1Gi")),
+        "cannot change from a persistent claim to an emptyDir",
+    );
+    assert_refused(
+        &claim("fast", "1Gi"),
+        Some(&cluster("size: 3")),
+        "cannot change from an emptyDir to a persistent claim",
+    );
+    assert_refused(
+        &cluster("pod:\n  storageMedium: Memory"),
+        Some(&cluster("size: 3")),
+        "spec.pod.storageMedium: cannot change from \"\" to \"Memory\"",
+    );
+}
+
+#[test]
+fn immutable_tls_and_domain_rules() {
+    let plain = quiet("size: 3");
+    let peer = quiet("TLS:\n  static:\n    member:\n      peerSecret: peer");
+    let full = quiet(
+        "TLS:\n  static:\n    member:\n      peerSecret: peer\n      serverSecret: s\n    operatorSecret: o",
+    );
+    assert_refused(
+        &peer,
+        Some(&plain),
+        "spec.TLS.static.member.peerSecret: peer traffic cannot switch from plain HTTP to TLS",
+    );
+    assert_refused(
+        &full,
+        Some(&peer),
+        "spec.TLS.static.member.serverSecret: client traffic cannot switch from plain HTTP to TLS",
+    );
+    assert_refused(
+        &plain,
+        Some(&full),
+        "peer traffic cannot switch from TLS to plain HTTP",
+    );
+    // Rotating to other secrets keeps the mode.
+    let rotated = quiet("TLS:\n  static:\n    member:\n      peerSecret: peer-2");
+    warnings(&rotated, Some(&peer));
+    let domain = cluster(&format!("{QUIET}  ClusterDomain: corp.local"));
+    assert_refused(
+        &domain,
+        Some(&plain),
+        "spec.pod.ClusterDomain: cannot change on a running cluster",
+    );
+}
+
+#[test]
+fn every_violation_is_reported_at_once() {
+    let c = cluster("size: 9\nversion: latest\nrepository: etcd:v3");
+    let got = refusal(&c, None);
+    assert_eq!(got.len(), 3, "{got:#?}");
+}
+
+#[test]
+fn defaulting_fills_only_what_is_missing() {
+    let policy = AdmissionPolicy::default();
+    let d = policy.defaulted(&cluster("paused: false"));
+    assert_eq!(d.spec.size, Some(3));
+    assert_eq!(
+        d.spec.version.as_deref(),
+        Some(crate::version::DEFAULT_VERSION)
+    );
+    assert_eq!(d.spec.repository.as_deref(), Some("quay.io/coreos/etcd"));
+
+    let given = cluster("size: 5\nversion: v3.5.35\nrepository: gcr.io/etcd-development/etcd");
+    let d = policy.defaulted(&given);
+    assert_eq!(d.spec.size, Some(5));
+    assert_eq!(
+        d.spec.version.as_deref(),
+        Some("3.5.35"),
+        "leading v is removed"
+    );
+    assert_eq!(
+        d.spec.repository.as_deref(),
+        Some("gcr.io/etcd-development/etcd")
+    );
+    assert_eq!(d.spec.pod, given.spec.pod);
+    assert_eq!(json(&d.metadata), json(&given.metadata));
+}
+
+#[test]
+fn defaulting_is_idempotent() {
+    let policy = AdmissionPolicy::new(Defaults {
+        version: "3.7.3".into(),
+        ..Defaults::default()
+    });
+    for spec in ["paused: true", "size: 1\nversion: v3.6.1", QUIET] {
+        let once = policy.defaulted(&cluster(spec));
+        assert_eq!(json(&policy.defaulted(&once)), json(&once), "{spec}");
+        assert_eq!(
+            once.spec.version.as_deref().map(|v| v.starts_with('v')),
+            Some(false)
+        );
+    }
+    assert_eq!(
+        policy
+            .defaulted(&cluster("size: 1"))
+            .spec
+            .version
+            .as_deref(),
+        Some("3.7.3")
+    );
+}
+
+#[test]
+fn refusal_message_lists_every_violation() {
+    let r = Refusal(vec![
+        Violation::new("a", "spec.size", "bad"),
+        Violation::new("b", "spec.version", "worse"),
+    ]);
+    assert_eq!(r.to_string(), "spec.size: bad; spec.version: worse");
+}
+
+fn json<T: serde::Serialize>(v: &T) -> serde_json::Value {
+    serde_json::to_value(v).expect("serializes")
+}

@@ -1,0 +1,149 @@
+//! Names, labels and ports of everything the controller derives from an `EtcdCluster`.
+//! The webhook uses the same limits, so a name it admits always yields valid object names.
+
+use std::collections::BTreeMap;
+
+/// Port etcd serves clients on.
+pub const CLIENT_PORT: i32 = 2379;
+/// Port etcd members talk to each other on.
+pub const PEER_PORT: i32 = 2380;
+/// Plain-HTTP port for etcd's `/metrics` and `/health` (where the line supports it).
+pub const METRICS_PORT: i32 = 2381;
+
+/// The field manager of every server-side apply the operator makes.
+pub const FIELD_MANAGER: &str = "etcd-operator";
+
+/// The API group of the CRD.
+pub const API_GROUP: &str = "etcd.database.coreos.com";
+
+/// Suffix of the client Service's name.
+pub const CLIENT_SERVICE_SUFFIX: &str = "-client";
+
+/// Member indexes go up to this many decimal digits.
+pub const MEMBER_INDEX_DIGITS: usize = 5;
+
+/// Longest cluster name for which every derived name is a valid DNS-1035 label (63
+/// characters): the client Service `NAME-client` and the members `NAME-NNNNN`.
+pub const MAX_CLUSTER_NAME_LEN: usize = 63 - CLIENT_SERVICE_SUFFIX.len();
+
+/// Label: the application (`etcd`).
+pub const LABEL_NAME: &str = "app.kubernetes.io/name";
+/// Label: the cluster an object belongs to.
+pub const LABEL_INSTANCE: &str = "app.kubernetes.io/instance";
+/// Label: what manages the object.
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// Label: the component (`member`, `peer-service`, ...).
+pub const LABEL_COMPONENT: &str = "app.kubernetes.io/component";
+/// Label: the etcd version a member pod runs.
+pub const LABEL_VERSION: &str = "app.kubernetes.io/version";
+/// Label: the etcd member name a pod or claim belongs to.
+pub const LABEL_MEMBER: &str = "etcd.database.coreos.com/member";
+/// CoreOS' legacy label `etcd_cluster`, kept so existing selectors keep working.
+pub const LEGACY_LABEL_CLUSTER: &str = "etcd_cluster";
+/// CoreOS' legacy label `app=etcd`.
+pub const LEGACY_LABEL_APP: &str = "app";
+/// The value of `app.kubernetes.io/managed-by`.
+pub const MANAGED_BY: &str = "etcd-operator";
+
+/// Name of the headless Service that gives each member its DNS name (`MEMBER.NAME.NS.svc`).
+pub fn peer_service_name(cluster: &str) -> String {
+    cluster.to_string()
+}
+
+/// Name of the client Service on port 2379.
+pub fn client_service_name(cluster: &str) -> String {
+    format!("{cluster}{CLIENT_SERVICE_SUFFIX}")
+}
+
+/// Name of the PodDisruptionBudget.
+pub fn pdb_name(cluster: &str) -> String {
+    cluster.to_string()
+}
+
+/// Name of member number `index` (also its pod's name).
+pub fn member_name(cluster: &str, index: u32) -> String {
+    format!("{cluster}-{index}")
+}
+
+/// The index of a member name of this cluster, if it is one.
+pub fn member_index(cluster: &str, member: &str) -> Option<u32> {
+    let rest = member.strip_prefix(cluster)?.strip_prefix('-')?;
+    if rest.is_empty()
+        || rest.len() > MEMBER_INDEX_DIGITS
+        || !rest.bytes().all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    rest.parse().ok()
+}
+
+/// Name of a member's data claim.
+pub fn data_claim_name(member: &str) -> String {
+    format!("{member}-data")
+}
+
+/// The DNS name of a member inside the cluster: `MEMBER.NAME.NAMESPACE.svc.DOMAIN`.
+pub fn member_dns_name(member: &str, cluster: &str, namespace: &str, domain: &str) -> String {
+    format!(
+        "{member}.{}.{namespace}.svc.{domain}",
+        peer_service_name(cluster)
+    )
+}
+
+/// Labels that select every object of one cluster.
+pub fn selector_labels(cluster: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_NAME.to_string(), "etcd".to_string()),
+        (LABEL_INSTANCE.to_string(), cluster.to_string()),
+        (LABEL_MANAGED_BY.to_string(), MANAGED_BY.to_string()),
+    ])
+}
+
+/// Labels of a member pod: the selector labels, the legacy CoreOS labels, the component,
+/// the member name and its version.
+pub fn member_labels(cluster: &str, member: &str, version: &str) -> BTreeMap<String, String> {
+    let mut labels = selector_labels(cluster);
+    labels.insert(LABEL_COMPONENT.into(), "member".into());
+    labels.insert(LABEL_MEMBER.into(), member.into());
+    labels.insert(LABEL_VERSION.into(), version.into());
+    labels.insert(LEGACY_LABEL_APP.into(), "etcd".into());
+    labels.insert(LEGACY_LABEL_CLUSTER.into(), cluster.into());
+    labels
+}
+
+/// Whether a pod label key is reserved for the operator (CoreOS reserved `app` and `etcd_*`).
+pub fn is_reserved_label(key: &str) -> bool {
+    key == LEGACY_LABEL_APP
+        || key.starts_with("etcd_")
+        || key.starts_with("app.kubernetes.io/")
+        || key.starts_with("etcd.database.coreos.com/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn derived_names_fit_a_dns_label_at_the_limit() {
+        let name = "a".repeat(MAX_CLUSTER_NAME_LEN);
+        assert_eq!(client_service_name(&name).len(), 63);
+        assert!(member_name(&name, 99_999).len() <= 63);
+    }
+
+    #[test]
+    fn member_index_round_trips() {
+        assert_eq!(member_index("etcd", &member_name("etcd", 42)), Some(42));
+        assert_eq!(member_index("etcd", "etcd-client"), None);
+        assert_eq!(member_index("etcd", "etcd-1-x"), None);
+        assert_eq!(member_index("etcd", "other-1"), None);
+        assert_eq!(member_index("etcd-a", "etcd-1"), None);
+    }
+
+    #[test]
+    fn reserved_labels() {
+        assert!(is_reserved_label("app"));
+        assert!(is_reserved_label("etcd_cluster"));
+        assert!(is_reserved_label("app.kubernetes.io/name"));
+        assert!(!is_reserved_label("team"));
+    }
+}

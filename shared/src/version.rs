@@ -1,0 +1,263 @@
+//! etcd versions: parsing, the lines the operator knows, their upgrade rules, and the
+//! capability table that decides which flags and features a member of each line gets.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// The version the webhook fills in when `spec.version` is missing: the newest tested patch
+/// of the newest stable line that every tool in the ecosystem supports.
+pub const DEFAULT_VERSION: &str = "3.6.16";
+
+/// The image repository filled in when `spec.repository` is missing (CoreOS' default).
+pub const DEFAULT_REPOSITORY: &str = "quay.io/coreos/etcd";
+
+/// An etcd release version, `MAJOR.MINOR.PATCH`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct EtcdVersion {
+    /// Major version (3 for every supported release).
+    pub major: u64,
+    /// Minor version: the release line.
+    pub minor: u64,
+    /// Patch version.
+    pub patch: u64,
+}
+
+/// Why a version string is not an etcd release version.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("must be a released etcd version MAJOR.MINOR.PATCH such as {DEFAULT_VERSION}, got {0:?}")]
+pub struct ParseVersionError(pub String);
+
+impl EtcdVersion {
+    /// Builds a version from its parts.
+    pub const fn new(major: u64, minor: u64, patch: u64) -> Self {
+        EtcdVersion {
+            major,
+            minor,
+            patch,
+        }
+    }
+
+    /// The release line `MAJOR.MINOR` of this version.
+    pub fn line(&self) -> String {
+        format!("{}.{}", self.major, self.minor)
+    }
+
+    /// What the operator knows of this version's line, if it is a supported line.
+    pub fn capabilities(&self) -> Option<&'static LineCapabilities> {
+        LINES
+            .iter()
+            .find(|l| l.major == self.major && l.minor == self.minor)
+    }
+}
+
+impl FromStr for EtcdVersion {
+    type Err = ParseVersionError;
+
+    /// Parses `MAJOR.MINOR.PATCH`, with or without a leading `v`. Pre-release and build
+    /// suffixes are refused: the operator only runs released versions.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = || ParseVersionError(s.to_string());
+        let digits = s.strip_prefix('v').unwrap_or(s);
+        let mut parts = digits.split('.');
+        let mut next = || -> Result<u64, ParseVersionError> {
+            let part = parts.next().ok_or_else(err)?;
+            let well_formed = !part.is_empty()
+                && part.bytes().all(|b| b.is_ascii_digit())
+                && (part == "0" || !part.starts_with('0'));
+            if !well_formed {
+                return Err(err());
+            }
+            part.parse().map_err(|_| err())
+        };
+        let version = EtcdVersion::new(next()?, next()?, next()?);
+        if parts.next().is_some() {
+            return Err(err());
+        }
+        Ok(version)
+    }
+}
+
+impl fmt::Display for EtcdVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+/// A patch level etcd documents as required on one line before moving to the next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UpgradePrerequisite {
+    /// The lowest version of the previous line that may move to this line.
+    pub minimum_from: EtcdVersion,
+    /// etcd's reason, quoted in the refusal.
+    pub reason: &'static str,
+}
+
+/// What the operator knows of one etcd release line: support status, upgrade prerequisites
+/// and the features that decide how members are configured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LineCapabilities {
+    /// Major version of the line.
+    pub major: u64,
+    /// Minor version of the line.
+    pub minor: u64,
+    /// The line no longer gets fixes upstream; accepted with a warning.
+    pub end_of_life: bool,
+    /// The member API supports learners (non-voting members promoted once caught up), 3.4+.
+    pub learners: bool,
+    /// etcd serves `--listen-metrics-urls` (3.3+), so metrics and health can go on a plain port.
+    pub metrics_urls: bool,
+    /// etcd takes `--logger=zap` and `--log-outputs` (3.4+).
+    pub zap_logger: bool,
+    /// `--enable-v2` still exists on this line (removed in 3.6).
+    pub v2_flag: bool,
+    /// What etcd requires of the previous line before an upgrade to this one.
+    pub upgrade_prerequisite: Option<UpgradePrerequisite>,
+}
+
+/// Every release line the operator supports, oldest first. The last is the newest it knows.
+pub const LINES: &[LineCapabilities] = &[
+    LineCapabilities {
+        major: 3,
+        minor: 2,
+        end_of_life: true,
+        learners: false,
+        metrics_urls: false,
+        zap_logger: false,
+        v2_flag: true,
+        upgrade_prerequisite: None,
+    },
+    LineCapabilities {
+        major: 3,
+        minor: 3,
+        end_of_life: true,
+        learners: false,
+        metrics_urls: true,
+        zap_logger: false,
+        v2_flag: true,
+        upgrade_prerequisite: None,
+    },
+    LineCapabilities {
+        major: 3,
+        minor: 4,
+        end_of_life: true,
+        learners: true,
+        metrics_urls: true,
+        zap_logger: true,
+        v2_flag: true,
+        upgrade_prerequisite: None,
+    },
+    LineCapabilities {
+        major: 3,
+        minor: 5,
+        end_of_life: false,
+        learners: true,
+        metrics_urls: true,
+        zap_logger: true,
+        v2_flag: true,
+        upgrade_prerequisite: None,
+    },
+    LineCapabilities {
+        major: 3,
+        minor: 6,
+        end_of_life: false,
+        learners: true,
+        metrics_urls: true,
+        zap_logger: true,
+        v2_flag: false,
+        upgrade_prerequisite: Some(UpgradePrerequisite {
+            minimum_from: EtcdVersion::new(3, 5, 26),
+            reason: "etcd's 3.6 upgrade guide requires every 3.5 member to run 3.5.26 or later first (3.5.24 to 3.5.26 fix upgrade blockers)",
+        }),
+    },
+    LineCapabilities {
+        major: 3,
+        minor: 7,
+        end_of_life: false,
+        learners: true,
+        metrics_urls: true,
+        zap_logger: true,
+        v2_flag: false,
+        upgrade_prerequisite: Some(UpgradePrerequisite {
+            minimum_from: EtcdVersion::new(3, 6, 11),
+            reason: "etcd's 3.7 upgrade guide requires every 3.6 member to run 3.6.11 or later first (earlier 3.6 patches may not roll to 3.7)",
+        }),
+    },
+];
+
+/// The oldest version the operator runs.
+pub const OLDEST_SUPPORTED: EtcdVersion = EtcdVersion::new(3, 2, 0);
+
+/// The supported range in words, for messages: "3.2.0 to 3.7.x".
+pub fn supported_range() -> String {
+    let newest = LINES.last().map(|l| format!("{}.{}", l.major, l.minor));
+    format!(
+        "{OLDEST_SUPPORTED} to {}.x",
+        newest.unwrap_or_else(|| "3.7".into())
+    )
+}
+
+/// Splits an image reference's repository from a version tag: the repository plus
+/// `:v<version>`, as etcd's official images are tagged.
+pub fn image_for(repository: &str, version: &EtcdVersion) -> String {
+    format!("{repository}:v{version}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_release_versions() {
+        for (input, want) in [
+            ("3.6.16", EtcdVersion::new(3, 6, 16)),
+            ("v3.2.13", EtcdVersion::new(3, 2, 13)),
+            ("3.10.0", EtcdVersion::new(3, 10, 0)),
+        ] {
+            assert_eq!(input.parse::<EtcdVersion>(), Ok(want), "{input}");
+        }
+    }
+
+    #[test]
+    fn refuses_what_is_not_a_release_version() {
+        for input in [
+            "",
+            "3",
+            "3.6",
+            "3.6.",
+            "3.6.1.2",
+            "3.6.x",
+            "latest",
+            "3.6.0-rc.1",
+            "03.6.1",
+            "vv3.6.1",
+            " 3.6.1",
+            "3.6.+1",
+        ] {
+            assert!(input.parse::<EtcdVersion>().is_err(), "{input:?} parsed");
+        }
+    }
+
+    #[test]
+    fn orders_numerically() {
+        let a: EtcdVersion = "3.5.9".parse().unwrap();
+        let b: EtcdVersion = "3.5.26".parse().unwrap();
+        assert!(a < b);
+    }
+
+    #[test]
+    fn capability_table_is_ordered_and_ends_at_newest_line() {
+        assert!(LINES.windows(2).all(|w| w[0].minor + 1 == w[1].minor));
+        assert_eq!(supported_range(), "3.2.0 to 3.7.x");
+        let default: EtcdVersion = DEFAULT_VERSION.parse().unwrap();
+        assert!(default.capabilities().is_some_and(|c| !c.end_of_life));
+    }
+
+    #[test]
+    fn images_are_tagged_with_a_v() {
+        let v = EtcdVersion::new(3, 6, 16);
+        assert_eq!(
+            image_for("quay.io/coreos/etcd", &v),
+            "quay.io/coreos/etcd:v3.6.16"
+        );
+    }
+}

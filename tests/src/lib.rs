@@ -1,0 +1,30 @@
+//! Test harness for the etcd operator: a real local Kubernetes control plane (etcd,
+//! kube-apiserver, kube-controller-manager) built from the pinned Go tools, plus a test runner
+//! that shares one control plane per test binary and gives each test its own namespace.
+//!
+//! - [`tools`]: where `hack/build-tools.sh` put the binaries, at the versions of
+//!   `hack/versions.env`.
+//! - [`pki`]: CA, serving and client certificates, service-account keys (rcgen).
+//! - [`control_plane`]: [`ControlPlane::start`], kubeconfig, client, `kubectl`, log tails.
+//! - [`suite`]: [`run_suite`] for `harness = false` test binaries; [`TestContext`].
+//! - [`namespace`], [`wait`]: per-test namespaces and deadline-bounded waits.
+//! - [`process`], [`ports`], [`kubeconfig`]: plumbing.
+//!
+//! Run the harness's own tests with `cargo test -p etcd-tests --test control_plane`.
+
+pub mod control_plane;
+pub mod kubeconfig;
+pub mod namespace;
+pub mod pki;
+pub mod ports;
+pub mod process;
+pub mod suite;
+pub mod tools;
+pub mod wait;
+
+pub use control_plane::{ControlPlane, ControlPlaneError, ControlPlaneOptions, StartupTimings};
+pub use namespace::Namespace;
+pub use pki::{CertificateAuthority, IssuedCert};
+pub use suite::{Suite, Test, TestContext, run_suite};
+pub use tools::{Tools, Versions};
+pub use wait::{WaitError, await_condition, poll_until};

@@ -1,0 +1,349 @@
+//! One control plane per test binary, one namespace per test: a custom test `main` on
+//! libtest-mimic, so `cargo test` filtering, `--list`, `--test-threads` and the standard
+//! `test result: ok. N passed; M failed; ...` summary line all keep working.
+//!
+//! ```no_run
+//! // tests/my_suite.rs, declared in Cargo.toml with `harness = false`
+//! use etcd_tests::suite::{TestContext, run_suite};
+//!
+//! async fn lists_configmaps(ctx: TestContext) -> anyhow::Result<()> {
+//!     let api = ctx.api::<k8s_openapi::api::core::v1::ConfigMap>();
+//!     api.list(&Default::default()).await?;
+//!     Ok(())
+//! }
+//!
+//! fn main() -> std::process::ExitCode {
+//!     run_suite(etcd_tests::tests![lists_configmaps])
+//! }
+//! ```
+//!
+//! The control plane starts lazily with the first test that runs (so `--list` or a filter that
+//! matches nothing starts nothing) and stops after the last one. Each test runs as a tokio task
+//! on one shared multi-thread runtime; a panic, an error or the per-test timeout fails that test
+//! and its failure message carries the tail of every component log. The test's namespace is
+//! deleted afterwards in every case.
+
+use std::fmt::Debug;
+use std::process::{Command, ExitCode};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use k8s_openapi::NamespaceResourceScope;
+use kube::{Api, Resource};
+use libtest_mimic::{Arguments, Failed, Trial};
+
+use crate::control_plane::{ControlPlane, ControlPlaneOptions, LOG_TAIL_LINES};
+use crate::namespace::Namespace;
+
+/// Overrides the per-test timeout, in seconds.
+pub const TEST_TIMEOUT_ENV: &str = "ETCD_TESTS_TIMEOUT_SECS";
+/// Set to `1` to print every component's log tail after the suite (not only on failure).
+pub const SHOW_LOGS_ENV: &str = "ETCD_TESTS_SHOW_LOGS";
+
+/// Default per-test timeout.
+pub const DEFAULT_TEST_TIMEOUT: Duration = Duration::from_secs(180);
+
+type TestFn = Box<dyn FnOnce(TestContext) -> BoxFuture<'static, Result<(), String>> + Send>;
+
+/// One test of a suite: a name and an async function of a [`TestContext`].
+pub struct Test {
+    name: String,
+    ignored: bool,
+    run: TestFn,
+}
+
+impl Debug for Test {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Test")
+            .field("name", &self.name)
+            .field("ignored", &self.ignored)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Test {
+    /// A test named `name` running `f`. Any error type with `Debug` works (`anyhow::Error`
+    /// prints its cause chain).
+    pub fn new<F, Fut, E>(name: impl Into<String>, f: F) -> Self
+    where
+        F: FnOnce(TestContext) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: Debug + 'static,
+    {
+        Self {
+            name: name.into(),
+            ignored: false,
+            run: Box::new(move |ctx| {
+                let fut = f(ctx);
+                Box::pin(async move { fut.await.map_err(|e| format!("{e:?}")) })
+            }),
+        }
+    }
+
+    /// Marks the test ignored (runs only with `--ignored` / `--include-ignored`).
+    pub fn ignored(mut self, ignored: bool) -> Self {
+        self.ignored = ignored;
+        self
+    }
+
+    /// The test name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// `tests![a, b, c]` is `vec![Test::new("a", a), ...]`.
+#[macro_export]
+macro_rules! tests {
+    ($($test:ident),* $(,)?) => {
+        vec![$($crate::suite::Test::new(stringify!($test), $test)),*]
+    };
+}
+
+/// What a test gets: its own namespace and the shared control plane.
+#[derive(Clone)]
+pub struct TestContext {
+    name: String,
+    namespace: Namespace,
+    control_plane: Arc<ControlPlane>,
+}
+
+impl Debug for TestContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestContext")
+            .field("name", &self.name)
+            .field("namespace", &self.namespace.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TestContext {
+    /// The test name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The test's namespace.
+    pub fn namespace(&self) -> &Namespace {
+        &self.namespace
+    }
+
+    /// The test's namespace name.
+    pub fn ns(&self) -> &str {
+        self.namespace.name()
+    }
+
+    /// An admin client.
+    pub fn client(&self) -> kube::Client {
+        self.control_plane.client()
+    }
+
+    /// An `Api` for a namespaced kind in the test's namespace.
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: Resource<Scope = NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        self.namespace.api()
+    }
+
+    /// `kubectl --kubeconfig <admin> --namespace <test namespace>`.
+    pub fn kubectl(&self) -> Command {
+        let mut command = self.control_plane.kubectl();
+        command.arg("--namespace").arg(self.ns());
+        command
+    }
+
+    /// The shared control plane.
+    pub fn control_plane(&self) -> &ControlPlane {
+        &self.control_plane
+    }
+}
+
+/// A suite runner with options; [`run_suite`] is `Suite::new().run(tests)`.
+#[derive(Debug, Clone)]
+pub struct Suite {
+    options: ControlPlaneOptions,
+    test_timeout: Duration,
+}
+
+impl Default for Suite {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+struct Shared {
+    runtime: tokio::runtime::Handle,
+    options: ControlPlaneOptions,
+    test_timeout: Duration,
+    control_plane: OnceLock<Result<Arc<ControlPlane>, String>>,
+    startup_failure_reported: AtomicBool,
+}
+
+impl Shared {
+    fn control_plane(&self) -> Result<Arc<ControlPlane>, Failed> {
+        let result = self.control_plane.get_or_init(|| {
+            self.runtime
+                .block_on(ControlPlane::start(self.options.clone()))
+                .map(|cp| {
+                    let t = cp.timings();
+                    eprintln!(
+                        "etcd-tests: control plane up in {:?} (etcd {:?}, apiserver {:?}, controller manager {:?}) at {}",
+                        t.controller_manager_ready.unwrap_or(t.apiserver_ready),
+                        t.etcd_ready,
+                        t.apiserver_ready,
+                        t.controller_manager_ready,
+                        cp.dir().display()
+                    );
+                    Arc::new(cp)
+                })
+                .map_err(|e| e.to_string())
+        });
+        match result {
+            Ok(cp) => Ok(cp.clone()),
+            Err(e) if !self.startup_failure_reported.swap(true, Ordering::SeqCst) => {
+                Err(format!("the control plane did not start: {e}").into())
+            }
+            Err(_) => Err("the control plane did not start (see the first failure)".into()),
+        }
+    }
+
+    fn run(&self, test: Test) -> Result<(), Failed> {
+        let control_plane = self.control_plane()?;
+        let timeout = self.test_timeout;
+        let name = test.name;
+        let run = test.run;
+        let cp = control_plane.clone();
+        let outcome: Result<(), String> = self.runtime.block_on(async move {
+            let namespace = Namespace::create(cp.client(), &name)
+                .await
+                .map_err(|e| format!("creating the test namespace: {e}"))?;
+            if cp.timings().controller_manager_ready.is_some() {
+                namespace
+                    .wait_for_default_service_account(Duration::from_secs(30))
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            let ctx = TestContext {
+                name,
+                namespace: namespace.clone(),
+                control_plane: cp,
+            };
+            let task = tokio::spawn(run(ctx));
+            let abort = task.abort_handle();
+            let result = match tokio::time::timeout(timeout, task).await {
+                Ok(Ok(result)) => result,
+                Ok(Err(join)) if join.is_panic() => Err(format!("panicked: {}", panic_message(join.into_panic()))),
+                Ok(Err(join)) => Err(format!("test task failed: {join}")),
+                Err(_) => {
+                    abort.abort();
+                    Err(format!("timed out after {timeout:?} (set {TEST_TIMEOUT_ENV} to change)"))
+                }
+            };
+            if let Err(e) = namespace.delete().await {
+                eprintln!("etcd-tests: cleanup: {e}");
+            }
+            result
+        });
+        outcome.map_err(|message| {
+            let health = match control_plane.check_running() {
+                Ok(()) => String::from("all control plane components still running"),
+                Err(e) => e.to_string(),
+            };
+            Failed::from(format!(
+                "{message}\n\n{health}\n{}",
+                control_plane.log_tails(LOG_TAIL_LINES)
+            ))
+        })
+    }
+}
+
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    match payload.downcast::<String>() {
+        Ok(s) => *s,
+        Err(payload) => match payload.downcast::<&'static str>() {
+            Ok(s) => (*s).to_owned(),
+            Err(_) => String::from("(non-string panic payload)"),
+        },
+    }
+}
+
+impl Suite {
+    /// Default options: controller manager on, no scheduler, [`DEFAULT_TEST_TIMEOUT`] (or
+    /// `$ETCD_TESTS_TIMEOUT_SECS`).
+    pub fn new() -> Self {
+        let test_timeout = std::env::var(TEST_TIMEOUT_ENV)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .map(Duration::from_secs)
+            .unwrap_or(DEFAULT_TEST_TIMEOUT);
+        Self {
+            options: ControlPlaneOptions::default(),
+            test_timeout,
+        }
+    }
+
+    /// Control plane options for this suite.
+    pub fn options(mut self, options: ControlPlaneOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Per-test timeout.
+    pub fn test_timeout(mut self, timeout: Duration) -> Self {
+        self.test_timeout = timeout;
+        self
+    }
+
+    /// Parses the command line, runs the selected tests and returns the exit code for `main`.
+    pub fn run(self, tests: Vec<Test>) -> ExitCode {
+        let args = Arguments::from_args();
+        let runtime = match tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .thread_name("etcd-tests-rt")
+            .build()
+        {
+            Ok(runtime) => runtime,
+            Err(e) => {
+                eprintln!("etcd-tests: cannot build the tokio runtime: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let shared = Arc::new(Shared {
+            runtime: runtime.handle().clone(),
+            options: self.options,
+            test_timeout: self.test_timeout,
+            control_plane: OnceLock::new(),
+            startup_failure_reported: AtomicBool::new(false),
+        });
+        let trials = tests
+            .into_iter()
+            .map(|test| {
+                let shared = shared.clone();
+                let name = test.name.clone();
+                let ignored = test.ignored;
+                Trial::test(name, move || shared.run(test)).with_ignored_flag(ignored)
+            })
+            .collect();
+        let conclusion = libtest_mimic::run(&args, trials);
+
+        if let Some(Ok(cp)) = shared.control_plane.get() {
+            if std::env::var(SHOW_LOGS_ENV).is_ok_and(|v| v == "1") {
+                cp.print_log_tails(LOG_TAIL_LINES);
+            }
+            cp.shutdown();
+        }
+        drop(shared);
+        runtime.shutdown_timeout(Duration::from_secs(5));
+        conclusion.exit_code()
+    }
+}
+
+/// Runs `tests` against one shared control plane with default options; call it from a test
+/// binary's `main` (declared with `harness = false`).
+pub fn run_suite(tests: Vec<Test>) -> ExitCode {
+    Suite::new().run(tests)
+}

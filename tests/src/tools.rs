@@ -1,0 +1,261 @@
+//! Locating the Go-built tools (kube-apiserver, etcd, kubectl, helm, ...) that
+//! `hack/build-tools.sh` puts in a cache outside the repository.
+//!
+//! The versions are those pinned in `hack/versions.env`, compiled into this crate with
+//! `include_str!`, so the harness and the build script cannot disagree.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// The text of `hack/versions.env`, as it was when this crate was compiled.
+pub const VERSIONS_ENV: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../hack/versions.env"));
+
+/// Environment variable that overrides the tool cache directory (same as `hack/build-tools.sh`).
+pub const TOOLS_DIR_ENV: &str = "ETCD_OPERATOR_TOOLS";
+
+/// Errors while reading the pinned versions or locating a tool.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ToolsError {
+    /// A line of `hack/versions.env` is not `KEY=VALUE`.
+    #[error("hack/versions.env line {line}: expected KEY=VALUE, got {text:?}")]
+    MalformedLine {
+        /// 1-based line number.
+        line: usize,
+        /// The offending line.
+        text: String,
+    },
+    /// A key the harness needs is missing from `hack/versions.env`.
+    #[error("hack/versions.env does not set {0}")]
+    MissingKey(&'static str),
+    /// A tool binary is not where `hack/build-tools.sh` puts it.
+    #[error("{tool} not found at {path}: run hack/build-tools.sh (it builds the pinned tools into {root})")]
+    Missing {
+        /// Name of the binary, e.g. `kube-apiserver`.
+        tool: String,
+        /// Where it was expected.
+        path: PathBuf,
+        /// The tool cache root.
+        root: PathBuf,
+    },
+    /// Neither `$ETCD_OPERATOR_TOOLS` nor a home directory is available.
+    #[error("cannot locate the tool cache: set {TOOLS_DIR_ENV} (no home directory found)")]
+    NoCacheDir,
+}
+
+/// The versions pinned in `hack/versions.env`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Versions {
+    /// `KUBERNETES_VERSION`, without a leading `v` (e.g. `1.36.3`).
+    pub kubernetes: String,
+    /// `ETCD_VERSIONS`: the etcd member versions the operator tests against, in file order.
+    pub etcd: Vec<String>,
+    /// `APISERVER_ETCD_VERSION`: the etcd that backs the test kube-apiserver.
+    pub apiserver_etcd: String,
+    /// `HELM_VERSION`.
+    pub helm: String,
+}
+
+/// Parses `KEY=VALUE` lines (values optionally in single or double quotes; `#` comments and
+/// blank lines ignored), as the shell `source`s them in `hack/build-tools.sh`.
+pub fn parse_env_file(text: &str) -> Result<BTreeMap<String, String>, ToolsError> {
+    let mut vars = BTreeMap::new();
+    for (index, raw) in text.lines().enumerate() {
+        let line = raw.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let line = line.strip_prefix("export ").unwrap_or(line);
+        let malformed = || ToolsError::MalformedLine {
+            line: index + 1,
+            text: raw.to_owned(),
+        };
+        let (key, value) = line.split_once('=').ok_or_else(malformed)?;
+        let key = key.trim();
+        if key.is_empty() || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(malformed());
+        }
+        let value = value.trim();
+        let value = ['"', '\'']
+            .iter()
+            .find_map(|q| value.strip_prefix(*q).and_then(|v| v.strip_suffix(*q)))
+            .unwrap_or(value);
+        vars.insert(key.to_owned(), value.to_owned());
+    }
+    Ok(vars)
+}
+
+impl Versions {
+    /// Parses versions from the text of a `versions.env` file.
+    pub fn parse(text: &str) -> Result<Self, ToolsError> {
+        let vars = parse_env_file(text)?;
+        let get = |key: &'static str| {
+            vars.get(key)
+                .filter(|v| !v.is_empty())
+                .map(|v| v.trim_start_matches('v').to_owned())
+                .ok_or(ToolsError::MissingKey(key))
+        };
+        Ok(Self {
+            kubernetes: get("KUBERNETES_VERSION")?,
+            etcd: get("ETCD_VERSIONS")?
+                .split_whitespace()
+                .map(|v| v.trim_start_matches('v').to_owned())
+                .collect(),
+            apiserver_etcd: get("APISERVER_ETCD_VERSION")?,
+            helm: get("HELM_VERSION")?,
+        })
+    }
+
+    /// The versions compiled in from `hack/versions.env` (parsed once).
+    pub fn pinned() -> Result<&'static Self, ToolsError> {
+        static PINNED: OnceLock<Result<Versions, ToolsError>> = OnceLock::new();
+        PINNED
+            .get_or_init(|| Self::parse(VERSIONS_ENV))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+}
+
+/// The tool cache and the pinned versions: resolves paths to each binary.
+#[derive(Debug, Clone)]
+pub struct Tools {
+    root: PathBuf,
+    versions: Versions,
+}
+
+impl Tools {
+    /// The default cache (`$ETCD_OPERATOR_TOOLS`, else `~/.cache/etcd-operator/tools`) with the
+    /// pinned versions.
+    pub fn from_env() -> Result<Self, ToolsError> {
+        let root = match std::env::var_os(TOOLS_DIR_ENV) {
+            Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+            _ => std::env::home_dir()
+                .ok_or(ToolsError::NoCacheDir)?
+                .join(".cache/etcd-operator/tools"),
+        };
+        Ok(Self::new(root, Versions::pinned()?.clone()))
+    }
+
+    /// A cache at `root` with the given versions.
+    pub fn new(root: impl Into<PathBuf>, versions: Versions) -> Self {
+        Self {
+            root: root.into(),
+            versions,
+        }
+    }
+
+    /// The cache root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The versions these tools are resolved for.
+    pub fn versions(&self) -> &Versions {
+        &self.versions
+    }
+
+    fn binary(&self, dir: PathBuf, tool: &str) -> Result<PathBuf, ToolsError> {
+        let path = dir.join("bin").join(tool);
+        // A `.complete` marker is written after the whole directory was built.
+        if dir.join(".complete").is_file() && path.is_file() {
+            Ok(path)
+        } else {
+            Err(ToolsError::Missing {
+                tool: tool.to_owned(),
+                path,
+                root: self.root.clone(),
+            })
+        }
+    }
+
+    fn kubernetes(&self, tool: &str) -> Result<PathBuf, ToolsError> {
+        let dir = self.root.join("kubernetes").join(format!("v{}", self.versions.kubernetes));
+        self.binary(dir, tool)
+    }
+
+    /// `kube-apiserver` at the pinned Kubernetes version.
+    pub fn kube_apiserver(&self) -> Result<PathBuf, ToolsError> {
+        self.kubernetes("kube-apiserver")
+    }
+
+    /// `kube-controller-manager` at the pinned Kubernetes version.
+    pub fn kube_controller_manager(&self) -> Result<PathBuf, ToolsError> {
+        self.kubernetes("kube-controller-manager")
+    }
+
+    /// `kube-scheduler` at the pinned Kubernetes version.
+    pub fn kube_scheduler(&self) -> Result<PathBuf, ToolsError> {
+        self.kubernetes("kube-scheduler")
+    }
+
+    /// `kubectl` at the pinned Kubernetes version.
+    pub fn kubectl(&self) -> Result<PathBuf, ToolsError> {
+        self.kubernetes("kubectl")
+    }
+
+    /// `etcd` at `version` (e.g. `3.6.16`; a leading `v` is accepted).
+    pub fn etcd(&self, version: &str) -> Result<PathBuf, ToolsError> {
+        self.binary(self.etcd_dir(version), "etcd")
+    }
+
+    /// `etcdctl` at `version`.
+    pub fn etcdctl(&self, version: &str) -> Result<PathBuf, ToolsError> {
+        self.binary(self.etcd_dir(version), "etcdctl")
+    }
+
+    fn etcd_dir(&self, version: &str) -> PathBuf {
+        self.root
+            .join("etcd")
+            .join(format!("v{}", version.trim_start_matches('v')))
+    }
+
+    /// The etcd that backs the test kube-apiserver (`APISERVER_ETCD_VERSION`).
+    pub fn apiserver_etcd(&self) -> Result<PathBuf, ToolsError> {
+        self.etcd(&self.versions.apiserver_etcd)
+    }
+
+    /// `helm` at the pinned version.
+    pub fn helm(&self) -> Result<PathBuf, ToolsError> {
+        let dir = self.root.join("helm").join(format!("v{}", self.versions.helm));
+        self.binary(dir, "helm")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_quoted_and_unquoted_values() {
+        let vars = parse_env_file("# c\nA=1\nB=\"x y\"\n\nexport C='z'\nD=\n").expect("parse");
+        assert_eq!(vars["A"], "1");
+        assert_eq!(vars["B"], "x y");
+        assert_eq!(vars["C"], "z");
+        assert_eq!(vars["D"], "");
+    }
+
+    #[test]
+    fn rejects_garbage() {
+        assert!(matches!(
+            parse_env_file("A=1\nnot a pair\n"),
+            Err(ToolsError::MalformedLine { line: 2, .. })
+        ));
+    }
+
+    #[test]
+    fn pinned_versions_parse() {
+        let v = Versions::pinned().expect("hack/versions.env parses");
+        assert!(v.kubernetes.starts_with("1."), "{v:?}");
+        assert!(!v.etcd.is_empty());
+        assert!(v.etcd.iter().all(|e| e.starts_with("3.")));
+    }
+
+    #[test]
+    fn missing_tool_error_names_path_and_script() {
+        let tools = Tools::new("/nonexistent/tools", Versions::parse(VERSIONS_ENV).expect("parse"));
+        let err = tools.kube_apiserver().expect_err("missing");
+        let msg = err.to_string();
+        assert!(msg.contains("/nonexistent/tools/kubernetes/v"), "{msg}");
+        assert!(msg.contains("run hack/build-tools.sh"), "{msg}");
+    }
+}
