@@ -202,6 +202,65 @@ pub fn image_for(repository: &str, version: &EtcdVersion) -> String {
     format!("{repository}:v{version}")
 }
 
+/// Why etcd does not support moving a cluster between two versions.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct UpgradeRefused {
+    /// Short stable name of the rule (`version-skip`, `version-downgrade`, ...).
+    pub rule: &'static str,
+    /// The reason, naming both versions.
+    pub message: String,
+}
+
+/// Whether etcd supports moving members that run `from` to `to` in place: patch moves
+/// either way, one minor line up at a time, never down a minor line or to another major,
+/// and etcd's documented patch prerequisites of the previous line.
+pub fn check_upgrade(from: &EtcdVersion, to: &EtcdVersion) -> Result<(), UpgradeRefused> {
+    let refuse = |rule, message| Err(UpgradeRefused { rule, message });
+    if to.major != from.major {
+        return refuse(
+            "version-major",
+            format!(
+                "cannot move from {from} to {to}: etcd does not support changing the major version"
+            ),
+        );
+    }
+    if to.minor < from.minor {
+        return refuse(
+            "version-downgrade",
+            format!(
+                "cannot move from {from} back to {to}: etcd does not support downgrading to an older minor line in place (patch versions within {} may move either way)",
+                from.line()
+            ),
+        );
+    }
+    if to.minor > from.minor + 1 {
+        return refuse(
+            "version-skip",
+            format!(
+                "cannot move from {from} to {to}: etcd upgrades one minor line at a time; move to {}.{}.x first",
+                from.major,
+                from.minor + 1
+            ),
+        );
+    }
+    if to.minor == from.minor + 1
+        && let Some(pre) = to.capabilities().and_then(|c| c.upgrade_prerequisite)
+        && *from < pre.minimum_from
+    {
+        return refuse(
+            "version-prerequisite",
+            format!(
+                "cannot move from {from} to {to}: {}; move to {} or a later {} patch first",
+                pre.reason,
+                pre.minimum_from,
+                from.line()
+            ),
+        );
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

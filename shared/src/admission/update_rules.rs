@@ -5,7 +5,7 @@ use super::quantity::parse_quantity;
 use super::{Defaults, Report};
 use crate::EtcdCluster;
 use crate::types::PodPolicy;
-use crate::version::EtcdVersion;
+use crate::version::{EtcdVersion, check_upgrade};
 
 /// Every update rule.
 pub(crate) fn check(
@@ -40,78 +40,32 @@ fn check_upgrade_path(
     let (Some(to), Some(from)) = (version(new, defaults), version(old, defaults)) else {
         return; // a bad new version is refused by the create rules; a bad old one has no path.
     };
+    if to == from {
+        return;
+    }
+    if let Err(e) = check_upgrade(&from, &to) {
+        report.refuse(e.rule, "spec.version", e.message);
+        return;
+    }
     // The members may still run an older version than the old spec asks for (an upgrade in
-    // progress): the path is judged from what they run too.
+    // progress): the path must hold from what they run too.
     let running: Option<EtcdVersion> = old
         .status
         .as_ref()
         .and_then(|s| s.current_version.as_deref())
         .and_then(|v| v.parse().ok());
-    if to == from {
-        return;
-    }
-    if to.major != from.major {
-        report.refuse(
-            "version-major",
-            "spec.version",
-            format!(
-                "cannot move from {from} to {to}: etcd does not support changing the major version"
-            ),
-        );
-        return;
-    }
-    if to.minor < from.minor {
-        report.refuse(
-            "version-downgrade",
-            "spec.version",
-            format!(
-                "cannot move from {from} back to {to}: etcd does not support downgrading to an older minor line in place (patch versions within {} may move either way)",
-                from.line()
-            ),
-        );
-        return;
-    }
-    if to.minor > from.minor + 1 {
-        report.refuse(
-            "version-skip",
-            "spec.version",
-            format!(
-                "cannot move from {from} to {to}: etcd upgrades one minor line at a time; move to {}.{}.x first",
-                from.major,
-                from.minor + 1
-            ),
-        );
-        return;
-    }
     if let Some(running) = running
-        && running.minor != from.minor
-        && to.minor > running.minor + 1
+        && running != from
+        && let Err(e) = check_upgrade(&running, &to)
     {
-        report.refuse(
-            "version-upgrade-in-progress",
-            "spec.version",
+        let message = if running.minor != from.minor && e.rule == "version-skip" {
             format!(
                 "cannot move to {to} while the members still run {running} (an upgrade to {from} is in progress); wait until status.currentVersion is {from}"
-            ),
-        );
-        return;
-    }
-    if to.minor == from.minor + 1
-        && let Some(pre) = to.capabilities().and_then(|c| c.upgrade_prerequisite)
-    {
-        let lowest = running.map_or(from, |r| r.min(from));
-        if lowest < pre.minimum_from {
-            report.refuse(
-                "version-prerequisite",
-                "spec.version",
-                format!(
-                    "cannot move from {lowest} to {to}: {}; move to {} or a later {} patch first",
-                    pre.reason,
-                    pre.minimum_from,
-                    from.line()
-                ),
-            );
-        }
+            )
+        } else {
+            e.message
+        };
+        report.refuse("version-upgrade-in-progress", "spec.version", message);
     }
 }
 

@@ -1,0 +1,17 @@
+//! Pure builders: from a validated cluster view to the Kubernetes objects that should exist.
+//! No I/O here; every builder is tested with fixtures.
+
+mod claim;
+mod pdb;
+mod pod;
+mod services;
+mod view;
+
+pub use claim::data_claim;
+pub use pdb::disruption_budget;
+pub use pod::{InitialState, MemberPlan, member_pod};
+pub use services::{client_service, peer_service};
+pub use view::{ClusterView, InvalidCluster, TlsMode};
+
+#[cfg(test)]
+pub(crate) mod fixtures;

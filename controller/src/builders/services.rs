@@ -1,0 +1,96 @@
+//! The two Services of a cluster: headless for peers (member DNS names), and one for clients.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use etcd_shared::names::{self, CLIENT_PORT, PEER_PORT};
+
+use super::ClusterView;
+
+fn member_selector(view: &ClusterView) -> BTreeMap<String, String> {
+    let mut s = names::selector_labels(&view.name);
+    s.insert(names::LABEL_COMPONENT.into(), "member".into());
+    s
+}
+
+fn meta(view: &ClusterView, name: String, component: &str) -> ObjectMeta {
+    let mut labels = names::selector_labels(&view.name);
+    labels.insert(names::LABEL_COMPONENT.into(), component.into());
+    ObjectMeta {
+        name: Some(name),
+        namespace: Some(view.namespace.clone()),
+        labels: Some(labels),
+        owner_references: Some(vec![view.owner.clone()]),
+        ..ObjectMeta::default()
+    }
+}
+
+fn service_port(name: &str, port: i32) -> ServicePort {
+    ServicePort {
+        name: Some(name.into()),
+        port,
+        target_port: Some(IntOrString::Int(port)),
+        protocol: Some("TCP".into()),
+        ..ServicePort::default()
+    }
+}
+
+/// Headless Service that gives every member `MEMBER.NAME.NS.svc` and publishes members
+/// before they are ready (a joining member must be reachable to catch up).
+pub fn peer_service(view: &ClusterView) -> Service {
+    Service {
+        metadata: meta(view, names::peer_service_name(&view.name), "peer-service"),
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            publish_not_ready_addresses: Some(true),
+            selector: Some(member_selector(view)),
+            ports: Some(vec![service_port("client", CLIENT_PORT), service_port("peer", PEER_PORT)]),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// Service clients use: only ready members receive traffic.
+pub fn client_service(view: &ClusterView) -> Service {
+    Service {
+        metadata: meta(view, names::client_service_name(&view.name), "client-service"),
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".into()),
+            selector: Some(member_selector(view)),
+            ports: Some(vec![service_port("client", CLIENT_PORT)]),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builders::fixtures::view_of;
+
+    #[test]
+    fn peer_service_is_headless_and_publishes_not_ready() {
+        let s = peer_service(&view_of("size: 3"));
+        assert_eq!(s.metadata.name.as_deref(), Some("demo"));
+        let spec = s.spec.unwrap();
+        assert_eq!(spec.cluster_ip.as_deref(), Some("None"));
+        assert_eq!(spec.publish_not_ready_addresses, Some(true));
+        assert_eq!(spec.ports.unwrap().len(), 2);
+        assert_eq!(spec.selector.unwrap().get(names::LABEL_INSTANCE).map(String::as_str), Some("demo"));
+    }
+
+    #[test]
+    fn client_service_serves_2379() {
+        let s = client_service(&view_of("size: 3"));
+        assert_eq!(s.metadata.name.as_deref(), Some("demo-client"));
+        assert_eq!(s.metadata.owner_references.unwrap()[0].controller, Some(true));
+        let ports = s.spec.unwrap().ports.unwrap();
+        assert_eq!(ports.len(), 1);
+        assert_eq!(ports[0].port, 2379);
+    }
+}

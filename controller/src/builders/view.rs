@@ -1,0 +1,171 @@
+//! The cluster as the builders and the planner see it: validated, defaulted, with every
+//! derived value (token, domain, URLs) computed once.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::Resource;
+
+use etcd_shared::EtcdCluster;
+use etcd_shared::admission::{AdmissionPolicy, Refusal};
+use etcd_shared::names::{self, CLIENT_PORT, PEER_PORT};
+use etcd_shared::types::PodPolicy;
+use etcd_shared::version::{EtcdVersion, LineCapabilities};
+
+/// Cluster domain used when the spec names none.
+pub const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
+
+/// Why a cluster cannot be reconciled as it stands.
+#[derive(Debug, thiserror::Error)]
+pub enum InvalidCluster {
+    /// The object lacks its name, namespace or uid (not yet persisted?).
+    #[error("the EtcdCluster has no {0}")]
+    MissingMetadata(&'static str),
+    /// The spec breaks the admission rules (the webhook was bypassed or is not installed).
+    #[error("{0}")]
+    Spec(#[from] Refusal),
+}
+
+/// Which traffic is encrypted, and with which secrets.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsMode {
+    /// Secret with peer.crt, peer.key and peer-ca.crt, when peer traffic uses TLS.
+    pub peer_secret: Option<String>,
+    /// Secret with server.crt, server.key and server-ca.crt, when clients use TLS.
+    pub server_secret: Option<String>,
+    /// Secret with the operator's client certificate, when clients use TLS.
+    pub operator_secret: Option<String>,
+}
+
+/// A validated, defaulted `EtcdCluster`.
+#[derive(Debug, Clone)]
+pub struct ClusterView {
+    /// Cluster name.
+    pub name: String,
+    /// Namespace.
+    pub namespace: String,
+    /// The object's uid; part of the initial cluster token.
+    pub uid: String,
+    /// metadata.generation.
+    pub generation: Option<i64>,
+    /// Desired member count.
+    pub size: usize,
+    /// Desired etcd version.
+    pub version: EtcdVersion,
+    /// What the operator knows of the desired version's line.
+    pub capabilities: &'static LineCapabilities,
+    /// Image repository.
+    pub repository: String,
+    /// `spec.paused`.
+    pub paused: bool,
+    /// The pod policy (empty when the spec has none).
+    pub pod: PodPolicy,
+    /// TLS secrets.
+    pub tls: TlsMode,
+    /// Cluster DNS domain.
+    pub domain: String,
+    /// Owner reference that makes every derived object garbage-collected with the cluster.
+    pub owner: OwnerReference,
+}
+
+impl ClusterView {
+    /// Validates and defaults a cluster with the same rules the webhook applies.
+    pub fn new(cluster: &EtcdCluster, policy: &AdmissionPolicy) -> Result<Self, InvalidCluster> {
+        let cluster = policy.defaulted(cluster);
+        policy.validate(&cluster, None)?;
+        let meta = &cluster.metadata;
+        let name = meta.name.clone().ok_or(InvalidCluster::MissingMetadata("name"))?;
+        let namespace = meta.namespace.clone().ok_or(InvalidCluster::MissingMetadata("namespace"))?;
+        let uid = meta.uid.clone().ok_or(InvalidCluster::MissingMetadata("uid"))?;
+        let owner = cluster
+            .controller_owner_ref(&())
+            .ok_or(InvalidCluster::MissingMetadata("name or uid"))?;
+        let spec = &cluster.spec;
+        // Defaulting filled these and validation checked them; fall back to the policy's
+        // defaults rather than panic should that ever change.
+        let size = usize::try_from(spec.size.unwrap_or(policy.defaults.size)).unwrap_or(1);
+        let version: EtcdVersion = policy.defaults.version_of(&cluster).parse().map_err(|e: etcd_shared::version::ParseVersionError| {
+            InvalidCluster::Spec(Refusal(vec![etcd_shared::admission::Violation::new(
+                "version-syntax",
+                "spec.version",
+                e.to_string(),
+            )]))
+        })?;
+        let capabilities = version.capabilities().ok_or_else(|| {
+            InvalidCluster::Spec(Refusal(vec![etcd_shared::admission::Violation::new(
+                "version-unsupported",
+                "spec.version",
+                format!("{version} is not supported"),
+            )]))
+        })?;
+        let pod = spec.pod.clone().unwrap_or_default();
+        let domain = pod
+            .cluster_domain
+            .clone()
+            .unwrap_or_else(|| DEFAULT_CLUSTER_DOMAIN.to_string());
+        let st = spec.tls.as_ref().and_then(|t| t.static_tls.as_ref());
+        let tls = TlsMode {
+            peer_secret: st.and_then(|s| s.member.as_ref()).and_then(|m| m.peer_secret.clone()),
+            server_secret: st.and_then(|s| s.member.as_ref()).and_then(|m| m.server_secret.clone()),
+            operator_secret: st.and_then(|s| s.operator_secret.clone()),
+        };
+        Ok(ClusterView {
+            name,
+            namespace,
+            uid,
+            generation: meta.generation,
+            size,
+            version,
+            capabilities,
+            repository: spec.repository.clone().unwrap_or_else(|| policy.defaults.repository.clone()),
+            paused: spec.paused,
+            pod,
+            tls,
+            domain,
+            owner,
+        })
+    }
+
+    /// The initial cluster token: unique per object, so a stale volume of an earlier cluster
+    /// of the same name can never join this one.
+    pub fn token(&self) -> String {
+        format!("{}-{}", self.name, self.uid)
+    }
+
+    /// The image of a member running `version`.
+    pub fn image(&self, version: &EtcdVersion) -> String {
+        etcd_shared::version::image_for(&self.repository, version)
+    }
+
+    /// DNS name of a member.
+    pub fn member_host(&self, member: &str) -> String {
+        names::member_dns_name(member, &self.name, &self.namespace, &self.domain)
+    }
+
+    /// Peer URL a member registers with.
+    pub fn peer_url(&self, member: &str) -> String {
+        let scheme = if self.tls.peer_secret.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}:{PEER_PORT}", self.member_host(member))
+    }
+
+    /// Client URL a member advertises.
+    pub fn client_url(&self, member: &str) -> String {
+        format!("{}://{}:{CLIENT_PORT}", self.client_scheme(), self.member_host(member))
+    }
+
+    /// `http` or `https` for client traffic.
+    pub fn client_scheme(&self) -> &'static str {
+        if self.tls.server_secret.is_some() { "https" } else { "http" }
+    }
+
+    /// The member name a peer URL belongs to, if it is one of this cluster's.
+    pub fn member_of_peer_url(&self, url: &str) -> Option<String> {
+        let host = url.split("://").nth(1)?.split([':', '/']).next()?;
+        let (member, rest) = host.split_once('.')?;
+        let expected_rest = format!("{}.{}.svc.{}", names::peer_service_name(&self.name), self.namespace, self.domain);
+        (rest == expected_rest && names::member_index(&self.name, member).is_some()).then(|| member.to_string())
+    }
+
+    /// Number of voters that make a majority of `voters`.
+    pub fn quorum(voters: usize) -> usize {
+        voters / 2 + 1
+    }
+}

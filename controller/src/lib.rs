@@ -1,0 +1,22 @@
+//! The etcd operator's controller: reconciles each `EtcdCluster` into the Kubernetes objects
+//! and etcd membership changes that make it real, and reports status and events.
+//!
+//! Reconcile is a pipeline: fetch and validate ([`builders::ClusterView`]), observe pods,
+//! claims and etcd members ([`observe`]), decide the single next step with a pure planner
+//! ([`planner`]), apply the desired objects with server-side apply and carry out the step
+//! ([`reconcile`]), then write the status ([`status`]).
+
+#![forbid(unsafe_code)]
+
+pub mod args;
+pub mod builders;
+pub mod context;
+pub mod error;
+pub mod etcd;
+pub mod metrics;
+pub mod observe;
+pub mod planner;
+pub mod reconcile;
+pub mod shutdown;
+pub mod status;
+pub mod telemetry;

@@ -1,0 +1,395 @@
+//! The membership planner: from the desired cluster and what is observed, the single next
+//! step. A pure function, so every case (failures included) is a table-driven test.
+//!
+//! Safety rules it never breaks:
+//! - one membership change at a time, and none while a majority of voters is unhealthy;
+//! - a member is only replaced when its data is provably gone (its pod vanished and it had
+//!   no claim, or its pod ended) or it never started; a slow or crashing member that still
+//!   has its data is waited for, not replaced;
+//! - scale-up only when every member is healthy; new members join as learners where the
+//!   line supports it and are promoted once they have caught up;
+//! - upgrades move one member at a time, followers first, only while every member is
+//!   healthy, and only along a path etcd supports.
+
+pub mod model;
+#[cfg(test)]
+mod tests;
+
+use std::time::Duration;
+
+use etcd_shared::names;
+use etcd_shared::version::{EtcdVersion, check_upgrade};
+
+use crate::builders::{ClusterView, InitialState, MemberPlan};
+pub use model::{Health, MemberState, Observed, PodPhase, PodState};
+
+/// How long the planner waits before it gives up on a member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// A new member (or the seed) that has not become healthy this long after its pod was
+    /// created is removed and added anew.
+    pub member_start: Duration,
+    /// A learner that has not caught up this long after its pod was created is removed.
+    pub learner_catch_up: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            member_start: Duration::from_secs(300),
+            learner_catch_up: Duration::from_secs(600),
+        }
+    }
+}
+
+/// Why a member is removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemovalReason {
+    /// The spec asks for fewer members.
+    ScaleDown,
+    /// The member lost its data or never started; it is added anew afterwards.
+    Replace,
+}
+
+/// Why the planner makes no change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Blocked {
+    /// `spec.paused` is set.
+    Paused,
+    /// Fewer than a majority of voters are healthy.
+    QuorumLost {
+        /// Voters that are not healthy.
+        missing: Vec<String>,
+        /// Number of voters.
+        voters: usize,
+    },
+    /// Every member and its data is gone: only a new cluster (or a restore) can follow.
+    AllMembersLost,
+    /// The members run a version from which etcd cannot move to the spec's.
+    UpgradeNotSupported(String),
+}
+
+/// What the planner is waiting for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Waiting {
+    /// A member's pod is being created, started or terminated.
+    MemberStarting(String),
+    /// Members are unhealthy but still have their data; the kubelet restarts them.
+    Unhealthy(Vec<String>),
+    /// A learner is catching up with the leader.
+    LearnerCatchingUp(String),
+    /// An upgraded member has not reported its new version yet.
+    MemberUpgrading(String),
+}
+
+/// The single next step for one cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Create the first member of a new cluster.
+    Bootstrap(MemberPlan),
+    /// Add a member through the member API; its pod follows in a later step.
+    AddMember {
+        /// Member name.
+        name: String,
+        /// Its peer URL.
+        peer_url: String,
+        /// Added as a learner.
+        learner: bool,
+    },
+    /// Create the pod of a member that is in the member list (or has a claim) but no pod.
+    CreatePod(MemberPlan),
+    /// Promote a learner that has caught up.
+    PromoteLearner {
+        /// Member ID.
+        id: u64,
+        /// Member name.
+        name: String,
+    },
+    /// Remove a member from the member list; its pod and claim go in later steps.
+    RemoveMember {
+        /// Member ID.
+        id: u64,
+        /// Member name.
+        name: String,
+        /// Why.
+        reason: RemovalReason,
+    },
+    /// Delete the pod of a member that is no longer in the member list, or that ended.
+    DeletePod(String),
+    /// Delete the claim of a member that is no longer in the member list.
+    DeleteClaim(String),
+    /// Move a member's pod to the desired image (the kubelet restarts the container).
+    UpgradeMember {
+        /// Member name.
+        name: String,
+        /// Image the pod gets.
+        image: String,
+        /// Version it moves to.
+        version: EtcdVersion,
+    },
+    /// Nothing to change now; check again soon.
+    Wait(Waiting),
+    /// Nothing the operator may safely change.
+    Blocked(Blocked),
+    /// The cluster matches its spec.
+    Done,
+}
+
+impl Step {
+    /// Whether this step changes the cluster.
+    pub fn is_change(&self) -> bool {
+        !matches!(self, Step::Wait(_) | Step::Blocked(_) | Step::Done)
+    }
+}
+
+/// The next free member index: above every index any pod, claim or member ever used, so a
+/// replacement never reuses a name (and never finds a stale claim).
+fn next_index(view: &ClusterView, obs: &Observed) -> u32 {
+    let members = obs.members.as_ref().map(|m| m.as_slice()).unwrap_or(&[]);
+    obs.pods
+        .iter()
+        .map(|p| p.name.as_str())
+        .chain(obs.claims.iter().map(String::as_str))
+        .chain(members.iter().map(|m| m.name.as_str()))
+        .filter_map(|n| names::member_index(&view.name, n))
+        .max()
+        .map_or(0, |i| i + 1)
+}
+
+fn is_durable(view: &ClusterView) -> bool {
+    view.pod.persistent_volume_claim_spec.is_some()
+}
+
+/// The plan of a pod for `name`, joining the members listed (or founding the cluster).
+fn member_plan(view: &ClusterView, name: &str, peers: &[&str], state: InitialState, version: EtcdVersion) -> MemberPlan {
+    let mut initial: Vec<(String, String)> = peers.iter().map(|p| (p.to_string(), view.peer_url(p))).collect();
+    if !peers.contains(&name) {
+        initial.push((name.to_string(), view.peer_url(name)));
+    }
+    MemberPlan {
+        name: name.to_string(),
+        initial_cluster: initial,
+        state,
+        version,
+    }
+}
+
+/// The lowest version the members run (reported by etcd, else their pods' labels).
+fn running_version(obs: &Observed, members: &[MemberState]) -> Option<EtcdVersion> {
+    members
+        .iter()
+        .filter_map(|m| match &m.health {
+            Health::Healthy { version: Some(v), .. } => Some(*v),
+            _ => obs.pod(&m.name).and_then(|p| p.version),
+        })
+        .min()
+}
+
+/// The single next step for a cluster.
+pub fn plan(view: &ClusterView, obs: &Observed, timeouts: &Timeouts) -> Step {
+    if view.paused {
+        return Step::Blocked(Blocked::Paused);
+    }
+    if let Some(p) = obs.pods.iter().find(|p| p.terminating) {
+        return Step::Wait(Waiting::MemberStarting(p.name.clone()));
+    }
+    match &obs.members {
+        Err(_) => plan_without_member_list(view, obs, timeouts),
+        Ok(members) => plan_with_members(view, obs, members, timeouts),
+    }
+}
+
+/// The member list cannot be read: bootstrap, restart durable members, or wait.
+fn plan_without_member_list(view: &ClusterView, obs: &Observed, timeouts: &Timeouts) -> Step {
+    // Durable members whose pods are gone (a whole-cluster restart): bring them back first,
+    // they hold the data.
+    let claims_without_pods: Vec<&str> = obs
+        .claims
+        .iter()
+        .map(String::as_str)
+        .filter(|c| obs.pod(c).is_none())
+        .collect();
+    if let Some(first) = claims_without_pods.first() {
+        let peers: Vec<&str> = obs.claims.iter().map(String::as_str).collect();
+        return Step::CreatePod(member_plan(view, first, &peers, InitialState::Existing, view.version));
+    }
+    if obs.pods.is_empty() {
+        if obs.bootstrapped {
+            return Step::Blocked(Blocked::AllMembersLost);
+        }
+        let name = names::member_name(&view.name, next_index(view, obs));
+        return Step::Bootstrap(member_plan(view, &name, &[], InitialState::New, view.version));
+    }
+    if !obs.bootstrapped && obs.pods.len() == 1 {
+        let seed = &obs.pods[0];
+        if seed.phase == PodPhase::Ended || seed.age > timeouts.member_start {
+            // The seed never came up: start over with a fresh member.
+            return Step::DeletePod(seed.name.clone());
+        }
+        return Step::Wait(Waiting::MemberStarting(seed.name.clone()));
+    }
+    if let Some(young) = obs.pods.iter().find(|p| p.age < timeouts.member_start && !p.ready) {
+        return Step::Wait(Waiting::MemberStarting(young.name.clone()));
+    }
+    let missing: Vec<String> = obs.pods.iter().map(|p| p.name.clone()).collect();
+    Step::Blocked(Blocked::QuorumLost {
+        voters: missing.len(),
+        missing,
+    })
+}
+
+fn plan_with_members(view: &ClusterView, obs: &Observed, members: &[MemberState], timeouts: &Timeouts) -> Step {
+    let durable = is_durable(view);
+    let voters: Vec<&MemberState> = members.iter().filter(|m| !m.learner).collect();
+    let healthy_voters = voters.iter().filter(|m| m.health.is_healthy()).count();
+    let has_quorum = healthy_voters >= ClusterView::quorum(voters.len());
+    let member_names: Vec<&str> = members.iter().map(|m| m.name.as_str()).collect();
+
+    // 1. Members without pods that can (re)start: they never started, or their data is on
+    //    a claim. Safe with or without quorum, and the only way back to quorum.
+    for m in members {
+        if obs.pod(&m.name).is_none() && (!m.started || (durable && obs.has_claim(&m.name))) {
+            let version = running_version(obs, members).unwrap_or(view.version);
+            return Step::CreatePod(member_plan(view, &m.name, &member_names, InitialState::Existing, version));
+        }
+    }
+
+    if !has_quorum {
+        // A voter that is still starting (etcd < 3.4 adds voters, not learners) is waited for.
+        let unhealthy: Vec<&&MemberState> = voters.iter().filter(|m| !m.health.is_healthy()).collect();
+        if let Some(m) = unhealthy
+            .iter()
+            .find(|m| !m.started && obs.pod(&m.name).is_some_and(|p| p.age < timeouts.member_start))
+        {
+            return Step::Wait(Waiting::MemberStarting(m.name.clone()));
+        }
+        let missing = voters
+            .iter()
+            .filter(|m| !m.health.is_healthy())
+            .map(|m| m.name.clone())
+            .collect();
+        return Step::Blocked(Blocked::QuorumLost {
+            missing,
+            voters: voters.len(),
+        });
+    }
+
+    // 2. Members whose data is gone, or that never came up: remove, to be added anew.
+    //    Removing an unhealthy member never lowers the number of healthy voters.
+    for m in members {
+        let pod = obs.pod(&m.name);
+        let data_gone = match pod {
+            None => m.started, // (unstarted ones were handled above)
+            Some(p) => p.phase == PodPhase::Ended && !durable,
+        };
+        let never_started = !m.health.is_healthy() && pod.is_some_and(|p| p.age > timeouts.member_start) && !m.started;
+        let learner_stalled = m.learner && !m.health.is_healthy() && pod.is_some_and(|p| p.age > timeouts.learner_catch_up);
+        if data_gone || never_started || learner_stalled {
+            return Step::RemoveMember {
+                id: m.id,
+                name: m.name.clone(),
+                reason: RemovalReason::Replace,
+            };
+        }
+    }
+
+    // 3. Leftovers of removed members: pods, then claims.
+    if let Some(p) = obs.pods.iter().find(|p| !member_names.contains(&p.name.as_str())) {
+        return Step::DeletePod(p.name.clone());
+    }
+    if let Some(p) = obs.pods.iter().find(|p| p.phase == PodPhase::Ended) {
+        // A durable member's pod that ended (evicted): delete it; it is recreated on its claim.
+        return Step::DeletePod(p.name.clone());
+    }
+    if let Some(c) = obs.claims.iter().find(|c| !member_names.contains(&c.as_str())) {
+        return Step::DeleteClaim(c.clone());
+    }
+
+    // 4. Learners that caught up are promoted; others are waited for.
+    if let Some(l) = members.iter().find(|m| m.learner) {
+        return if l.health.is_healthy() {
+            Step::PromoteLearner {
+                id: l.id,
+                name: l.name.clone(),
+            }
+        } else {
+            Step::Wait(Waiting::LearnerCatchingUp(l.name.clone()))
+        };
+    }
+
+    // 5. Scale down: unhealthy members first, then followers, newest first.
+    let unhealthy: Vec<&MemberState> = members.iter().filter(|m| !m.health.is_healthy()).collect();
+    if members.len() > view.size {
+        let victim = unhealthy.first().copied().or_else(|| {
+            members
+                .iter()
+                .filter(|m| !matches!(m.health, Health::Healthy { leader: true, .. }))
+                .max_by_key(|m| names::member_index(&view.name, &m.name))
+        });
+        if let Some(v) = victim {
+            let healthy_after = healthy_voters - usize::from(v.health.is_healthy() && !v.learner);
+            if healthy_after >= ClusterView::quorum(voters.len().saturating_sub(1)) {
+                return Step::RemoveMember {
+                    id: v.id,
+                    name: v.name.clone(),
+                    reason: RemovalReason::ScaleDown,
+                };
+            }
+        }
+    }
+
+    // Nothing below may run while a member is unhealthy.
+    if !unhealthy.is_empty() {
+        let names: Vec<String> = unhealthy.iter().map(|m| m.name.clone()).collect();
+        if let Some(young) = unhealthy.iter().find(|m| obs.pod(&m.name).is_some_and(|p| p.age < timeouts.member_start)) {
+            return Step::Wait(Waiting::MemberStarting(young.name.clone()));
+        }
+        return Step::Wait(Waiting::Unhealthy(names));
+    }
+
+    // 6. Scale up, one member at a time.
+    if members.len() < view.size {
+        let name = names::member_name(&view.name, next_index(view, obs));
+        return Step::AddMember {
+            peer_url: view.peer_url(&name),
+            name,
+            learner: view.capabilities.learners && !members.is_empty(),
+        };
+    }
+
+    // 7. Upgrade, one member at a time, followers first.
+    plan_upgrade(view, obs, members)
+}
+
+fn plan_upgrade(view: &ClusterView, obs: &Observed, members: &[MemberState]) -> Step {
+    let target_image = view.image(&view.version);
+    // A member whose pod already has the new image but still reports the old version is
+    // restarting into it: wait for it before touching another.
+    for m in members {
+        if let (Some(pod), Health::Healthy { version: Some(v), .. }) = (obs.pod(&m.name), &m.health)
+            && pod.image == target_image
+            && *v != view.version
+        {
+            return Step::Wait(Waiting::MemberUpgrading(m.name.clone()));
+        }
+    }
+    let mut outdated: Vec<&MemberState> = members
+        .iter()
+        .filter(|m| obs.pod(&m.name).is_some_and(|p| p.image != target_image))
+        .collect();
+    if outdated.is_empty() {
+        return Step::Done;
+    }
+    if let Some(running) = running_version(obs, members)
+        && let Err(e) = check_upgrade(&running, &view.version)
+    {
+        return Step::Blocked(Blocked::UpgradeNotSupported(e.message));
+    }
+    outdated.sort_by_key(|m| (matches!(m.health, Health::Healthy { leader: true, .. }), names::member_index(&view.name, &m.name)));
+    let m = outdated[0];
+    Step::UpgradeMember {
+        name: m.name.clone(),
+        image: target_image,
+        version: view.version,
+    }
+}
