@@ -8,11 +8,14 @@
 
 #![forbid(unsafe_code)]
 
+pub mod admin;
+pub mod app;
 pub mod args;
 pub mod builders;
 pub mod context;
 pub mod error;
 pub mod etcd;
+pub mod leader;
 pub mod metrics;
 pub mod observe;
 pub mod planner;

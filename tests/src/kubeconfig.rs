@@ -66,6 +66,7 @@ pub fn build(server: &str, ca_pem: &str, client: &IssuedCert) -> Kubeconfig {
                 user: Some(CONTEXT_NAME.into()),
                 ..Context::default()
             }),
+            ..NamedContext::default()
         }],
         current_context: Some(CONTEXT_NAME.into()),
         kind: Some("Config".into()),

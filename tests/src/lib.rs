@@ -12,6 +12,8 @@
 //!
 //! Run the harness's own tests with `cargo test -p etcd-tests --test control_plane`.
 
+#![warn(missing_docs)]
+
 pub mod control_plane;
 pub mod kubeconfig;
 pub mod namespace;

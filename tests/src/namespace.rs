@@ -39,7 +39,9 @@ pub struct Namespace {
 
 impl std::fmt::Debug for Namespace {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Namespace").field("name", &self.name).finish_non_exhaustive()
+        f.debug_struct("Namespace")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
     }
 }
 
@@ -76,7 +78,9 @@ impl Namespace {
         let object = NamespaceObject {
             metadata: ObjectMeta {
                 name: Some(name.to_owned()),
-                labels: Some([(MANAGED_BY_LABEL.0.to_owned(), MANAGED_BY_LABEL.1.to_owned())].into()),
+                labels: Some(
+                    [(MANAGED_BY_LABEL.0.to_owned(), MANAGED_BY_LABEL.1.to_owned())].into(),
+                ),
                 ..ObjectMeta::default()
             },
             ..NamespaceObject::default()
@@ -114,7 +118,10 @@ impl Namespace {
 
     /// Waits until the controller manager created the `default` ServiceAccount; until then the
     /// ServiceAccount admission plugin refuses Pods in this namespace.
-    pub async fn wait_for_default_service_account(&self, timeout: Duration) -> Result<(), NamespaceError> {
+    pub async fn wait_for_default_service_account(
+        &self,
+        timeout: Duration,
+    ) -> Result<(), NamespaceError> {
         let api: Api<ServiceAccount> = self.api();
         poll_until(
             &format!("ServiceAccount {}/default", self.name),
@@ -151,7 +158,10 @@ mod tests {
         assert!(a.starts_with("configmap-round-trip-"), "{a}");
         let long = unique_name(&"X_".repeat(100));
         assert!(long.len() <= 63, "{long}");
-        assert!(long.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'));
+        assert!(
+            long.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        );
         assert!(unique_name("__").starts_with("test-"));
     }
 }

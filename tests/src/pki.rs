@@ -7,8 +7,8 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose,
-    IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
 use time::{Duration, OffsetDateTime};
 
@@ -90,7 +90,8 @@ pub struct CertificateAuthority {
 
 impl std::fmt::Debug for CertificateAuthority {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CertificateAuthority").finish_non_exhaustive()
+        f.debug_struct("CertificateAuthority")
+            .finish_non_exhaustive()
     }
 }
 
@@ -313,7 +314,8 @@ mod tests {
         use x509_parser::extensions::GeneralName;
         let pki = ControlPlanePki::generate().expect("pki");
 
-        let (_, cert) = x509_parser::parse_x509_certificate(&pki.apiserver.cert_der).expect("parse");
+        let (_, cert) =
+            x509_parser::parse_x509_certificate(&pki.apiserver.cert_der).expect("parse");
         let sans = cert
             .subject_alternative_name()
             .expect("extension parses")
@@ -330,14 +332,23 @@ mod tests {
             .collect();
         assert!(names.contains(&"[127, 0, 0, 1]".to_owned()), "{names:?}");
         assert!(names.contains(&"localhost".to_owned()), "{names:?}");
-        assert!(names.contains(&"kubernetes.default.svc".to_owned()), "{names:?}");
+        assert!(
+            names.contains(&"kubernetes.default.svc".to_owned()),
+            "{names:?}"
+        );
         let (_, ca) = x509_parser::parse_x509_certificate(&pki.ca.cert().cert_der).expect("parse");
         assert_eq!(cert.issuer(), ca.subject());
 
         let (_, admin) = x509_parser::parse_x509_certificate(&pki.admin.cert_der).expect("parse");
         let subject = admin.subject();
-        let cn: Vec<_> = subject.iter_common_name().map(|a| a.as_str().expect("utf8")).collect();
-        let orgs: Vec<_> = subject.iter_organization().map(|a| a.as_str().expect("utf8")).collect();
+        let cn: Vec<_> = subject
+            .iter_common_name()
+            .map(|a| a.as_str().expect("utf8"))
+            .collect();
+        let orgs: Vec<_> = subject
+            .iter_organization()
+            .map(|a| a.as_str().expect("utf8"))
+            .collect();
         assert_eq!(cn, ["admin"]);
         assert_eq!(orgs, ["system:masters"]);
     }

@@ -236,11 +236,15 @@ impl Shared {
             let abort = task.abort_handle();
             let result = match tokio::time::timeout(timeout, task).await {
                 Ok(Ok(result)) => result,
-                Ok(Err(join)) if join.is_panic() => Err(format!("panicked: {}", panic_message(join.into_panic()))),
+                Ok(Err(join)) if join.is_panic() => {
+                    Err(format!("panicked: {}", panic_message(join.into_panic())))
+                }
                 Ok(Err(join)) => Err(format!("test task failed: {join}")),
                 Err(_) => {
                     abort.abort();
-                    Err(format!("timed out after {timeout:?} (set {TEST_TIMEOUT_ENV} to change)"))
+                    Err(format!(
+                        "timed out after {timeout:?} (set {TEST_TIMEOUT_ENV} to change)"
+                    ))
                 }
             };
             if let Err(e) = namespace.delete().await {

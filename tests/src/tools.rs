@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 /// The text of `hack/versions.env`, as it was when this crate was compiled.
-pub const VERSIONS_ENV: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../hack/versions.env"));
+pub const VERSIONS_ENV: &str =
+    include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../hack/versions.env"));
 
 /// Environment variable that overrides the tool cache directory (same as `hack/build-tools.sh`).
 pub const TOOLS_DIR_ENV: &str = "ETCD_OPERATOR_TOOLS";
@@ -29,7 +30,9 @@ pub enum ToolsError {
     #[error("hack/versions.env does not set {0}")]
     MissingKey(&'static str),
     /// A tool binary is not where `hack/build-tools.sh` puts it.
-    #[error("{tool} not found at {path}: run hack/build-tools.sh (it builds the pinned tools into {root})")]
+    #[error(
+        "{tool} not found at {path}: run hack/build-tools.sh (it builds the pinned tools into {root})"
+    )]
     Missing {
         /// Name of the binary, e.g. `kube-apiserver`.
         tool: String,
@@ -169,7 +172,10 @@ impl Tools {
     }
 
     fn kubernetes(&self, tool: &str) -> Result<PathBuf, ToolsError> {
-        let dir = self.root.join("kubernetes").join(format!("v{}", self.versions.kubernetes));
+        let dir = self
+            .root
+            .join("kubernetes")
+            .join(format!("v{}", self.versions.kubernetes));
         self.binary(dir, tool)
     }
 
@@ -216,7 +222,10 @@ impl Tools {
 
     /// `helm` at the pinned version.
     pub fn helm(&self) -> Result<PathBuf, ToolsError> {
-        let dir = self.root.join("helm").join(format!("v{}", self.versions.helm));
+        let dir = self
+            .root
+            .join("helm")
+            .join(format!("v{}", self.versions.helm));
         self.binary(dir, "helm")
     }
 }
@@ -251,8 +260,30 @@ mod tests {
     }
 
     #[test]
+    // Each push is compiled in only when its k8s-openapi feature is on, so `vec![]` cannot work.
+    #[allow(clippy::vec_init_then_push)]
+    fn kubernetes_version_matches_the_k8s_openapi_feature() {
+        let mut features = Vec::new();
+        k8s_openapi::k8s_if_1_33! { features.push("1.33"); }
+        k8s_openapi::k8s_if_1_34! { features.push("1.34"); }
+        k8s_openapi::k8s_if_1_35! { features.push("1.35"); }
+        k8s_openapi::k8s_if_1_36! { features.push("1.36"); }
+        k8s_openapi::k8s_if_1_37! { features.push("1.37"); }
+        let pinned = &Versions::pinned().expect("parse").kubernetes;
+        let minor: String = pinned.split('.').take(2).collect::<Vec<_>>().join(".");
+        assert_eq!(
+            features,
+            [minor.as_str()],
+            "KUBERNETES_VERSION={pinned} in hack/versions.env but k8s-openapi is built for {features:?}"
+        );
+    }
+
+    #[test]
     fn missing_tool_error_names_path_and_script() {
-        let tools = Tools::new("/nonexistent/tools", Versions::parse(VERSIONS_ENV).expect("parse"));
+        let tools = Tools::new(
+            "/nonexistent/tools",
+            Versions::parse(VERSIONS_ENV).expect("parse"),
+        );
         let err = tools.kube_apiserver().expect_err("missing");
         let msg = err.to_string();
         assert!(msg.contains("/nonexistent/tools/kubernetes/v"), "{msg}");

@@ -36,22 +36,25 @@ pub enum WaitError {
 
 /// Calls `check` every [`POLL_INTERVAL`] until it returns `Ok(Some(value))`, and returns that
 /// value. `Ok(None)` means "not yet"; an `Err` is remembered (shown on timeout) and retried.
-pub async fn poll_until<T, E, F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<T, WaitError>
+pub async fn poll_until<T, E, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    mut check: F,
+) -> Result<T, WaitError>
 where
     E: Display,
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Option<T>, E>>,
 {
     let begin = Instant::now();
-    let mut last = String::from("condition not met");
     loop {
         let remaining = timeout.saturating_sub(begin.elapsed());
-        match tokio::time::timeout(remaining, check()).await {
+        let last = match tokio::time::timeout(remaining, check()).await {
             Ok(Ok(Some(value))) => return Ok(value),
-            Ok(Ok(None)) => last = String::from("condition not met"),
-            Ok(Err(e)) => last = e.to_string(),
-            Err(_) => last = String::from("check still running at the deadline"),
-        }
+            Ok(Ok(None)) => String::from("condition not met"),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => String::from("check still running at the deadline"),
+        };
         if begin.elapsed() >= timeout {
             return Err(WaitError::Timeout {
                 what: what.to_owned(),
@@ -76,7 +79,12 @@ where
     K::DynamicType: Default,
 {
     let what = format!("{} {name}", K::kind(&Default::default()));
-    match tokio::time::timeout(timeout, kube::runtime::wait::await_condition(api, name, condition)).await {
+    match tokio::time::timeout(
+        timeout,
+        kube::runtime::wait::await_condition(api, name, condition),
+    )
+    .await
+    {
         Ok(Ok(object)) => Ok(object),
         Ok(Err(source)) => Err(WaitError::Watch { what, source }),
         Err(_) => Err(WaitError::Timeout {

@@ -1,0 +1,64 @@
+//! What every reconcile shares: the client, the rules, the metrics, the event reporter.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::runtime::events::Reporter;
+
+use etcd_shared::admission::{AdmissionPolicy, Defaults};
+
+use crate::metrics::Metrics;
+use crate::planner::Timeouts;
+
+/// Settings of the controller.
+#[derive(Debug, Clone)]
+pub struct ControllerConfig {
+    /// Version for clusters whose spec names none.
+    pub default_version: String,
+    /// Repository for clusters whose spec names none.
+    pub default_repository: String,
+    /// How long the planner waits for members.
+    pub timeouts: Timeouts,
+    /// Timeout of each etcd call.
+    pub etcd_timeout: Duration,
+    /// Requeue while a change is under way.
+    pub busy_requeue: Duration,
+    /// Requeue of a settled cluster (periodic health check).
+    pub idle_requeue: Duration,
+}
+
+impl Default for ControllerConfig {
+    fn default() -> Self {
+        ControllerConfig {
+            default_version: etcd_shared::version::DEFAULT_VERSION.into(),
+            default_repository: etcd_shared::version::DEFAULT_REPOSITORY.into(),
+            timeouts: Timeouts::default(),
+            etcd_timeout: Duration::from_secs(3),
+            busy_requeue: Duration::from_secs(2),
+            idle_requeue: Duration::from_secs(30),
+        }
+    }
+}
+
+impl ControllerConfig {
+    /// The admission rules with this controller's defaults.
+    pub fn policy(&self) -> AdmissionPolicy {
+        AdmissionPolicy::new(Defaults {
+            version: self.default_version.clone(),
+            repository: self.default_repository.clone(),
+            ..Defaults::default()
+        })
+    }
+}
+
+/// Shared state of all reconciles.
+pub struct Context {
+    /// Kubernetes client.
+    pub client: kube::Client,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Who publishes events.
+    pub reporter: Reporter,
+    /// Settings.
+    pub config: ControllerConfig,
+}

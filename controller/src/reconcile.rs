@@ -1,0 +1,377 @@
+//! The reconcile pipeline and the kube-runtime Controller that drives it:
+//! validate -> apply Services and PDB -> observe -> plan one step -> carry it out -> status.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Config as ControllerRuntimeConfig, Controller};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tracing::{info, warn};
+
+use etcd_shared::EtcdCluster;
+use etcd_shared::names;
+use etcd_shared::types::ClusterPhase;
+
+use crate::admin::Readiness;
+use crate::builders::{self, ClusterView, MemberPlan};
+use crate::context::Context;
+use crate::error::{Error, FIELD_MANAGER};
+use crate::observe::{Observation, observe};
+use crate::planner::{self, Blocked, RemovalReason, Step};
+use crate::status;
+
+/// Runs the controller until `shutdown` resolves. `ready` turns true once the first
+/// reconcile results arrive (the watches have synced).
+pub async fn run_controller(
+    ctx: Arc<Context>,
+    namespace: Option<String>,
+    concurrency: u16,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    ready: Readiness,
+) {
+    let client = ctx.client.clone();
+    let clusters: Api<EtcdCluster> = scoped_api(&client, namespace.as_deref());
+    let pods: Api<Pod> = scoped_api(&client, namespace.as_deref());
+    let services: Api<Service> = scoped_api(&client, namespace.as_deref());
+    let claims: Api<PersistentVolumeClaim> = scoped_api(&client, namespace.as_deref());
+    let pdbs: Api<PodDisruptionBudget> = scoped_api(&client, namespace.as_deref());
+    let owned = watcher::Config::default().labels(&format!(
+        "{}={}",
+        names::LABEL_MANAGED_BY,
+        names::MANAGED_BY
+    ));
+    let controller = Controller::new(clusters, watcher::Config::default())
+        .owns(pods, owned.clone())
+        .owns(services, owned.clone())
+        .owns(claims, owned.clone())
+        .owns(pdbs, owned)
+        .with_config(ControllerRuntimeConfig::default().concurrency(concurrency))
+        .graceful_shutdown_on(shutdown);
+    ready.set(true);
+    controller
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                warn!(error = %e, "reconcile failed");
+            }
+        })
+        .await;
+    ready.set(false);
+}
+
+/// An Api for one namespace, or for all.
+fn scoped_api<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+fn error_policy(cluster: Arc<EtcdCluster>, error: &Error, ctx: Arc<Context>) -> Action {
+    warn!(cluster = %cluster.name_any(), namespace = cluster.namespace().unwrap_or_default(), %error, "reconcile error; retrying");
+    ctx.metrics.reconcile_error(error.metric_label());
+    Action::requeue(ctx.config.busy_requeue * 2)
+}
+
+/// One reconcile of one cluster.
+pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let timer = ctx.metrics.reconcile_timer();
+    let result = reconcile_inner(&cluster, &ctx).await;
+    timer.observe();
+    if result.is_ok() {
+        ctx.metrics.reconcile_ok();
+    }
+    result
+}
+
+async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Action, Error> {
+    let name = cluster.name_any();
+    let namespace = cluster.namespace().unwrap_or_default();
+    if cluster.metadata.deletion_timestamp.is_some() {
+        // Owner references garbage-collect pods, claims, Services and the budget.
+        ctx.metrics.forget_cluster(&namespace, &name);
+        return Ok(Action::await_change());
+    }
+    let api: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &namespace);
+    let previous = cluster.status.as_ref();
+    let view = match ClusterView::new(cluster, &ctx.config.policy()) {
+        Ok(v) => v,
+        Err(e) => {
+            warn!(%name, %namespace, error = %e, "invalid EtcdCluster spec");
+            let new = status::invalid(&e, cluster.metadata.generation, previous, Timestamp::now());
+            write_status(&api, &name, &new, previous).await?;
+            publish(
+                ctx,
+                cluster,
+                EventType::Warning,
+                "InvalidSpec",
+                e.to_string(),
+            )
+            .await;
+            return Ok(Action::await_change());
+        }
+    };
+
+    apply(ctx, &view, &builders::peer_service(&view)).await?;
+    apply(ctx, &view, &builders::client_service(&view)).await?;
+    apply(ctx, &view, &builders::disruption_budget(&view)).await?;
+
+    let bootstrapped = previous.and_then(|s| s.size).is_some_and(|s| s > 0);
+    let obs = observe(&ctx.client, &view, bootstrapped, ctx.config.etcd_timeout).await?;
+    for (member, why) in &obs.health_failures {
+        ctx.metrics.health_check_failed(&namespace, &name);
+        tracing::debug!(%name, %member, %why, "member health check failed");
+    }
+    let step = planner::plan(&view, &obs.model, &ctx.config.timeouts);
+    let outcome = execute(ctx, cluster, &view, &obs, &step).await;
+
+    let new = status::compute(&view, &obs.model, &step, previous, Timestamp::now());
+    let phase = new.phase.unwrap_or(ClusterPhase::Creating);
+    ctx.metrics.observe_cluster(
+        &namespace,
+        &name,
+        phase.as_str(),
+        i64::from(new.ready_members.unwrap_or(0)),
+    );
+    if let Some(prev) = previous {
+        announce_transitions(ctx, cluster, &new, prev).await;
+    }
+    write_status(&api, &name, &new, previous).await?;
+    outcome?;
+    let requeue = match step {
+        Step::Done | Step::Blocked(Blocked::Paused) => ctx.config.idle_requeue,
+        Step::Blocked(_) => ctx.config.idle_requeue / 3,
+        _ => ctx.config.busy_requeue,
+    };
+    Ok(Action::requeue(requeue))
+}
+
+/// Server-side applies one derived object under the operator's field manager. Applying an
+/// unchanged object changes nothing on the server (same resourceVersion).
+async fn apply<K>(ctx: &Context, view: &ClusterView, object: &K) -> Result<(), Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Serialize
+        + DeserializeOwned
+        + Clone
+        + std::fmt::Debug,
+{
+    let name = object.meta().name.clone().unwrap_or_default();
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &view.namespace);
+    let mut value = serde_json::to_value(object).map_err(|source| Error::Serialize {
+        what: "object",
+        source,
+    })?;
+    value["apiVersion"] = K::api_version(&()).into();
+    value["kind"] = K::kind(&()).into();
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&value),
+    )
+    .await
+    .map_err(Error::kube(format!("apply {} {name}", K::kind(&()))))?;
+    Ok(())
+}
+
+async fn write_status(
+    api: &Api<EtcdCluster>,
+    name: &str,
+    new: &etcd_shared::EtcdClusterStatus,
+    previous: Option<&etcd_shared::EtcdClusterStatus>,
+) -> Result<(), Error> {
+    if !status::changed(new, previous) {
+        return Ok(());
+    }
+    let patch = serde_json::json!({
+        "apiVersion": EtcdCluster::api_version(&()),
+        "kind": EtcdCluster::kind(&()),
+        "status": new,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(Error::kube(format!("write status of {name}")))?;
+    Ok(())
+}
+
+async fn publish(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
+    let reference: ObjectReference = cluster.object_ref(&());
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: reason.into(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&event, &reference).await {
+        warn!(error = %e, reason, "could not publish event");
+    }
+}
+
+/// Events for condition changes that matter to a person: quorum lost or regained, degraded.
+async fn announce_transitions(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    new: &etcd_shared::EtcdClusterStatus,
+    old: &etcd_shared::EtcdClusterStatus,
+) {
+    for c in &new.conditions {
+        let before = old.conditions.iter().find(|o| o.type_ == c.type_);
+        if before.is_some_and(|b| b.status == c.status && b.reason == c.reason) {
+            continue;
+        }
+        let warning = (c.type_ == status::AVAILABLE && c.status == "False")
+            || (c.type_ == status::DEGRADED && c.status == "True");
+        if warning {
+            publish(
+                ctx,
+                cluster,
+                EventType::Warning,
+                &c.reason,
+                c.message.clone(),
+            )
+            .await;
+        } else if c.type_ == status::AVAILABLE && c.status == "True" {
+            publish(
+                ctx,
+                cluster,
+                EventType::Normal,
+                "Available",
+                c.message.clone(),
+            )
+            .await;
+        }
+    }
+}
+
+async fn create_member_pod(
+    ctx: &Context,
+    view: &ClusterView,
+    plan: &MemberPlan,
+) -> Result<(), Error> {
+    if let Some(claim) = builders::data_claim(view, &plan.name) {
+        let claims: Api<PersistentVolumeClaim> =
+            Api::namespaced(ctx.client.clone(), &view.namespace);
+        match claims.create(&PostParams::default(), &claim).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(Error::kube(format!("create claim of {}", plan.name))(e)),
+        }
+    }
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &view.namespace);
+    match pods
+        .create(&PostParams::default(), &builders::member_pod(view, plan))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(Error::kube(format!("create pod {}", plan.name))(e)),
+    }
+}
+
+/// Carries out one step, and records it as an event and a metric.
+async fn execute(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    view: &ClusterView,
+    obs: &Observation,
+    step: &Step,
+) -> Result<(), Error> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &view.namespace);
+    let (reason, kind) = match step {
+        Step::Bootstrap(plan) => {
+            create_member_pod(ctx, view, plan).await?;
+            ("ClusterBootstrapped", "bootstrap")
+        }
+        Step::AddMember {
+            peer_url, learner, ..
+        } => {
+            obs.access
+                .add_member(&obs.endpoints, peer_url, *learner)
+                .await?;
+            ("MemberAdded", "add")
+        }
+        Step::CreatePod(plan) => {
+            create_member_pod(ctx, view, plan).await?;
+            ("MemberPodCreated", "start")
+        }
+        Step::PromoteLearner { id, name } => {
+            if !obs.access.promote_member(&obs.endpoints, *id).await? {
+                info!(member = %name, "learner not caught up yet");
+                return Ok(());
+            }
+            ("MemberPromoted", "promote")
+        }
+        Step::RemoveMember { id, reason, .. } => {
+            obs.access.remove_member(&obs.endpoints, *id).await?;
+            match reason {
+                RemovalReason::ScaleDown => ("MemberRemoved", "remove"),
+                RemovalReason::Replace => ("MemberReplaced", "replace"),
+            }
+        }
+        Step::DeletePod(name) => {
+            match pods.delete(name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(Error::kube(format!("delete pod {name}"))(e)),
+            }
+            ("MemberPodDeleted", "delete_pod")
+        }
+        Step::DeleteClaim(member) => {
+            let claims: Api<PersistentVolumeClaim> =
+                Api::namespaced(ctx.client.clone(), &view.namespace);
+            let claim = names::data_claim_name(member);
+            match claims.delete(&claim, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(Error::kube(format!("delete claim {claim}"))(e)),
+            }
+            ("MemberClaimDeleted", "delete_claim")
+        }
+        Step::UpgradeMember {
+            name,
+            image,
+            version,
+        } => {
+            let patch = serde_json::json!({
+                "metadata": { "labels": BTreeMap::from([(names::LABEL_VERSION, version.to_string())]) },
+                "spec": { "containers": [ { "name": "etcd", "image": image } ] },
+            });
+            pods.patch(name, &PatchParams::default(), &Patch::Strategic(&patch))
+                .await
+                .map_err(Error::kube(format!("upgrade pod {name}")))?;
+            ("MemberUpgraded", "upgrade")
+        }
+        Step::Wait(_) | Step::Blocked(_) | Step::Done => return Ok(()),
+    };
+    let note = status::describe(step);
+    info!(cluster = %view.name, namespace = %view.namespace, step = %note, "member change");
+    ctx.metrics.member_change(kind);
+    publish(ctx, cluster, EventType::Normal, reason, note).await;
+    Ok(())
+}

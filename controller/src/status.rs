@@ -1,0 +1,359 @@
+//! The status of a cluster, computed from what was observed and the step chosen: phase,
+//! conditions (Available, Progressing, Degraded, Paused), members and versions.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+
+use etcd_shared::names::{self, CLIENT_PORT};
+use etcd_shared::types::{ClusterPhase, EtcdClusterStatus, MembersStatus};
+use etcd_shared::version::EtcdVersion;
+
+use crate::builders::{ClusterView, InvalidCluster};
+use crate::planner::{Blocked, Health, MemberState, Observed, RemovalReason, Step, Waiting};
+
+/// Condition types.
+pub const AVAILABLE: &str = "Available";
+/// The cluster is moving towards its spec.
+pub const PROGRESSING: &str = "Progressing";
+/// Something is wrong that the operator cannot fix now.
+pub const DEGRADED: &str = "Degraded";
+/// `spec.paused` is set.
+pub const PAUSED: &str = "Paused";
+
+/// A short description of a step, for the status and events.
+pub fn describe(step: &Step) -> String {
+    match step {
+        Step::Bootstrap(p) => format!("create the first member {}", p.name),
+        Step::AddMember { name, learner, .. } => {
+            format!(
+                "add member {name}{}",
+                if *learner { " as a learner" } else { "" }
+            )
+        }
+        Step::CreatePod(p) => format!("create the pod of member {}", p.name),
+        Step::PromoteLearner { name, .. } => format!("promote learner {name} to voter"),
+        Step::RemoveMember {
+            name,
+            reason: RemovalReason::ScaleDown,
+            ..
+        } => format!("remove member {name} (scale down)"),
+        Step::RemoveMember {
+            name,
+            reason: RemovalReason::Replace,
+            ..
+        } => format!("remove member {name} to replace it"),
+        Step::DeletePod(n) => format!("delete pod {n}"),
+        Step::DeleteClaim(n) => format!("delete the data claim of {n}"),
+        Step::UpgradeMember { name, version, .. } => format!("upgrade member {name} to {version}"),
+        Step::Wait(Waiting::MemberStarting(n)) => format!("wait for member {n} to start"),
+        Step::Wait(Waiting::Unhealthy(ns)) => {
+            format!("wait for unhealthy members {} to recover", ns.join(", "))
+        }
+        Step::Wait(Waiting::LearnerCatchingUp(n)) => format!("wait for learner {n} to catch up"),
+        Step::Wait(Waiting::MemberUpgrading(n)) => {
+            format!("wait for member {n} to restart on the new version")
+        }
+        Step::Blocked(b) => blocked_message(b),
+        Step::Done => String::new(),
+    }
+}
+
+fn blocked_message(b: &Blocked) -> String {
+    match b {
+        Blocked::Paused => "spec.paused is set: no change is made".into(),
+        Blocked::QuorumLost { missing, voters } => format!(
+            "quorum lost: {} of {voters} voting members are unhealthy ({}); the operator makes no membership change until a majority is back",
+            missing.len(),
+            missing.join(", ")
+        ),
+        Blocked::AllMembersLost => "every member and its data is gone (members kept their data in emptyDirs); delete and recreate the EtcdCluster to start an empty cluster, or restore from a backup".into(),
+        Blocked::UpgradeNotSupported(why) => format!("upgrade blocked: {why}"),
+    }
+}
+
+fn condition(
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: &Time,
+) -> Condition {
+    Condition {
+        type_: type_.into(),
+        status: if ok { "True" } else { "False" }.into(),
+        reason: reason.into(),
+        message,
+        observed_generation: generation,
+        last_transition_time: now.clone(),
+    }
+}
+
+/// Keeps each condition's lastTransitionTime when its status did not change.
+fn carry_transition_times(new: &mut [Condition], old: &[Condition]) {
+    for c in new {
+        if let Some(o) = old.iter().find(|o| o.type_ == c.type_)
+            && o.status == c.status
+        {
+            c.last_transition_time = o.last_transition_time.clone();
+        }
+    }
+}
+
+fn members_status(members: &[MemberState], expected: &[String]) -> MembersStatus {
+    let mut s = MembersStatus::default();
+    for m in members {
+        if m.health.is_healthy() {
+            s.ready.push(m.name.clone());
+        } else {
+            s.unready.push(m.name.clone());
+        }
+        if m.learner {
+            s.learners.push(m.name.clone());
+        }
+    }
+    for e in expected {
+        if !members.iter().any(|m| &m.name == e) && !s.unready.contains(e) {
+            s.unready.push(e.clone());
+        }
+    }
+    s
+}
+
+fn min_version(members: &[MemberState]) -> Option<EtcdVersion> {
+    members
+        .iter()
+        .filter_map(|m| match &m.health {
+            Health::Healthy { version, .. } => *version,
+            Health::Unhealthy(_) => None,
+        })
+        .min()
+}
+
+fn phase(obs: &Observed, step: &Step, previous: Option<ClusterPhase>) -> ClusterPhase {
+    // A cluster is Creating until it first matches its spec.
+    let creating = !obs.bootstrapped || matches!(previous, None | Some(ClusterPhase::Creating));
+    match step {
+        Step::Blocked(Blocked::Paused) => ClusterPhase::Paused,
+        Step::Blocked(Blocked::QuorumLost { .. } | Blocked::AllMembersLost) if obs.bootstrapped => {
+            ClusterPhase::QuorumLost
+        }
+        Step::Blocked(Blocked::UpgradeNotSupported(_)) => ClusterPhase::Degraded,
+        Step::Done => ClusterPhase::Running,
+        _ if creating => ClusterPhase::Creating,
+        Step::UpgradeMember { .. } | Step::Wait(Waiting::MemberUpgrading(_)) => {
+            ClusterPhase::Upgrading
+        }
+        Step::RemoveMember {
+            reason: RemovalReason::Replace,
+            ..
+        } => ClusterPhase::Recovering,
+        Step::Wait(Waiting::Unhealthy(_)) => ClusterPhase::Degraded,
+        _ => ClusterPhase::Scaling,
+    }
+}
+
+/// The status of a reconciled cluster.
+pub fn compute(
+    view: &ClusterView,
+    obs: &Observed,
+    step: &Step,
+    previous: Option<&EtcdClusterStatus>,
+    now: Timestamp,
+) -> EtcdClusterStatus {
+    let now = Time(now);
+    let generation = view.generation;
+    let members = obs.members.as_ref().ok();
+    let voters: Vec<&MemberState> = members
+        .map(|m| m.iter().filter(|m| !m.learner).collect())
+        .unwrap_or_default();
+    let healthy_voters = voters.iter().filter(|m| m.health.is_healthy()).count();
+    let available = members.is_some()
+        && !voters.is_empty()
+        && healthy_voters >= ClusterView::quorum(voters.len());
+    let ready = members.map_or(0, |m| m.iter().filter(|m| m.health.is_healthy()).count());
+    let previous_phase = previous.and_then(|s| s.phase);
+
+    let available_reason = match (&obs.members, available) {
+        (_, true) => (
+            "QuorumHealthy",
+            format!(
+                "{healthy_voters} of {} voting members are healthy",
+                voters.len()
+            ),
+        ),
+        (Err(e), false) if !obs.bootstrapped => (
+            "Bootstrapping",
+            format!("the first member is starting ({e})"),
+        ),
+        (Err(e), false) => (
+            "MembersUnreachable",
+            format!("the member list cannot be read: {e}"),
+        ),
+        (Ok(_), false) => (
+            "QuorumLost",
+            format!(
+                "only {healthy_voters} of {} voting members are healthy",
+                voters.len()
+            ),
+        ),
+    };
+    let unhealthy: Vec<String> = members
+        .map(|m| {
+            m.iter()
+                .filter(|m| !m.health.is_healthy() && m.started)
+                .map(|m| m.name.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    let (degraded, degraded_reason, degraded_message) = match step {
+        Step::Blocked(Blocked::QuorumLost { .. }) if obs.bootstrapped => {
+            (true, "QuorumLost", describe(step))
+        }
+        Step::Blocked(Blocked::AllMembersLost) => (true, "AllMembersLost", describe(step)),
+        Step::Blocked(Blocked::UpgradeNotSupported(_)) => {
+            (true, "UpgradeNotSupported", describe(step))
+        }
+        _ if !unhealthy.is_empty() => (
+            true,
+            "MembersUnhealthy",
+            format!("unhealthy members: {}", unhealthy.join(", ")),
+        ),
+        _ => (false, "AsExpected", "all members are healthy".to_string()),
+    };
+    let progressing = step.is_change() || matches!(step, Step::Wait(_));
+    let progressing_reason = match step {
+        Step::Bootstrap(_) => "Bootstrapping",
+        Step::AddMember { .. } | Step::PromoteLearner { .. } | Step::CreatePod(_) => "ScalingUp",
+        Step::RemoveMember {
+            reason: RemovalReason::ScaleDown,
+            ..
+        }
+        | Step::DeletePod(_)
+        | Step::DeleteClaim(_) => "ScalingDown",
+        Step::RemoveMember {
+            reason: RemovalReason::Replace,
+            ..
+        } => "ReplacingMember",
+        Step::UpgradeMember { .. } | Step::Wait(Waiting::MemberUpgrading(_)) => "Upgrading",
+        Step::Wait(_) => "WaitingForMembers",
+        Step::Blocked(Blocked::Paused) => "Paused",
+        Step::Blocked(_) => "Blocked",
+        Step::Done => "Reconciled",
+    };
+    let progressing_message = match step {
+        Step::Done => "the cluster matches its spec".to_string(),
+        _ => format!("next: {}", describe(step)),
+    };
+    let mut conditions = vec![
+        condition(
+            AVAILABLE,
+            available,
+            available_reason.0,
+            available_reason.1,
+            generation,
+            &now,
+        ),
+        condition(
+            PROGRESSING,
+            progressing,
+            progressing_reason,
+            progressing_message,
+            generation,
+            &now,
+        ),
+        condition(
+            DEGRADED,
+            degraded,
+            degraded_reason,
+            degraded_message,
+            generation,
+            &now,
+        ),
+        condition(
+            PAUSED,
+            view.paused,
+            if view.paused {
+                "PausedBySpec"
+            } else {
+                "NotPaused"
+            },
+            if view.paused {
+                "spec.paused is set: the operator makes no change".into()
+            } else {
+                "the operator manages the cluster".into()
+            },
+            generation,
+            &now,
+        ),
+    ];
+    if let Some(prev) = previous {
+        carry_transition_times(&mut conditions, &prev.conditions);
+    }
+    let expected: Vec<String> = obs.pods.iter().map(|p| p.name.clone()).collect();
+    EtcdClusterStatus {
+        phase: Some(phase(obs, step, previous_phase)),
+        conditions,
+        observed_generation: generation,
+        size: members
+            .map(|m| i32::try_from(m.len()).unwrap_or(i32::MAX))
+            .or(previous.and_then(|s| s.size)),
+        ready_members: Some(i32::try_from(ready).unwrap_or(i32::MAX)),
+        current_version: members
+            .and_then(|m| min_version(m))
+            .map(|v| v.to_string())
+            .or_else(|| previous.and_then(|s| s.current_version.clone())),
+        target_version: Some(view.version.to_string()),
+        members: Some(members.map_or_else(
+            || MembersStatus {
+                unready: expected.clone(),
+                ..MembersStatus::default()
+            },
+            |m| members_status(m, &expected),
+        )),
+        service_name: Some(names::client_service_name(&view.name)),
+        client_port: Some(CLIENT_PORT),
+        next_step: Some(describe(step)).filter(|s| !s.is_empty()),
+    }
+}
+
+/// The status of a cluster whose spec is invalid: Degraded with the violations, nothing else changed.
+pub fn invalid(
+    error: &InvalidCluster,
+    generation: Option<i64>,
+    previous: Option<&EtcdClusterStatus>,
+    now: Timestamp,
+) -> EtcdClusterStatus {
+    let now = Time(now);
+    let mut status = previous.cloned().unwrap_or_default();
+    let mut conditions = vec![
+        condition(
+            DEGRADED,
+            true,
+            "InvalidSpec",
+            error.to_string(),
+            generation,
+            &now,
+        ),
+        condition(
+            PROGRESSING,
+            false,
+            "InvalidSpec",
+            "the spec must be fixed before the operator acts".into(),
+            generation,
+            &now,
+        ),
+    ];
+    carry_transition_times(&mut conditions, &status.conditions);
+    status
+        .conditions
+        .retain(|c| c.type_ != DEGRADED && c.type_ != PROGRESSING);
+    status.conditions.extend(conditions);
+    status.observed_generation = generation;
+    status
+}
+
+/// Whether a newly computed status says anything the old one does not.
+pub fn changed(new: &EtcdClusterStatus, old: Option<&EtcdClusterStatus>) -> bool {
+    old != Some(new)
+}

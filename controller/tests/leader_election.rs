@@ -1,0 +1,338 @@
+//! Leader election against a real kube-apiserver (the `etcd-tests` harness): one leader at a
+//! time, takeover after a leader dies, immediate handover on graceful release, and the work
+//! stopped when the Lease is lost.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, ensure};
+use etcd_controller::leader::{LeaderElectionParams, LeaderElector};
+use etcd_controller::metrics::Metrics;
+use etcd_tests::{TestContext, poll_until, run_suite};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use kube::api::PostParams;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+const LEASE: &str = "etcd-operator-controller";
+
+/// Who is running the leader's work right now, and the most that ever ran at once.
+#[derive(Default)]
+struct Leaders {
+    current: Mutex<(Vec<String>, usize)>,
+}
+
+impl Leaders {
+    fn current(&self) -> Vec<String> {
+        self.current.lock().unwrap().0.clone()
+    }
+
+    fn max_concurrent(&self) -> usize {
+        self.current.lock().unwrap().1
+    }
+}
+
+/// Removes its candidate from [`Leaders`] when the work ends, however it ends (a dropped
+/// future included).
+struct Leading {
+    leaders: Arc<Leaders>,
+    name: String,
+}
+
+impl Leading {
+    fn enter(leaders: Arc<Leaders>, name: &str) -> Self {
+        {
+            let mut guard = leaders.current.lock().unwrap();
+            guard.0.push(name.to_string());
+            guard.1 = guard.1.max(guard.0.len());
+        }
+        Self {
+            leaders,
+            name: name.to_string(),
+        }
+    }
+}
+
+impl Drop for Leading {
+    fn drop(&mut self) {
+        self.leaders
+            .current
+            .lock()
+            .unwrap()
+            .0
+            .retain(|n| n != &self.name);
+    }
+}
+
+struct Candidate {
+    name: String,
+    shutdown: CancellationToken,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+fn params(
+    ctx: &TestContext,
+    identity: &str,
+    lease: Duration,
+    renew: Duration,
+) -> LeaderElectionParams {
+    LeaderElectionParams {
+        namespace: ctx.ns().to_string(),
+        lease_name: LEASE.to_string(),
+        identity: identity.to_string(),
+        lease_duration: lease,
+        renew_deadline: renew,
+        retry_period: Duration::from_millis(200),
+    }
+}
+
+fn spawn(
+    ctx: &TestContext,
+    identity: &str,
+    lease: Duration,
+    renew: Duration,
+    leaders: &Arc<Leaders>,
+    metrics: Option<Arc<Metrics>>,
+) -> Candidate {
+    let mut elector = LeaderElector::new(ctx.client(), params(ctx, identity, lease, renew));
+    if let Some(metrics) = metrics {
+        elector = elector.with_metrics(metrics);
+    }
+    let shutdown = CancellationToken::new();
+    let leaders = leaders.clone();
+    let name = identity.to_string();
+    let task = tokio::spawn({
+        let shutdown = shutdown.clone();
+        let name = name.clone();
+        async move {
+            elector
+                .run(shutdown, |stop| {
+                    let leaders = leaders.clone();
+                    let name = name.clone();
+                    async move {
+                        let _leading = Leading::enter(leaders, &name);
+                        stop.cancelled().await;
+                    }
+                })
+                .await?;
+            Ok(())
+        }
+    });
+    Candidate {
+        name,
+        shutdown,
+        task,
+    }
+}
+
+/// Waits until exactly one candidate leads, and returns it.
+async fn single_leader(leaders: &Leaders, timeout: Duration) -> anyhow::Result<String> {
+    Ok(poll_until("a single leader", timeout, || async {
+        let current = leaders.current();
+        Ok::<_, String>((current.len() == 1).then(|| current[0].clone()))
+    })
+    .await?)
+}
+
+async fn holder(api: &Api<Lease>) -> anyhow::Result<(Option<String>, i32)> {
+    let lease = api.get(LEASE).await?;
+    let spec = lease.spec.unwrap_or_default();
+    Ok((spec.holder_identity, spec.lease_transitions.unwrap_or(0)))
+}
+
+/// Two candidates: only one leads, the Lease names it, and it stays leader while it renews;
+/// when its process dies (no release), the other takes over after the lease duration.
+async fn one_leader_and_takeover_after_a_crash(ctx: TestContext) -> anyhow::Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let lease = Duration::from_secs(3);
+    let renew = Duration::from_secs(2);
+    let leaders = Arc::new(Leaders::default());
+    let a = spawn(&ctx, "candidate-a", lease, renew, &leaders, None);
+    let b = spawn(&ctx, "candidate-b", lease, renew, &leaders, None);
+    let api: Api<Lease> = ctx.api();
+
+    let first = single_leader(&leaders, Duration::from_secs(30)).await?;
+    let (held_by, transitions) = holder(&api).await?;
+    ensure!(
+        held_by.as_deref() == Some(first.as_str()),
+        "lease holder {held_by:?}, leader {first}"
+    );
+    ensure!(
+        transitions == 0,
+        "a new Lease has 0 transitions, got {transitions}"
+    );
+
+    // Several lease durations later the same candidate still leads: renewals work.
+    tokio::time::sleep(lease * 2).await;
+    ensure!(
+        leaders.current() == vec![first.clone()],
+        "leaders {:?}",
+        leaders.current()
+    );
+    ensure!(holder(&api).await?.0.as_deref() == Some(first.as_str()));
+
+    let (dead, survivor) = if first == a.name { (a, b) } else { (b, a) };
+    dead.task.abort();
+    let _ = dead.task.await;
+    let killed = Instant::now();
+    let next = single_leader(&leaders, lease * 4).await?;
+    let took = killed.elapsed();
+    ensure!(
+        next == survivor.name,
+        "{next} leads, expected {}",
+        survivor.name
+    );
+    // Not before the dead leader's Lease expired (renewed at most a retry period before the
+    // kill), and not much after.
+    ensure!(
+        took >= lease - Duration::from_millis(500),
+        "took over after {took:?}, before the lease expired"
+    );
+    ensure!(
+        took <= lease + Duration::from_secs(2),
+        "took over only after {took:?}"
+    );
+    let (held_by, transitions) = holder(&api).await?;
+    ensure!(
+        held_by.as_deref() == Some(next.as_str()),
+        "lease holder {held_by:?}"
+    );
+    ensure!(
+        transitions == 1,
+        "a takeover is one transition, got {transitions}"
+    );
+    ensure!(leaders.max_concurrent() == 1, "two leaders at once");
+
+    survivor.shutdown.cancel();
+    survivor.task.await??;
+    Ok(())
+}
+
+/// A leader shutting down releases the Lease: the standby takes over at once, well before the
+/// (long) lease duration, and only after the old leader's work has stopped.
+async fn graceful_release_hands_over_at_once(ctx: TestContext) -> anyhow::Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let lease = Duration::from_secs(20);
+    let renew = Duration::from_secs(10);
+    let leaders = Arc::new(Leaders::default());
+    let metrics_a = Arc::new(Metrics::new()?);
+    let metrics_b = Arc::new(Metrics::new()?);
+    let a = spawn(
+        &ctx,
+        "candidate-a",
+        lease,
+        renew,
+        &leaders,
+        Some(metrics_a.clone()),
+    );
+    let b = spawn(
+        &ctx,
+        "candidate-b",
+        lease,
+        renew,
+        &leaders,
+        Some(metrics_b.clone()),
+    );
+    let api: Api<Lease> = ctx.api();
+
+    let first = single_leader(&leaders, Duration::from_secs(30)).await?;
+    let ((leader, leader_metrics), (standby, standby_metrics)) = if first == a.name {
+        ((a, metrics_a), (b, metrics_b))
+    } else {
+        ((b, metrics_b), (a, metrics_a))
+    };
+    ensure!(leader_metrics.encode().contains("etcd_controller_leader 1"));
+    ensure!(
+        standby_metrics
+            .encode()
+            .contains("etcd_controller_leader 0")
+    );
+
+    let released = Instant::now();
+    leader.shutdown.cancel();
+    leader.task.await.context("joining the old leader")??;
+    ensure!(leader_metrics.encode().contains("etcd_controller_leader 0"));
+    let next = single_leader(&leaders, Duration::from_secs(5)).await?;
+    let took = released.elapsed();
+    ensure!(next == standby.name, "{next} leads");
+    ensure!(took < Duration::from_secs(3), "handover took {took:?}");
+    ensure!(
+        standby_metrics
+            .encode()
+            .contains("etcd_controller_leader 1")
+    );
+    ensure!(holder(&api).await?.0.as_deref() == Some(next.as_str()));
+    ensure!(leaders.max_concurrent() == 1, "two leaders at once");
+
+    standby.shutdown.cancel();
+    standby.task.await??;
+    let (held_by, _) = holder(&api).await?;
+    ensure!(
+        held_by.is_none(),
+        "released lease still held by {held_by:?}"
+    );
+    Ok(())
+}
+
+/// When another identity takes the Lease (as a candidate would after a network partition),
+/// the leader notices at its next renewal, stops its work and stands by; it leads again once
+/// the intruder's Lease expires.
+async fn a_lost_lease_stops_the_work(ctx: TestContext) -> anyhow::Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let lease = Duration::from_secs(3);
+    let renew = Duration::from_secs(2);
+    let leaders = Arc::new(Leaders::default());
+    let a = spawn(&ctx, "candidate-a", lease, renew, &leaders, None);
+    let api: Api<Lease> = ctx.api();
+    single_leader(&leaders, Duration::from_secs(30)).await?;
+
+    // Steal it the way a candidate would: read, then replace at that resourceVersion (retried
+    // when the leader's renewal wins the race).
+    poll_until("stealing the lease", Duration::from_secs(10), || async {
+        let mut stolen = api.get(LEASE).await.map_err(|e| e.to_string())?;
+        let Some(spec) = stolen.spec.as_mut() else {
+            return Err("the Lease has no spec".to_string());
+        };
+        spec.holder_identity = Some("intruder".into());
+        spec.renew_time = Some(MicroTime(Timestamp::now()));
+        match api.replace(LEASE, &PostParams::default(), &stolen).await {
+            Ok(_) => Ok(Some(())),
+            Err(kube::Error::Api(s)) if s.is_conflict() => Ok(None),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await?;
+    let stolen_at = Instant::now();
+
+    poll_until(
+        "the leader to stop its work",
+        Duration::from_secs(5),
+        || async { Ok::<_, String>(leaders.current().is_empty().then_some(())) },
+    )
+    .await?;
+    ensure!(
+        stolen_at.elapsed() < lease,
+        "noticed the loss only after {:?}",
+        stolen_at.elapsed()
+    );
+    ensure!(holder(&api).await?.0.as_deref() == Some("intruder"));
+
+    // The intruder never renews: after its lease duration the candidate takes it back.
+    let back = single_leader(&leaders, lease * 4).await?;
+    ensure!(back == a.name);
+    ensure!(holder(&api).await?.0.as_deref() == Some(a.name.as_str()));
+    a.shutdown.cancel();
+    a.task.await??;
+    Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    run_suite(etcd_tests::tests![
+        one_leader_and_takeover_after_a_crash,
+        graceful_release_hands_over_at_once,
+        a_lost_lease_stops_the_work,
+    ])
+}
