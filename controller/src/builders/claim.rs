@@ -45,7 +45,9 @@ mod tests {
     #[test]
     fn claims_only_for_durable_clusters() {
         assert!(data_claim(&view_of("size: 3"), "demo-0").is_none());
-        let view = view_of("pod:\n  persistentVolumeClaimSpec:\n    resources:\n      requests:\n        storage: 1Gi");
+        let view = view_of(
+            "pod:\n  persistentVolumeClaimSpec:\n    resources:\n      requests:\n        storage: 1Gi",
+        );
         let claim = data_claim(&view, "demo-0").expect("a claim");
         assert_eq!(claim.metadata.name.as_deref(), Some("demo-0-data"));
         let spec = claim.spec.unwrap();

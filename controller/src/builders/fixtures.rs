@@ -16,5 +16,6 @@ pub(crate) fn cluster_of(spec: &str) -> EtcdCluster {
 
 /// The validated view of [`cluster_of`].
 pub(crate) fn view_of(spec: &str) -> ClusterView {
-    ClusterView::new(&cluster_of(spec), &AdmissionPolicy::default()).unwrap_or_else(|e| panic!("fixture invalid: {e}"))
+    ClusterView::new(&cluster_of(spec), &AdmissionPolicy::default())
+        .unwrap_or_else(|e| panic!("fixture invalid: {e}"))
 }

@@ -46,7 +46,11 @@ mod tests {
     fn budget_keeps_a_majority() {
         for (size, min) in [(1, 1), (3, 2), (4, 3), (5, 3), (7, 4)] {
             let pdb = disruption_budget(&view_of(&format!("size: {size}")));
-            assert_eq!(pdb.spec.unwrap().min_available, Some(IntOrString::Int(min)), "size {size}");
+            assert_eq!(
+                pdb.spec.unwrap().min_available,
+                Some(IntOrString::Int(min)),
+                "size {size}"
+            );
         }
     }
 }

@@ -47,12 +47,13 @@ pub struct MemberPlan {
 
 /// The pod of a member.
 pub fn member_pod(view: &ClusterView, plan: &MemberPlan) -> Pod {
-    let caps = plan
-        .version
-        .capabilities()
-        .unwrap_or(view.capabilities);
+    let caps = plan.version.capabilities().unwrap_or(view.capabilities);
     let mut labels = view.pod.labels.clone();
-    labels.extend(names::member_labels(&view.name, &plan.name, &plan.version.to_string()));
+    labels.extend(names::member_labels(
+        &view.name,
+        &plan.name,
+        &plan.version.to_string(),
+    ));
     let metadata = ObjectMeta {
         name: Some(plan.name.clone()),
         namespace: Some(view.namespace.clone()),
@@ -63,7 +64,11 @@ pub fn member_pod(view: &ClusterView, plan: &MemberPlan) -> Pod {
     };
 
     let client_scheme = view.client_scheme();
-    let peer_scheme = if view.tls.peer_secret.is_some() { "https" } else { "http" };
+    let peer_scheme = if view.tls.peer_secret.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     let initial_cluster = plan
         .initial_cluster
         .iter()
@@ -76,7 +81,10 @@ pub fn member_pod(view: &ClusterView, plan: &MemberPlan) -> Pod {
         format!("--listen-peer-urls={peer_scheme}://$(POD_IP):{PEER_PORT}"),
         format!("--listen-client-urls={client_scheme}://$(POD_IP):{CLIENT_PORT}"),
         format!("--advertise-client-urls={}", view.client_url(&plan.name)),
-        format!("--initial-advertise-peer-urls={}", view.peer_url(&plan.name)),
+        format!(
+            "--initial-advertise-peer-urls={}",
+            view.peer_url(&plan.name)
+        ),
         format!("--initial-cluster={initial_cluster}"),
         format!(
             "--initial-cluster-state={}",
@@ -88,7 +96,9 @@ pub fn member_pod(view: &ClusterView, plan: &MemberPlan) -> Pod {
         format!("--initial-cluster-token={}", view.token()),
     ];
     if caps.metrics_urls {
-        args.push(format!("--listen-metrics-urls=http://$(POD_IP):{METRICS_PORT}"));
+        args.push(format!(
+            "--listen-metrics-urls=http://$(POD_IP):{METRICS_PORT}"
+        ));
     }
     if caps.zap_logger {
         args.push("--logger=zap".into());
@@ -127,10 +137,7 @@ pub fn member_pod(view: &ClusterView, plan: &MemberPlan) -> Pod {
     ];
     env.extend(view.pod.etcd_env.iter().cloned());
 
-    let mut ports = vec![
-        port("client", CLIENT_PORT),
-        port("peer", PEER_PORT),
-    ];
+    let mut ports = vec![port("client", CLIENT_PORT), port("peer", PEER_PORT)];
     if caps.metrics_urls {
         ports.push(port("metrics", METRICS_PORT));
     }
@@ -144,7 +151,10 @@ pub fn member_pod(view: &ClusterView, plan: &MemberPlan) -> Pod {
         ports: Some(ports),
         volume_mounts: Some(mounts),
         resources: view.pod.resources.clone(),
-        readiness_probe: Some(readiness_probe(caps.metrics_urls, view.tls.server_secret.is_some())),
+        readiness_probe: Some(readiness_probe(
+            caps.metrics_urls,
+            view.tls.server_secret.is_some(),
+        )),
         ..Container::default()
     };
 
@@ -156,7 +166,8 @@ pub fn member_pod(view: &ClusterView, plan: &MemberPlan) -> Pod {
             containers: vec![container],
             volumes: Some(volumes),
             restart_policy: Some("Always".into()),
-            node_selector: (!view.pod.node_selector.is_empty()).then(|| view.pod.node_selector.clone()),
+            node_selector: (!view.pod.node_selector.is_empty())
+                .then(|| view.pod.node_selector.clone()),
             affinity: affinity(view),
             tolerations: (!view.pod.tolerations.is_empty()).then(|| view.pod.tolerations.clone()),
             topology_spread_constraints: (!view.pod.topology_spread_constraints.is_empty())
@@ -317,7 +328,10 @@ mod tests {
     }
 
     fn args(pod: &Pod) -> Vec<String> {
-        pod.spec.as_ref().unwrap().containers[0].args.clone().unwrap()
+        pod.spec.as_ref().unwrap().containers[0]
+            .args
+            .clone()
+            .unwrap()
     }
 
     #[test]
@@ -325,7 +339,10 @@ mod tests {
         let view = view_of("size: 3\nversion: 3.2.13");
         let pod = member_pod(&view, &plan(&view, InitialState::New));
         assert_eq!(pod.metadata.name.as_deref(), Some("demo-0"));
-        assert_eq!(pod.metadata.owner_references.as_ref().unwrap()[0].kind, "EtcdCluster");
+        assert_eq!(
+            pod.metadata.owner_references.as_ref().unwrap()[0].kind,
+            "EtcdCluster"
+        );
         let spec = pod.spec.as_ref().unwrap();
         assert_eq!(spec.hostname.as_deref(), Some("demo-0"));
         assert_eq!(spec.subdomain.as_deref(), Some("demo"));
@@ -334,17 +351,31 @@ mod tests {
         assert_eq!(c.image.as_deref(), Some("quay.io/coreos/etcd:v3.2.13"));
         let a = args(&pod);
         assert!(a.contains(&"--initial-cluster-state=new".to_string()));
-        assert!(a.contains(&"--initial-cluster=demo-0=http://demo-0.demo.ns1.svc.cluster.local:2380".to_string()));
+        assert!(a.contains(
+            &"--initial-cluster=demo-0=http://demo-0.demo.ns1.svc.cluster.local:2380".to_string()
+        ));
         assert!(a.contains(&"--listen-client-urls=http://$(POD_IP):2379".to_string()));
         assert!(a.contains(&"--initial-cluster-token=demo-uid-1".to_string()));
         // 3.2 has neither the metrics listener nor zap.
-        assert!(!a.iter().any(|x| x.starts_with("--listen-metrics-urls") || x == "--logger=zap"));
-        let probe = c.readiness_probe.as_ref().unwrap().http_get.as_ref().unwrap();
+        assert!(
+            !a.iter()
+                .any(|x| x.starts_with("--listen-metrics-urls") || x == "--logger=zap")
+        );
+        let probe = c
+            .readiness_probe
+            .as_ref()
+            .unwrap()
+            .http_get
+            .as_ref()
+            .unwrap();
         assert_eq!(probe.port, IntOrString::Int(CLIENT_PORT));
         assert!(c.liveness_probe.is_none());
         let labels = pod.metadata.labels.as_ref().unwrap();
         assert_eq!(labels.get("etcd_cluster").map(String::as_str), Some("demo"));
-        assert_eq!(labels.get(names::LABEL_MEMBER).map(String::as_str), Some("demo-0"));
+        assert_eq!(
+            labels.get(names::LABEL_MEMBER).map(String::as_str),
+            Some("demo-0")
+        );
         assert!(spec.volumes.as_ref().unwrap()[0].empty_dir.is_some());
     }
 
@@ -358,21 +389,72 @@ mod tests {
         assert!(a.contains(&"--initial-cluster-state=existing".to_string()));
         assert!(a.contains(&"--listen-metrics-urls=http://$(POD_IP):2381".to_string()));
         assert!(a.contains(&"--logger=zap".to_string()));
-        assert!(a.contains(&"--advertise-client-urls=https://demo-0.demo.ns1.svc.cluster.local:2379".to_string()));
+        assert!(a.contains(
+            &"--advertise-client-urls=https://demo-0.demo.ns1.svc.cluster.local:2379".to_string()
+        ));
         assert!(a.contains(&"--peer-client-cert-auth=true".to_string()));
         assert!(a.contains(&"--client-cert-auth=true".to_string()));
         let spec = pod.spec.as_ref().unwrap();
         let c = &spec.containers[0];
-        let env: Vec<&str> = c.env.as_ref().unwrap().iter().map(|e| e.name.as_str()).collect();
-        assert_eq!(env, ["POD_NAME", "POD_NAMESPACE", "POD_IP", "ETCD_QUOTA_BACKEND_BYTES"]);
+        let env: Vec<&str> = c
+            .env
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|e| e.name.as_str())
+            .collect();
+        assert_eq!(
+            env,
+            [
+                "POD_NAME",
+                "POD_NAMESPACE",
+                "POD_IP",
+                "ETCD_QUOTA_BACKEND_BYTES"
+            ]
+        );
         let vols = spec.volumes.as_ref().unwrap();
-        assert_eq!(vols[0].persistent_volume_claim.as_ref().unwrap().claim_name, "demo-0-data");
-        assert_eq!(vols[1].secret.as_ref().unwrap().secret_name.as_deref(), Some("p"));
-        assert_eq!(vols[2].secret.as_ref().unwrap().secret_name.as_deref(), Some("s"));
-        assert_eq!(pod.metadata.labels.as_ref().unwrap().get("team").map(String::as_str), Some("db"));
-        let anti = spec.affinity.as_ref().unwrap().pod_anti_affinity.as_ref().unwrap();
-        assert_eq!(anti.required_during_scheduling_ignored_during_execution.as_ref().unwrap()[0].topology_key, "kubernetes.io/hostname");
-        let probe = c.readiness_probe.as_ref().unwrap().http_get.as_ref().unwrap();
+        assert_eq!(
+            vols[0].persistent_volume_claim.as_ref().unwrap().claim_name,
+            "demo-0-data"
+        );
+        assert_eq!(
+            vols[1].secret.as_ref().unwrap().secret_name.as_deref(),
+            Some("p")
+        );
+        assert_eq!(
+            vols[2].secret.as_ref().unwrap().secret_name.as_deref(),
+            Some("s")
+        );
+        assert_eq!(
+            pod.metadata
+                .labels
+                .as_ref()
+                .unwrap()
+                .get("team")
+                .map(String::as_str),
+            Some("db")
+        );
+        let anti = spec
+            .affinity
+            .as_ref()
+            .unwrap()
+            .pod_anti_affinity
+            .as_ref()
+            .unwrap();
+        assert_eq!(
+            anti.required_during_scheduling_ignored_during_execution
+                .as_ref()
+                .unwrap()[0]
+                .topology_key,
+            "kubernetes.io/hostname"
+        );
+        let probe = c
+            .readiness_probe
+            .as_ref()
+            .unwrap()
+            .http_get
+            .as_ref()
+            .unwrap();
         assert_eq!(probe.port, IntOrString::Int(METRICS_PORT));
     }
 }

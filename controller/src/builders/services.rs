@@ -47,7 +47,10 @@ pub fn peer_service(view: &ClusterView) -> Service {
             cluster_ip: Some("None".into()),
             publish_not_ready_addresses: Some(true),
             selector: Some(member_selector(view)),
-            ports: Some(vec![service_port("client", CLIENT_PORT), service_port("peer", PEER_PORT)]),
+            ports: Some(vec![
+                service_port("client", CLIENT_PORT),
+                service_port("peer", PEER_PORT),
+            ]),
             ..ServiceSpec::default()
         }),
         status: None,
@@ -57,7 +60,11 @@ pub fn peer_service(view: &ClusterView) -> Service {
 /// Service clients use: only ready members receive traffic.
 pub fn client_service(view: &ClusterView) -> Service {
     Service {
-        metadata: meta(view, names::client_service_name(&view.name), "client-service"),
+        metadata: meta(
+            view,
+            names::client_service_name(&view.name),
+            "client-service",
+        ),
         spec: Some(ServiceSpec {
             type_: Some("ClusterIP".into()),
             selector: Some(member_selector(view)),
@@ -81,14 +88,23 @@ mod tests {
         assert_eq!(spec.cluster_ip.as_deref(), Some("None"));
         assert_eq!(spec.publish_not_ready_addresses, Some(true));
         assert_eq!(spec.ports.unwrap().len(), 2);
-        assert_eq!(spec.selector.unwrap().get(names::LABEL_INSTANCE).map(String::as_str), Some("demo"));
+        assert_eq!(
+            spec.selector
+                .unwrap()
+                .get(names::LABEL_INSTANCE)
+                .map(String::as_str),
+            Some("demo")
+        );
     }
 
     #[test]
     fn client_service_serves_2379() {
         let s = client_service(&view_of("size: 3"));
         assert_eq!(s.metadata.name.as_deref(), Some("demo-client"));
-        assert_eq!(s.metadata.owner_references.unwrap()[0].controller, Some(true));
+        assert_eq!(
+            s.metadata.owner_references.unwrap()[0].controller,
+            Some(true)
+        );
         let ports = s.spec.unwrap().ports.unwrap();
         assert_eq!(ports.len(), 1);
         assert_eq!(ports[0].port, 2379);

@@ -72,9 +72,18 @@ impl ClusterView {
         let cluster = policy.defaulted(cluster);
         policy.validate(&cluster, None)?;
         let meta = &cluster.metadata;
-        let name = meta.name.clone().ok_or(InvalidCluster::MissingMetadata("name"))?;
-        let namespace = meta.namespace.clone().ok_or(InvalidCluster::MissingMetadata("namespace"))?;
-        let uid = meta.uid.clone().ok_or(InvalidCluster::MissingMetadata("uid"))?;
+        let name = meta
+            .name
+            .clone()
+            .ok_or(InvalidCluster::MissingMetadata("name"))?;
+        let namespace = meta
+            .namespace
+            .clone()
+            .ok_or(InvalidCluster::MissingMetadata("namespace"))?;
+        let uid = meta
+            .uid
+            .clone()
+            .ok_or(InvalidCluster::MissingMetadata("uid"))?;
         let owner = cluster
             .controller_owner_ref(&())
             .ok_or(InvalidCluster::MissingMetadata("name or uid"))?;
@@ -82,13 +91,15 @@ impl ClusterView {
         // Defaulting filled these and validation checked them; fall back to the policy's
         // defaults rather than panic should that ever change.
         let size = usize::try_from(spec.size.unwrap_or(policy.defaults.size)).unwrap_or(1);
-        let version: EtcdVersion = policy.defaults.version_of(&cluster).parse().map_err(|e: etcd_shared::version::ParseVersionError| {
-            InvalidCluster::Spec(Refusal(vec![etcd_shared::admission::Violation::new(
-                "version-syntax",
-                "spec.version",
-                e.to_string(),
-            )]))
-        })?;
+        let version: EtcdVersion = policy.defaults.version_of(&cluster).parse().map_err(
+            |e: etcd_shared::version::ParseVersionError| {
+                InvalidCluster::Spec(Refusal(vec![etcd_shared::admission::Violation::new(
+                    "version-syntax",
+                    "spec.version",
+                    e.to_string(),
+                )]))
+            },
+        )?;
         let capabilities = version.capabilities().ok_or_else(|| {
             InvalidCluster::Spec(Refusal(vec![etcd_shared::admission::Violation::new(
                 "version-unsupported",
@@ -103,8 +114,12 @@ impl ClusterView {
             .unwrap_or_else(|| DEFAULT_CLUSTER_DOMAIN.to_string());
         let st = spec.tls.as_ref().and_then(|t| t.static_tls.as_ref());
         let tls = TlsMode {
-            peer_secret: st.and_then(|s| s.member.as_ref()).and_then(|m| m.peer_secret.clone()),
-            server_secret: st.and_then(|s| s.member.as_ref()).and_then(|m| m.server_secret.clone()),
+            peer_secret: st
+                .and_then(|s| s.member.as_ref())
+                .and_then(|m| m.peer_secret.clone()),
+            server_secret: st
+                .and_then(|s| s.member.as_ref())
+                .and_then(|m| m.server_secret.clone()),
             operator_secret: st.and_then(|s| s.operator_secret.clone()),
         };
         Ok(ClusterView {
@@ -115,7 +130,10 @@ impl ClusterView {
             size,
             version,
             capabilities,
-            repository: spec.repository.clone().unwrap_or_else(|| policy.defaults.repository.clone()),
+            repository: spec
+                .repository
+                .clone()
+                .unwrap_or_else(|| policy.defaults.repository.clone()),
             paused: spec.paused,
             pod,
             tls,
@@ -142,26 +160,44 @@ impl ClusterView {
 
     /// Peer URL a member registers with.
     pub fn peer_url(&self, member: &str) -> String {
-        let scheme = if self.tls.peer_secret.is_some() { "https" } else { "http" };
+        let scheme = if self.tls.peer_secret.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         format!("{scheme}://{}:{PEER_PORT}", self.member_host(member))
     }
 
     /// Client URL a member advertises.
     pub fn client_url(&self, member: &str) -> String {
-        format!("{}://{}:{CLIENT_PORT}", self.client_scheme(), self.member_host(member))
+        format!(
+            "{}://{}:{CLIENT_PORT}",
+            self.client_scheme(),
+            self.member_host(member)
+        )
     }
 
     /// `http` or `https` for client traffic.
     pub fn client_scheme(&self) -> &'static str {
-        if self.tls.server_secret.is_some() { "https" } else { "http" }
+        if self.tls.server_secret.is_some() {
+            "https"
+        } else {
+            "http"
+        }
     }
 
     /// The member name a peer URL belongs to, if it is one of this cluster's.
     pub fn member_of_peer_url(&self, url: &str) -> Option<String> {
         let host = url.split("://").nth(1)?.split([':', '/']).next()?;
         let (member, rest) = host.split_once('.')?;
-        let expected_rest = format!("{}.{}.svc.{}", names::peer_service_name(&self.name), self.namespace, self.domain);
-        (rest == expected_rest && names::member_index(&self.name, member).is_some()).then(|| member.to_string())
+        let expected_rest = format!(
+            "{}.{}.svc.{}",
+            names::peer_service_name(&self.name),
+            self.namespace,
+            self.domain
+        );
+        (rest == expected_rest && names::member_index(&self.name, member).is_some())
+            .then(|| member.to_string())
     }
 
     /// Number of voters that make a majority of `voters`.

@@ -161,8 +161,17 @@ fn is_durable(view: &ClusterView) -> bool {
 }
 
 /// The plan of a pod for `name`, joining the members listed (or founding the cluster).
-fn member_plan(view: &ClusterView, name: &str, peers: &[&str], state: InitialState, version: EtcdVersion) -> MemberPlan {
-    let mut initial: Vec<(String, String)> = peers.iter().map(|p| (p.to_string(), view.peer_url(p))).collect();
+fn member_plan(
+    view: &ClusterView,
+    name: &str,
+    peers: &[&str],
+    state: InitialState,
+    version: EtcdVersion,
+) -> MemberPlan {
+    let mut initial: Vec<(String, String)> = peers
+        .iter()
+        .map(|p| (p.to_string(), view.peer_url(p)))
+        .collect();
     if !peers.contains(&name) {
         initial.push((name.to_string(), view.peer_url(name)));
     }
@@ -179,7 +188,9 @@ fn running_version(obs: &Observed, members: &[MemberState]) -> Option<EtcdVersio
     members
         .iter()
         .filter_map(|m| match &m.health {
-            Health::Healthy { version: Some(v), .. } => Some(*v),
+            Health::Healthy {
+                version: Some(v), ..
+            } => Some(*v),
             _ => obs.pod(&m.name).and_then(|p| p.version),
         })
         .min()
@@ -211,14 +222,26 @@ fn plan_without_member_list(view: &ClusterView, obs: &Observed, timeouts: &Timeo
         .collect();
     if let Some(first) = claims_without_pods.first() {
         let peers: Vec<&str> = obs.claims.iter().map(String::as_str).collect();
-        return Step::CreatePod(member_plan(view, first, &peers, InitialState::Existing, view.version));
+        return Step::CreatePod(member_plan(
+            view,
+            first,
+            &peers,
+            InitialState::Existing,
+            view.version,
+        ));
     }
     if obs.pods.is_empty() {
         if obs.bootstrapped {
             return Step::Blocked(Blocked::AllMembersLost);
         }
         let name = names::member_name(&view.name, next_index(view, obs));
-        return Step::Bootstrap(member_plan(view, &name, &[], InitialState::New, view.version));
+        return Step::Bootstrap(member_plan(
+            view,
+            &name,
+            &[],
+            InitialState::New,
+            view.version,
+        ));
     }
     if !obs.bootstrapped && obs.pods.len() == 1 {
         let seed = &obs.pods[0];
@@ -228,7 +251,11 @@ fn plan_without_member_list(view: &ClusterView, obs: &Observed, timeouts: &Timeo
         }
         return Step::Wait(Waiting::MemberStarting(seed.name.clone()));
     }
-    if let Some(young) = obs.pods.iter().find(|p| p.age < timeouts.member_start && !p.ready) {
+    if let Some(young) = obs
+        .pods
+        .iter()
+        .find(|p| p.age < timeouts.member_start && !p.ready)
+    {
         return Step::Wait(Waiting::MemberStarting(young.name.clone()));
     }
     let missing: Vec<String> = obs.pods.iter().map(|p| p.name.clone()).collect();
@@ -238,7 +265,12 @@ fn plan_without_member_list(view: &ClusterView, obs: &Observed, timeouts: &Timeo
     })
 }
 
-fn plan_with_members(view: &ClusterView, obs: &Observed, members: &[MemberState], timeouts: &Timeouts) -> Step {
+fn plan_with_members(
+    view: &ClusterView,
+    obs: &Observed,
+    members: &[MemberState],
+    timeouts: &Timeouts,
+) -> Step {
     let durable = is_durable(view);
     let voters: Vec<&MemberState> = members.iter().filter(|m| !m.learner).collect();
     let healthy_voters = voters.iter().filter(|m| m.health.is_healthy()).count();
@@ -250,17 +282,26 @@ fn plan_with_members(view: &ClusterView, obs: &Observed, members: &[MemberState]
     for m in members {
         if obs.pod(&m.name).is_none() && (!m.started || (durable && obs.has_claim(&m.name))) {
             let version = running_version(obs, members).unwrap_or(view.version);
-            return Step::CreatePod(member_plan(view, &m.name, &member_names, InitialState::Existing, version));
+            return Step::CreatePod(member_plan(
+                view,
+                &m.name,
+                &member_names,
+                InitialState::Existing,
+                version,
+            ));
         }
     }
 
     if !has_quorum {
         // A voter that is still starting (etcd < 3.4 adds voters, not learners) is waited for.
-        let unhealthy: Vec<&&MemberState> = voters.iter().filter(|m| !m.health.is_healthy()).collect();
-        if let Some(m) = unhealthy
-            .iter()
-            .find(|m| !m.started && obs.pod(&m.name).is_some_and(|p| p.age < timeouts.member_start))
-        {
+        let unhealthy: Vec<&&MemberState> =
+            voters.iter().filter(|m| !m.health.is_healthy()).collect();
+        if let Some(m) = unhealthy.iter().find(|m| {
+            !m.started
+                && obs
+                    .pod(&m.name)
+                    .is_some_and(|p| p.age < timeouts.member_start)
+        }) {
             return Step::Wait(Waiting::MemberStarting(m.name.clone()));
         }
         let missing = voters
@@ -282,8 +323,12 @@ fn plan_with_members(view: &ClusterView, obs: &Observed, members: &[MemberState]
             None => m.started, // (unstarted ones were handled above)
             Some(p) => p.phase == PodPhase::Ended && !durable,
         };
-        let never_started = !m.health.is_healthy() && pod.is_some_and(|p| p.age > timeouts.member_start) && !m.started;
-        let learner_stalled = m.learner && !m.health.is_healthy() && pod.is_some_and(|p| p.age > timeouts.learner_catch_up);
+        let never_started = !m.health.is_healthy()
+            && pod.is_some_and(|p| p.age > timeouts.member_start)
+            && !m.started;
+        let learner_stalled = m.learner
+            && !m.health.is_healthy()
+            && pod.is_some_and(|p| p.age > timeouts.learner_catch_up);
         if data_gone || never_started || learner_stalled {
             return Step::RemoveMember {
                 id: m.id,
@@ -294,14 +339,22 @@ fn plan_with_members(view: &ClusterView, obs: &Observed, members: &[MemberState]
     }
 
     // 3. Leftovers of removed members: pods, then claims.
-    if let Some(p) = obs.pods.iter().find(|p| !member_names.contains(&p.name.as_str())) {
+    if let Some(p) = obs
+        .pods
+        .iter()
+        .find(|p| !member_names.contains(&p.name.as_str()))
+    {
         return Step::DeletePod(p.name.clone());
     }
     if let Some(p) = obs.pods.iter().find(|p| p.phase == PodPhase::Ended) {
         // A durable member's pod that ended (evicted): delete it; it is recreated on its claim.
         return Step::DeletePod(p.name.clone());
     }
-    if let Some(c) = obs.claims.iter().find(|c| !member_names.contains(&c.as_str())) {
+    if let Some(c) = obs
+        .claims
+        .iter()
+        .find(|c| !member_names.contains(&c.as_str()))
+    {
         return Step::DeleteClaim(c.clone());
     }
 
@@ -341,7 +394,10 @@ fn plan_with_members(view: &ClusterView, obs: &Observed, members: &[MemberState]
     // Nothing below may run while a member is unhealthy.
     if !unhealthy.is_empty() {
         let names: Vec<String> = unhealthy.iter().map(|m| m.name.clone()).collect();
-        if let Some(young) = unhealthy.iter().find(|m| obs.pod(&m.name).is_some_and(|p| p.age < timeouts.member_start)) {
+        if let Some(young) = unhealthy.iter().find(|m| {
+            obs.pod(&m.name)
+                .is_some_and(|p| p.age < timeouts.member_start)
+        }) {
             return Step::Wait(Waiting::MemberStarting(young.name.clone()));
         }
         return Step::Wait(Waiting::Unhealthy(names));
@@ -366,7 +422,12 @@ fn plan_upgrade(view: &ClusterView, obs: &Observed, members: &[MemberState]) -> 
     // A member whose pod already has the new image but still reports the old version is
     // restarting into it: wait for it before touching another.
     for m in members {
-        if let (Some(pod), Health::Healthy { version: Some(v), .. }) = (obs.pod(&m.name), &m.health)
+        if let (
+            Some(pod),
+            Health::Healthy {
+                version: Some(v), ..
+            },
+        ) = (obs.pod(&m.name), &m.health)
             && pod.image == target_image
             && *v != view.version
         {
@@ -385,7 +446,12 @@ fn plan_upgrade(view: &ClusterView, obs: &Observed, members: &[MemberState]) -> 
     {
         return Step::Blocked(Blocked::UpgradeNotSupported(e.message));
     }
-    outdated.sort_by_key(|m| (matches!(m.health, Health::Healthy { leader: true, .. }), names::member_index(&view.name, &m.name)));
+    outdated.sort_by_key(|m| {
+        (
+            matches!(m.health, Health::Healthy { leader: true, .. }),
+            names::member_index(&view.name, &m.name),
+        )
+    });
     let m = outdated[0];
     Step::UpgradeMember {
         name: m.name.clone(),

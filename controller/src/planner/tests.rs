@@ -78,16 +78,30 @@ fn plan_for(spec: &str, obs: &Observed) -> Step {
 #[test]
 fn bootstraps_a_new_cluster_with_one_seed() {
     let step = plan_for("size: 3\nversion: 3.6.16", &Observed::default());
-    let Step::Bootstrap(p) = step else { panic!("{step:?}") };
+    let Step::Bootstrap(p) = step else {
+        panic!("{step:?}")
+    };
     assert_eq!(p.name, "demo-0");
     assert_eq!(p.state, InitialState::New);
-    assert_eq!(p.initial_cluster, vec![("demo-0".into(), "http://demo-0.demo.ns1.svc.cluster.local:2380".into())]);
+    assert_eq!(
+        p.initial_cluster,
+        vec![(
+            "demo-0".into(),
+            "http://demo-0.demo.ns1.svc.cluster.local:2380".into()
+        )]
+    );
 }
 
 #[test]
 fn waits_for_the_seed_then_restarts_it_if_it_never_comes_up() {
-    let mut obs = Observed { pods: vec![young(pod(0, "3.6.16"))], ..Observed::default() };
-    assert_eq!(plan_for("size: 3", &obs), Step::Wait(Waiting::MemberStarting("demo-0".into())));
+    let mut obs = Observed {
+        pods: vec![young(pod(0, "3.6.16"))],
+        ..Observed::default()
+    };
+    assert_eq!(
+        plan_for("size: 3", &obs),
+        Step::Wait(Waiting::MemberStarting("demo-0".into()))
+    );
     obs.pods[0].age = OLD;
     assert_eq!(plan_for("size: 3", &obs), Step::DeletePod("demo-0".into()));
 }
@@ -109,14 +123,22 @@ fn scales_up_one_learner_at_a_time() {
 fn lines_without_learners_add_voters() {
     let obs = healthy(1, "3.2.13");
     let step = plan_for("size: 3\nversion: 3.2.13", &obs);
-    assert!(matches!(step, Step::AddMember { learner: false, .. }), "{step:?}");
+    assert!(
+        matches!(step, Step::AddMember { learner: false, .. }),
+        "{step:?}"
+    );
 }
 
 #[test]
 fn creates_the_pod_of_an_added_member() {
     let mut obs = healthy(1, "3.6.16");
-    obs.members.as_mut().unwrap().push(unstarted(learner(member(1, "3.6.16"))));
-    let Step::CreatePod(p) = plan_for("size: 3\nversion: 3.6.16", &obs) else { panic!() };
+    obs.members
+        .as_mut()
+        .unwrap()
+        .push(unstarted(learner(member(1, "3.6.16"))));
+    let Step::CreatePod(p) = plan_for("size: 3\nversion: 3.6.16", &obs) else {
+        panic!()
+    };
     assert_eq!(p.name, "demo-1");
     assert_eq!(p.state, InitialState::Existing);
     let names: Vec<&str> = p.initial_cluster.iter().map(|(n, _)| n.as_str()).collect();
@@ -127,10 +149,19 @@ fn creates_the_pod_of_an_added_member() {
 fn promotes_a_learner_once_it_caught_up_and_waits_before() {
     let mut obs = healthy(2, "3.6.16");
     obs.members.as_mut().unwrap()[1] = learner(member(1, "3.6.16"));
-    assert_eq!(plan_for("size: 3", &obs), Step::PromoteLearner { id: 101, name: "demo-1".into() });
+    assert_eq!(
+        plan_for("size: 3", &obs),
+        Step::PromoteLearner {
+            id: 101,
+            name: "demo-1".into()
+        }
+    );
     obs.members.as_mut().unwrap()[1] = unhealthy(learner(member(1, "3.6.16")));
     obs.pods[1] = young(pod(1, "3.6.16"));
-    assert_eq!(plan_for("size: 3", &obs), Step::Wait(Waiting::LearnerCatchingUp("demo-1".into())));
+    assert_eq!(
+        plan_for("size: 3", &obs),
+        Step::Wait(Waiting::LearnerCatchingUp("demo-1".into()))
+    );
 }
 
 #[test]
@@ -140,7 +171,11 @@ fn a_learner_that_never_catches_up_is_removed() {
     obs.pods[1].age = Duration::from_secs(601);
     assert_eq!(
         plan_for("size: 3", &obs),
-        Step::RemoveMember { id: 101, name: "demo-1".into(), reason: RemovalReason::Replace }
+        Step::RemoveMember {
+            id: 101,
+            name: "demo-1".into(),
+            reason: RemovalReason::Replace
+        }
     );
 }
 
@@ -149,11 +184,18 @@ fn a_member_that_never_becomes_healthy_is_removed_after_the_timeout() {
     let mut obs = healthy(3, "3.6.16");
     obs.members.as_mut().unwrap()[2] = unstarted(member(2, "3.6.16"));
     obs.pods[2] = young(pod(2, "3.6.16"));
-    assert_eq!(plan_for("size: 3", &obs), Step::Wait(Waiting::MemberStarting("demo-2".into())));
+    assert_eq!(
+        plan_for("size: 3", &obs),
+        Step::Wait(Waiting::MemberStarting("demo-2".into()))
+    );
     obs.pods[2].age = Duration::from_secs(301);
     assert_eq!(
         plan_for("size: 3", &obs),
-        Step::RemoveMember { id: 102, name: "demo-2".into(), reason: RemovalReason::Replace }
+        Step::RemoveMember {
+            id: 102,
+            name: "demo-2".into(),
+            reason: RemovalReason::Replace
+        }
     );
 }
 
@@ -163,23 +205,51 @@ fn scale_down_removes_the_member_before_its_pod_and_claim() {
     let mut obs = healthy(5, "3.6.16");
     obs.claims = (0..5).map(|i| format!("demo-{i}")).collect();
     // The newest follower goes first.
-    assert_eq!(plan_for(spec, &obs), Step::RemoveMember { id: 104, name: "demo-4".into(), reason: RemovalReason::ScaleDown });
+    assert_eq!(
+        plan_for(spec, &obs),
+        Step::RemoveMember {
+            id: 104,
+            name: "demo-4".into(),
+            reason: RemovalReason::ScaleDown
+        }
+    );
     obs.members.as_mut().unwrap().pop();
     assert_eq!(plan_for(spec, &obs), Step::DeletePod("demo-4".into()));
     obs.pods.pop();
     assert_eq!(plan_for(spec, &obs), Step::DeleteClaim("demo-4".into()));
     obs.claims.pop();
-    assert_eq!(plan_for(spec, &obs), Step::RemoveMember { id: 103, name: "demo-3".into(), reason: RemovalReason::ScaleDown });
+    assert_eq!(
+        plan_for(spec, &obs),
+        Step::RemoveMember {
+            id: 103,
+            name: "demo-3".into(),
+            reason: RemovalReason::ScaleDown
+        }
+    );
 }
 
 #[test]
 fn scale_down_prefers_unhealthy_members_and_never_the_leader() {
     let mut obs = healthy(3, "3.6.16");
     obs.members.as_mut().unwrap()[0] = unhealthy(member(0, "3.6.16"));
-    assert_eq!(plan_for("size: 2", &obs), Step::RemoveMember { id: 100, name: "demo-0".into(), reason: RemovalReason::ScaleDown });
+    assert_eq!(
+        plan_for("size: 2", &obs),
+        Step::RemoveMember {
+            id: 100,
+            name: "demo-0".into(),
+            reason: RemovalReason::ScaleDown
+        }
+    );
     let obs = healthy(2, "3.6.16");
     // demo-0 leads: demo-1 goes.
-    assert_eq!(plan_for("size: 1", &obs), Step::RemoveMember { id: 101, name: "demo-1".into(), reason: RemovalReason::ScaleDown });
+    assert_eq!(
+        plan_for("size: 1", &obs),
+        Step::RemoveMember {
+            id: 101,
+            name: "demo-1".into(),
+            reason: RemovalReason::ScaleDown
+        }
+    );
 }
 
 #[test]
@@ -190,7 +260,10 @@ fn scale_down_never_breaks_quorum() {
         obs.members.as_mut().unwrap()[i] = unhealthy(member(i as u32, "3.6.16"));
     }
     // Unhealthy ones are removed first, which is always safe.
-    assert!(matches!(plan_for("size: 3", &obs), Step::RemoveMember { id: 103, .. }));
+    assert!(matches!(
+        plan_for("size: 3", &obs),
+        Step::RemoveMember { id: 103, .. }
+    ));
 }
 
 #[test]
@@ -198,42 +271,64 @@ fn replaces_a_member_whose_ephemeral_data_is_gone() {
     let mut obs = healthy(3, "3.6.16");
     obs.pods.remove(1);
     obs.members.as_mut().unwrap()[1] = unhealthy(member(1, "3.6.16"));
-    assert_eq!(plan_for("size: 3", &obs), Step::RemoveMember { id: 101, name: "demo-1".into(), reason: RemovalReason::Replace });
+    assert_eq!(
+        plan_for("size: 3", &obs),
+        Step::RemoveMember {
+            id: 101,
+            name: "demo-1".into(),
+            reason: RemovalReason::Replace
+        }
+    );
     // Once removed, a new member with a new name is added.
     obs.members.as_mut().unwrap().remove(1);
     let step = plan_for("size: 3", &obs);
-    assert!(matches!(&step, Step::AddMember { name, learner: true, .. } if name == "demo-3"), "{step:?}");
+    assert!(
+        matches!(&step, Step::AddMember { name, learner: true, .. } if name == "demo-3"),
+        "{step:?}"
+    );
 }
 
 #[test]
 fn restarts_a_durable_member_on_its_claim_instead_of_replacing_it() {
-    let spec = "pod:\n  persistentVolumeClaimSpec:\n    resources:\n      requests:\n        storage: 1Gi";
+    let spec =
+        "pod:\n  persistentVolumeClaimSpec:\n    resources:\n      requests:\n        storage: 1Gi";
     let mut obs = healthy(3, "3.6.16");
     obs.claims = (0..3).map(|i| format!("demo-{i}")).collect();
     obs.pods.remove(1);
     obs.members.as_mut().unwrap()[1] = unhealthy(member(1, "3.6.16"));
-    let Step::CreatePod(p) = plan_for(spec, &obs) else { panic!() };
+    let Step::CreatePod(p) = plan_for(spec, &obs) else {
+        panic!()
+    };
     assert_eq!(p.name, "demo-1");
 }
 
 #[test]
 fn a_whole_durable_cluster_comes_back_after_all_pods_vanished() {
-    let spec = "pod:\n  persistentVolumeClaimSpec:\n    resources:\n      requests:\n        storage: 1Gi";
+    let spec =
+        "pod:\n  persistentVolumeClaimSpec:\n    resources:\n      requests:\n        storage: 1Gi";
     let obs = Observed {
         claims: vec!["demo-0".into(), "demo-1".into(), "demo-2".into()],
         members: Err("no endpoint".into()),
         bootstrapped: true,
         ..Observed::default()
     };
-    let Step::CreatePod(p) = plan_for(spec, &obs) else { panic!() };
+    let Step::CreatePod(p) = plan_for(spec, &obs) else {
+        panic!()
+    };
     assert_eq!(p.name, "demo-0");
     assert_eq!(p.initial_cluster.len(), 3);
 }
 
 #[test]
 fn an_ephemeral_cluster_whose_members_all_vanished_is_not_silently_recreated() {
-    let obs = Observed { bootstrapped: true, ..Observed::default() };
-    assert_eq!(plan_for("size: 3", &obs), Step::Blocked(Blocked::AllMembersLost));
+    let obs = Observed {
+        bootstrapped: true,
+        ..Observed::default()
+    };
+    assert_eq!(
+        plan_for("size: 3", &obs),
+        Step::Blocked(Blocked::AllMembersLost)
+    );
 }
 
 #[test]
@@ -241,7 +336,10 @@ fn a_crashed_member_with_its_data_is_waited_for() {
     let mut obs = healthy(3, "3.6.16");
     obs.members.as_mut().unwrap()[2] = unhealthy(member(2, "3.6.16"));
     obs.pods[2].ready = false;
-    assert_eq!(plan_for("size: 3", &obs), Step::Wait(Waiting::Unhealthy(vec!["demo-2".into()])));
+    assert_eq!(
+        plan_for("size: 3", &obs),
+        Step::Wait(Waiting::Unhealthy(vec!["demo-2".into()]))
+    );
 }
 
 #[test]
@@ -253,7 +351,10 @@ fn does_nothing_risky_when_quorum_is_lost() {
     obs.pods.truncate(1); // even with their (ephemeral) pods gone: no removal without quorum
     assert_eq!(
         plan_for("size: 3", &obs),
-        Step::Blocked(Blocked::QuorumLost { missing: vec!["demo-1".into(), "demo-2".into()], voters: 3 })
+        Step::Blocked(Blocked::QuorumLost {
+            missing: vec!["demo-1".into(), "demo-2".into()],
+            voters: 3
+        })
     );
     // Unreadable member list with members long up: quorum lost too.
     let obs = Observed {
@@ -264,15 +365,24 @@ fn does_nothing_risky_when_quorum_is_lost() {
     };
     let mut p0 = obs.clone();
     p0.pods.iter_mut().for_each(|p| p.ready = false);
-    assert!(matches!(plan_for("size: 3", &p0), Step::Blocked(Blocked::QuorumLost { .. })));
+    assert!(matches!(
+        plan_for("size: 3", &p0),
+        Step::Blocked(Blocked::QuorumLost { .. })
+    ));
 }
 
 #[test]
 fn a_starting_voter_on_old_lines_is_not_reported_as_quorum_loss() {
     let mut obs = healthy(1, "3.2.13");
-    obs.members.as_mut().unwrap().push(unstarted(member(1, "3.2.13")));
+    obs.members
+        .as_mut()
+        .unwrap()
+        .push(unstarted(member(1, "3.2.13")));
     obs.pods.push(young(pod(1, "3.2.13")));
-    assert_eq!(plan_for("size: 3\nversion: 3.2.13", &obs), Step::Wait(Waiting::MemberStarting("demo-1".into())));
+    assert_eq!(
+        plan_for("size: 3\nversion: 3.2.13", &obs),
+        Step::Wait(Waiting::MemberStarting("demo-1".into()))
+    );
 }
 
 #[test]
@@ -281,18 +391,29 @@ fn upgrades_followers_first_one_at_a_time() {
     let step = plan_for("version: 3.7.3", &obs);
     assert_eq!(
         step,
-        Step::UpgradeMember { name: "demo-1".into(), image: "quay.io/coreos/etcd:v3.7.3".into(), version: v("3.7.3") }
+        Step::UpgradeMember {
+            name: "demo-1".into(),
+            image: "quay.io/coreos/etcd:v3.7.3".into(),
+            version: v("3.7.3")
+        }
     );
     // demo-1 has the new image but still reports the old version: wait.
     let mut obs = healthy(3, "3.6.16");
     obs.pods[1].image = "quay.io/coreos/etcd:v3.7.3".into();
-    assert_eq!(plan_for("version: 3.7.3", &obs), Step::Wait(Waiting::MemberUpgrading("demo-1".into())));
+    assert_eq!(
+        plan_for("version: 3.7.3", &obs),
+        Step::Wait(Waiting::MemberUpgrading("demo-1".into()))
+    );
     // demo-1 done; demo-2 next, the leader demo-0 last.
     obs.members.as_mut().unwrap()[1] = member(1, "3.7.3");
-    assert!(matches!(plan_for("version: 3.7.3", &obs), Step::UpgradeMember { name, .. } if name == "demo-2"));
+    assert!(
+        matches!(plan_for("version: 3.7.3", &obs), Step::UpgradeMember { name, .. } if name == "demo-2")
+    );
     obs.pods[2].image = "quay.io/coreos/etcd:v3.7.3".into();
     obs.members.as_mut().unwrap()[2] = member(2, "3.7.3");
-    assert!(matches!(plan_for("version: 3.7.3", &obs), Step::UpgradeMember { name, .. } if name == "demo-0"));
+    assert!(
+        matches!(plan_for("version: 3.7.3", &obs), Step::UpgradeMember { name, .. } if name == "demo-0")
+    );
     obs.pods[0].image = "quay.io/coreos/etcd:v3.7.3".into();
     obs.members.as_mut().unwrap()[0] = member(0, "3.7.3");
     assert_eq!(plan_for("version: 3.7.3", &obs), Step::Done);
@@ -302,56 +423,92 @@ fn upgrades_followers_first_one_at_a_time() {
 fn no_upgrade_while_a_member_is_unhealthy() {
     let mut obs = healthy(3, "3.6.16");
     obs.members.as_mut().unwrap()[2] = unhealthy(member(2, "3.6.16"));
-    assert!(matches!(plan_for("version: 3.7.3", &obs), Step::Wait(Waiting::Unhealthy(_))));
+    assert!(matches!(
+        plan_for("version: 3.7.3", &obs),
+        Step::Wait(Waiting::Unhealthy(_))
+    ));
 }
 
 #[test]
 fn refuses_an_upgrade_path_etcd_does_not_support() {
     let obs = healthy(3, "3.5.35");
     let step = plan_for("version: 3.7.3", &obs);
-    let Step::Blocked(Blocked::UpgradeNotSupported(msg)) = step else { panic!("{step:?}") };
+    let Step::Blocked(Blocked::UpgradeNotSupported(msg)) = step else {
+        panic!("{step:?}")
+    };
     assert!(msg.contains("one minor line at a time"), "{msg}");
 }
 
 #[test]
 fn paused_changes_nothing() {
     let obs = healthy(1, "3.6.16");
-    assert_eq!(plan_for("size: 3\npaused: true", &obs), Step::Blocked(Blocked::Paused));
+    assert_eq!(
+        plan_for("size: 3\npaused: true", &obs),
+        Step::Blocked(Blocked::Paused)
+    );
 }
 
 #[test]
 fn a_healthy_cluster_that_matches_its_spec_is_done() {
-    assert_eq!(plan_for("size: 3\nversion: 3.6.16", &healthy(3, "3.6.16")), Step::Done);
+    assert_eq!(
+        plan_for("size: 3\nversion: 3.6.16", &healthy(3, "3.6.16")),
+        Step::Done
+    );
 }
 
 #[test]
 fn a_spec_change_mid_step_is_followed_from_the_current_state() {
     // Scaling 3 -> 5 added a learner; the user went back to 3: the learner goes first.
     let mut obs = healthy(3, "3.6.16");
-    obs.members.as_mut().unwrap().push(learner(unhealthy(member(3, "3.6.16"))));
+    obs.members
+        .as_mut()
+        .unwrap()
+        .push(learner(unhealthy(member(3, "3.6.16"))));
     obs.pods.push(young(pod(3, "3.6.16")));
-    assert_eq!(plan_for("size: 3", &obs), Step::Wait(Waiting::LearnerCatchingUp("demo-3".into())));
+    assert_eq!(
+        plan_for("size: 3", &obs),
+        Step::Wait(Waiting::LearnerCatchingUp("demo-3".into()))
+    );
     obs.members.as_mut().unwrap()[3] = learner(member(3, "3.6.16"));
     // Once caught up it is promoted (a learner is never left behind), then scaled away.
-    assert!(matches!(plan_for("size: 3", &obs), Step::PromoteLearner { id: 103, .. }));
+    assert!(matches!(
+        plan_for("size: 3", &obs),
+        Step::PromoteLearner { id: 103, .. }
+    ));
     let obs = healthy(4, "3.6.16");
-    assert!(matches!(plan_for("size: 3", &obs), Step::RemoveMember { id: 103, reason: RemovalReason::ScaleDown, .. }));
+    assert!(matches!(
+        plan_for("size: 3", &obs),
+        Step::RemoveMember {
+            id: 103,
+            reason: RemovalReason::ScaleDown,
+            ..
+        }
+    ));
 }
 
 #[test]
 fn a_restart_after_member_add_creates_the_pod_instead_of_adding_again() {
     // The controller added demo-3 and died before creating its pod.
     let mut obs = healthy(3, "3.6.16");
-    obs.members.as_mut().unwrap().push(unstarted(learner(member(3, "3.6.16"))));
+    obs.members
+        .as_mut()
+        .unwrap()
+        .push(unstarted(learner(member(3, "3.6.16"))));
     let step = plan_for("size: 5", &obs);
-    assert!(matches!(&step, Step::CreatePod(p) if p.name == "demo-3"), "{step:?}");
+    assert!(
+        matches!(&step, Step::CreatePod(p) if p.name == "demo-3"),
+        "{step:?}"
+    );
 }
 
 #[test]
 fn waits_for_terminating_pods() {
     let mut obs = healthy(3, "3.6.16");
     obs.pods[2].terminating = true;
-    assert_eq!(plan_for("size: 3", &obs), Step::Wait(Waiting::MemberStarting("demo-2".into())));
+    assert_eq!(
+        plan_for("size: 3", &obs),
+        Step::Wait(Waiting::MemberStarting("demo-2".into()))
+    );
 }
 
 #[test]
