@@ -21,8 +21,11 @@ pub struct ControllerConfig {
     pub timeouts: Timeouts,
     /// Timeout of each etcd call.
     pub etcd_timeout: Duration,
-    /// Requeue while a change is under way.
+    /// Requeue right after a change (its effect is not always visible through a watch,
+    /// e.g. a member added through etcd's API).
     pub busy_requeue: Duration,
+    /// Requeue while waiting for members (pod changes also trigger a reconcile).
+    pub wait_requeue: Duration,
     /// Requeue of a settled cluster (periodic health check).
     pub idle_requeue: Duration,
 }
@@ -34,7 +37,8 @@ impl Default for ControllerConfig {
             default_repository: etcd_shared::version::DEFAULT_REPOSITORY.into(),
             timeouts: Timeouts::default(),
             etcd_timeout: Duration::from_secs(3),
-            busy_requeue: Duration::from_secs(2),
+            busy_requeue: Duration::from_secs(1),
+            wait_requeue: Duration::from_secs(10),
             idle_requeue: Duration::from_secs(30),
         }
     }

@@ -11,6 +11,7 @@
 pub mod admin;
 pub mod app;
 pub mod args;
+pub mod backoff;
 pub mod builders;
 pub mod context;
 pub mod error;

@@ -149,20 +149,29 @@ pub async fn observe(
 ) -> Result<Observation, Error> {
     let now = Timestamp::now();
     let pods_api: Api<Pod> = Api::namespaced(client.clone(), &view.namespace);
-    let pods = pods_api
-        .list(&ListParams::default().labels(&selector(view, "member")))
-        .await
-        .map_err(Error::kube("list member pods"))?;
+    let claims_api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &view.namespace);
+    let (pod_selector, claim_selector) = (selector(view, "member"), selector(view, "data"));
+    let (pods, claims, tls) = futures::try_join!(
+        async {
+            pods_api
+                .list(&ListParams::default().labels(&pod_selector))
+                .await
+                .map_err(Error::kube("list member pods"))
+        },
+        async {
+            claims_api
+                .list(&ListParams::default().labels(&claim_selector))
+                .await
+                .map_err(Error::kube("list data claims"))
+        },
+        operator_tls(client, view),
+    )?;
     let pods: Vec<PodState> = pods
         .items
         .iter()
         .filter_map(|p| pod_state(p, now))
         .collect();
-    let claims_api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &view.namespace);
-    let claims: Vec<String> = claims_api
-        .list(&ListParams::default().labels(&selector(view, "data")))
-        .await
-        .map_err(Error::kube("list data claims"))?
+    let claims: Vec<String> = claims
         .items
         .iter()
         .filter(|c| c.metadata.deletion_timestamp.is_none())
@@ -175,10 +184,7 @@ pub async fn observe(
         })
         .collect();
 
-    let access = EtcdAccess {
-        tls: operator_tls(client, view).await?,
-        timeout,
-    };
+    let access = EtcdAccess { tls, timeout };
     let by_ip: Vec<(String, String)> = pods
         .iter()
         .filter(|p| !p.terminating && p.phase == PodPhase::Running)

@@ -23,6 +23,7 @@ use etcd_shared::names;
 use etcd_shared::types::ClusterPhase;
 
 use crate::admin::Readiness;
+use crate::backoff::Backoff;
 use crate::builders::{self, ClusterView, MemberPlan};
 use crate::context::Context;
 use crate::error::{Error, FIELD_MANAGER};
@@ -57,15 +58,28 @@ pub async fn run_controller(
         .owns(pdbs, owned)
         .with_config(ControllerRuntimeConfig::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown);
-    ready.set(true);
+    // Ready once the EtcdCluster watch has listed everything (the store is filled).
+    let store = controller.store();
+    let ready_flag = ready.clone();
+    let readiness_task = tokio::spawn(async move {
+        if store.wait_until_ready().await.is_ok() {
+            ready_flag.set(true);
+        }
+    });
+    let reconciler = Arc::new(Reconciler {
+        ctx,
+        backoff: Backoff::default(),
+    });
     controller
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile_with_backoff, error_policy, reconciler)
         .for_each(|result| async move {
+            // Reconcile errors are logged (and retried) by error_policy.
             if let Err(e) = result {
-                warn!(error = %e, "reconcile failed");
+                tracing::debug!(error = %e, "controller stream error");
             }
         })
         .await;
+    readiness_task.abort();
     ready.set(false);
 }
 
@@ -81,10 +95,36 @@ where
     }
 }
 
-fn error_policy(cluster: Arc<EtcdCluster>, error: &Error, ctx: Arc<Context>) -> Action {
-    warn!(cluster = %cluster.name_any(), namespace = cluster.namespace().unwrap_or_default(), %error, "reconcile error; retrying");
-    ctx.metrics.reconcile_error(error.metric_label());
-    Action::requeue(ctx.config.busy_requeue * 2)
+/// The context of the running controller: the shared context and the retry backoff.
+struct Reconciler {
+    ctx: Arc<Context>,
+    backoff: Backoff,
+}
+
+fn key(cluster: &EtcdCluster) -> String {
+    format!(
+        "{}/{}",
+        cluster.namespace().unwrap_or_default(),
+        cluster.name_any()
+    )
+}
+
+async fn reconcile_with_backoff(
+    cluster: Arc<EtcdCluster>,
+    r: Arc<Reconciler>,
+) -> Result<Action, Error> {
+    let result = reconcile(cluster.clone(), r.ctx.clone()).await;
+    if result.is_ok() {
+        r.backoff.succeeded(&key(&cluster));
+    }
+    result
+}
+
+fn error_policy(cluster: Arc<EtcdCluster>, error: &Error, r: Arc<Reconciler>) -> Action {
+    let delay = r.backoff.failed(&key(&cluster));
+    warn!(cluster = %key(&cluster), %error, retry_in = ?delay, "reconcile error; retrying");
+    r.ctx.metrics.reconcile_error(error.metric_label());
+    Action::requeue(delay)
 }
 
 /// One reconcile of one cluster.
@@ -126,9 +166,16 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Action,
         }
     };
 
-    apply(ctx, &view, &builders::peer_service(&view)).await?;
-    apply(ctx, &view, &builders::client_service(&view)).await?;
-    apply(ctx, &view, &builders::disruption_budget(&view)).await?;
+    let (peer, client, pdb) = (
+        builders::peer_service(&view),
+        builders::client_service(&view),
+        builders::disruption_budget(&view),
+    );
+    futures::try_join!(
+        apply(ctx, &view, &peer),
+        apply(ctx, &view, &client),
+        apply(ctx, &view, &pdb)
+    )?;
 
     let bootstrapped = previous.and_then(|s| s.size).is_some_and(|s| s > 0);
     let obs = observe(&ctx.client, &view, bootstrapped, ctx.config.etcd_timeout).await?;
@@ -154,7 +201,9 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Action,
     outcome?;
     let requeue = match step {
         Step::Done | Step::Blocked(Blocked::Paused) => ctx.config.idle_requeue,
-        Step::Blocked(_) => ctx.config.idle_requeue / 3,
+        // A starting member's pod changes wake the controller through the pod watch.
+        Step::Wait(planner::Waiting::MemberStarting(_)) => ctx.config.idle_requeue,
+        Step::Blocked(_) | Step::Wait(_) => ctx.config.wait_requeue,
         _ => ctx.config.busy_requeue,
     };
     Ok(Action::requeue(requeue))

@@ -1,7 +1,10 @@
 //! Leader election against a real kube-apiserver (the `etcd-tests` harness): one leader at a
 //! time, takeover after a leader dies, immediate handover on graceful release, and the work
-//! stopped when the Lease is lost.
+//! stopped when the Lease is lost; then the same with two `etcd-controller` processes (probes,
+//! metrics, SIGTERM, the missing-CRD error).
 
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -14,6 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::PostParams;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -329,10 +333,265 @@ async fn a_lost_lease_stops_the_work(ctx: TestContext) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// An `etcd-controller` process, killed if still running when dropped; its output goes to a
+/// log file shown on failure.
+struct Process {
+    child: Child,
+    name: String,
+    log: PathBuf,
+    health: u16,
+    metrics: u16,
+}
+
+impl Process {
+    fn start(ctx: &TestContext, name: &str, extra: &[&str]) -> anyhow::Result<Self> {
+        let [health, metrics] = etcd_tests::ports::free_ports::<2>()?;
+        let log = std::env::temp_dir().join(format!("etcd-controller-{}-{name}.log", ctx.ns()));
+        let file = std::fs::File::create(&log)?;
+        let child = Command::new(env!("CARGO_BIN_EXE_etcd-controller"))
+            .arg("--kubeconfig")
+            .arg(ctx.control_plane().kubeconfig_path())
+            .args(["--namespace", ctx.ns()])
+            .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
+            .arg(format!("--metrics-bind-address=127.0.0.1:{metrics}"))
+            .args(extra)
+            .env("POD_NAME", name)
+            .env("RUST_LOG", "info,etcd_controller=debug,kube_runtime=debug")
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()
+            .context("starting etcd-controller")?;
+        Ok(Self {
+            child,
+            name: name.to_string(),
+            log,
+            health,
+            metrics,
+        })
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn context(&self) -> String {
+        format!("{} log:\n{}", self.name, self.log())
+    }
+
+    /// Waits for the process to exit by itself.
+    async fn wait(&mut self, timeout: Duration) -> anyhow::Result<ExitStatus> {
+        let begin = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            ensure!(
+                begin.elapsed() < timeout,
+                "{} still running after {timeout:?}\n{}",
+                self.name,
+                self.context()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn sigterm(&self) -> anyhow::Result<()> {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()?;
+        ensure!(status.success(), "kill -TERM failed");
+        Ok(())
+    }
+
+    /// Status and body of `GET path` on the probes (`health`) or the metrics port.
+    async fn get(&self, health: bool, path: &str) -> anyhow::Result<(u16, String)> {
+        let port = if health { self.health } else { self.metrics };
+        http_get(port, path).await
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+/// A minimal HTTP/1.0 GET on loopback.
+async fn http_get(port: u16, path: &str) -> anyhow::Result<(u16, String)> {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
+        .await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .context("no HTTP status")?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+fn crd_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../charts/etcd-operator/crds/etcdclusters.etcd.database.coreos.com.yaml")
+}
+
+fn kubectl(ctx: &TestContext, args: &[&str]) -> anyhow::Result<()> {
+    let out = ctx.control_plane().kubectl().args(args).output()?;
+    ensure!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+/// The binary end to end: it refuses to start without the CRD, then two replicas with
+/// `--leader-elect` are both Ready (the standby too), exactly one leads, SIGTERM makes the
+/// leader exit 0 and hand over at once, and the last one releases the Lease.
+async fn process_leader_election_and_probes(ctx: TestContext) -> anyhow::Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut no_crd = Process::start(&ctx, "no-crd", &[])?;
+    let status = no_crd.wait(Duration::from_secs(30)).await?;
+    ensure!(
+        status.code() == Some(1),
+        "exit {status:?}\n{}",
+        no_crd.context()
+    );
+    ensure!(
+        no_crd.log().contains(
+            "is the EtcdCluster CRD installed? kubectl apply -f charts/etcd-operator/crds/"
+        ),
+        "{}",
+        no_crd.context()
+    );
+
+    let crd = crd_path();
+    kubectl(
+        &ctx,
+        &["apply", "--server-side", "-f", &crd.to_string_lossy()],
+    )?;
+    kubectl(
+        &ctx,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/etcdclusters.etcd.database.coreos.com",
+            "--timeout=30s",
+        ],
+    )?;
+
+    let election = [
+        "--leader-elect",
+        "--leader-election-namespace",
+        ctx.ns(),
+        "--leader-elect-lease-duration=10s",
+        "--leader-elect-renew-deadline=6s",
+        "--leader-elect-retry-period=250ms",
+        "--graceful-shutdown-timeout=2s",
+    ];
+    let mut a = Process::start(&ctx, "proc-a", &election)?;
+    let mut b = Process::start(&ctx, "proc-b", &election)?;
+    let api: Api<Lease> = ctx.api();
+
+    for p in [&a, &b] {
+        poll_until(
+            &format!("{} ready", p.name),
+            Duration::from_secs(30),
+            || async {
+                let healthz = p.get(true, "/healthz").await.map_err(|e| e.to_string())?;
+                let readyz = p.get(true, "/readyz").await.map_err(|e| e.to_string())?;
+                Ok::<_, String>((healthz == (200, "ok".into()) && readyz.0 == 200).then_some(()))
+            },
+        )
+        .await
+        .with_context(|| p.context())?;
+    }
+    let leader = poll_until("a lease holder", Duration::from_secs(30), || async {
+        Ok::<_, kube::Error>(
+            api.get_opt(LEASE)
+                .await?
+                .and_then(|l| l.spec?.holder_identity),
+        )
+    })
+    .await?;
+    let leading_gauge = |body: &str| {
+        body.lines()
+            .find_map(|l| l.strip_prefix("etcd_controller_leader "))
+            .map(str::to_string)
+    };
+    for p in [&a, &b] {
+        let want = if p.name == leader { "1" } else { "0" };
+        let (status, body) = p.get(false, "/metrics").await?;
+        ensure!(status == 200, "{}", p.context());
+        ensure!(
+            leading_gauge(&body).as_deref() == Some(want),
+            "{} leader gauge:\n{body}",
+            p.name
+        );
+    }
+
+    let (old, new) = if a.name == leader {
+        (&mut a, &mut b)
+    } else {
+        (&mut b, &mut a)
+    };
+    old.sigterm()?;
+    let stopped = Instant::now();
+    let status = old.wait(Duration::from_secs(15)).await?;
+    ensure!(status.success(), "exit {status:?}\n{}", old.context());
+    let next = poll_until(
+        "the standby to take over",
+        Duration::from_secs(10),
+        || async {
+            Ok::<_, kube::Error>(
+                api.get_opt(LEASE)
+                    .await?
+                    .and_then(|l| l.spec?.holder_identity)
+                    .filter(|h| h == &new.name),
+            )
+        },
+    )
+    .await
+    .with_context(|| new.context())?;
+    ensure!(next == new.name);
+    ensure!(
+        stopped.elapsed() < Duration::from_secs(5),
+        "handover took {:?}",
+        stopped.elapsed()
+    );
+    poll_until("the new leader's gauge", Duration::from_secs(5), || async {
+        let (_, body) = new
+            .get(false, "/metrics")
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok::<_, String>((leading_gauge(&body).as_deref() == Some("1")).then_some(()))
+    })
+    .await?;
+
+    new.sigterm()?;
+    let status = new.wait(Duration::from_secs(15)).await?;
+    ensure!(status.success(), "exit {status:?}\n{}", new.context());
+    let (held_by, _) = holder(&api).await?;
+    ensure!(held_by.is_none(), "lease still held by {held_by:?}");
+    Ok(())
+}
+
 fn main() -> std::process::ExitCode {
     run_suite(etcd_tests::tests![
         one_leader_and_takeover_after_a_crash,
         graceful_release_hands_over_at_once,
         a_lost_lease_stops_the_work,
+        process_leader_election_and_probes,
     ])
 }

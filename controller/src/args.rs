@@ -1,0 +1,561 @@
+//! The controller's command line. Every flag has an environment variable equivalent
+//! (`ETCD_CONTROLLER_<FLAG>`, e.g. `ETCD_CONTROLLER_LEADER_ELECT=true`); a flag given on the
+//! command line wins over its variable.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use etcd_shared::version::{DEFAULT_REPOSITORY, DEFAULT_VERSION};
+
+/// Environment variable the pod's namespace is read from (downward API).
+pub const POD_NAMESPACE_ENV: &str = "POD_NAMESPACE";
+/// The namespace file of the in-cluster service account.
+pub const IN_CLUSTER_NAMESPACE_FILE: &str =
+    "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+/// The etcd operator's controller: reconciles each EtcdCluster into a running etcd cluster.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "etcd-controller", version, about, long_about = None)]
+pub struct Args {
+    /// Path to a kubeconfig file. Without it the in-cluster service account is used, falling
+    /// back to $KUBECONFIG or ~/.kube/config.
+    #[arg(long, env = "ETCD_CONTROLLER_KUBECONFIG", value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Watch EtcdClusters in this namespace only. Empty or absent: all namespaces.
+    #[arg(long, env = "ETCD_CONTROLLER_NAMESPACE", value_name = "NS")]
+    pub namespace: Option<String>,
+
+    /// Address the /metrics endpoint listens on (`:8080` is every interface, port 8080);
+    /// `0` disables it.
+    #[arg(
+        long,
+        env = "ETCD_CONTROLLER_METRICS_BIND_ADDRESS",
+        value_name = "ADDR",
+        default_value = ":8080",
+        value_parser = parse_bind_address
+    )]
+    pub metrics_bind_address: BindAddress,
+
+    /// Address the /healthz and /readyz probes listen on (`:8081` is every interface, port
+    /// 8081); `0` disables them.
+    #[arg(
+        long,
+        env = "ETCD_CONTROLLER_HEALTH_PROBE_BIND_ADDRESS",
+        value_name = "ADDR",
+        default_value = ":8081",
+        value_parser = parse_bind_address
+    )]
+    pub health_probe_bind_address: BindAddress,
+
+    /// Elect a leader among the replicas through a coordination.k8s.io Lease, so only one
+    /// reconciles at a time. Needed whenever more than one replica runs.
+    #[arg(
+        long,
+        env = "ETCD_CONTROLLER_LEADER_ELECT",
+        default_value_t = false,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub leader_elect: bool,
+
+    /// Namespace of the leader election Lease. Default: the pod's namespace ($POD_NAMESPACE or
+    /// the service account's namespace file), else `default`.
+    #[arg(
+        long,
+        env = "ETCD_CONTROLLER_LEADER_ELECTION_NAMESPACE",
+        value_name = "NS"
+    )]
+    pub leader_election_namespace: Option<String>,
+
+    /// Name of the leader election Lease.
+    #[arg(
+        long,
+        env = "ETCD_CONTROLLER_LEADER_ELECTION_ID",
+        value_name = "NAME",
+        default_value = "etcd-operator-controller"
+    )]
+    pub leader_election_id: String,
+
+    /// How long a standby waits, after the leader's last renewal, before taking the Lease over.
+    #[arg(
+        long,
+        env = "ETCD_CONTROLLER_LEADER_ELECT_LEASE_DURATION",
+        value_name = "DURATION",
+        default_value = "15s",
+        value_parser = parse_duration
+    )]
+    pub leader_elect_lease_duration: Duration,
+
+    /// How long the leader keeps trying to renew before it gives leadership up. Must be shorter
+    /// than the lease duration.
+    #[arg(
+        long,
+        env = "ETCD_CONTROLLER_LEADER_ELECT_RENEW_DEADLINE",
+        value_name = "DURATION",
+        default_value = "10s",
+        value_parser = parse_duration
+    )]
+    pub leader_elect_renew_deadline: Duration,
+
+    /// How often candidates try to acquire and the leader renews the Lease. Must be shorter
+    /// than the renew deadline.
+    #[arg(
+        long,
+        env = "ETCD_CONTROLLER_LEADER_ELECT_RETRY_PERIOD",
+        value_name = "DURATION",
+        default_value = "2s",
+        value_parser = parse_duration
+    )]
+    pub leader_elect_retry_period: Duration,
+
+    /// How many EtcdClusters are reconciled at the same time (each cluster one at a time).
+    #[arg(
+        long,
+        env = "ETCD_CONTROLLER_CONCURRENT_RECONCILES",
+        value_name = "N",
+        default_value_t = 4,
+        value_parser = clap::value_parser!(u16).range(1..)
+    )]
+    pub concurrent_reconciles: u16,
+
+    /// After SIGTERM, how long running reconciles get to finish before the controller is
+    /// stopped anyway (keep it below the pod's terminationGracePeriodSeconds).
+    #[arg(
+        long,
+        env = "ETCD_CONTROLLER_GRACEFUL_SHUTDOWN_TIMEOUT",
+        value_name = "DURATION",
+        default_value = "20s",
+        value_parser = parse_duration
+    )]
+    pub graceful_shutdown_timeout: Duration,
+
+    /// etcd version of clusters whose spec gives none (when the webhook did not default it).
+    #[arg(
+        long,
+        env = "ETCD_CONTROLLER_DEFAULT_VERSION",
+        value_name = "VERSION",
+        default_value = DEFAULT_VERSION
+    )]
+    pub default_version: String,
+
+    /// etcd image repository of clusters whose spec gives none.
+    #[arg(
+        long,
+        env = "ETCD_CONTROLLER_DEFAULT_REPOSITORY",
+        value_name = "REPOSITORY",
+        default_value = DEFAULT_REPOSITORY
+    )]
+    pub default_repository: String,
+
+    /// Log format.
+    #[arg(
+        long,
+        env = "ETCD_CONTROLLER_LOG_FORMAT",
+        value_enum,
+        default_value_t = LogFormat::Text
+    )]
+    pub log_format: LogFormat,
+
+    /// Log filter in tracing's EnvFilter syntax, e.g. `info` or
+    /// `info,etcd_controller=debug,kube=warn`. $RUST_LOG, when set, overrides it.
+    #[arg(
+        long,
+        env = "ETCD_CONTROLLER_LOG_LEVEL",
+        value_name = "FILTER",
+        default_value = "info"
+    )]
+    pub log_level: String,
+}
+
+/// Where a server listens: an address, or disabled (`0`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BindAddress(pub Option<SocketAddr>);
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object a line.
+    Json,
+}
+
+impl Args {
+    /// The namespace to watch, `None` for all namespaces.
+    pub fn watch_namespace(&self) -> Option<String> {
+        self.namespace
+            .as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+    }
+
+    /// The namespace of the leader election Lease: the flag, else the pod's namespace
+    /// (`$POD_NAMESPACE`, then the service account's namespace file), else `default`.
+    pub fn leader_election_namespace(&self) -> String {
+        resolve_leader_election_namespace(
+            self.leader_election_namespace.as_deref(),
+            std::env::var(POD_NAMESPACE_ENV).ok().as_deref(),
+            std::fs::read_to_string(IN_CLUSTER_NAMESPACE_FILE)
+                .ok()
+                .as_deref(),
+        )
+    }
+
+    /// Checks what clap cannot: the leader election timings must satisfy
+    /// retry period < renew deadline < lease duration, and the two servers need distinct
+    /// addresses.
+    pub fn validate(&self) -> Result<(), ArgsError> {
+        if self.leader_elect {
+            if self.leader_elect_renew_deadline >= self.leader_elect_lease_duration {
+                return Err(ArgsError::Invalid(format!(
+                    "--leader-elect-renew-deadline ({:?}) must be shorter than --leader-elect-lease-duration ({:?})",
+                    self.leader_elect_renew_deadline, self.leader_elect_lease_duration
+                )));
+            }
+            if self.leader_elect_retry_period >= self.leader_elect_renew_deadline {
+                return Err(ArgsError::Invalid(format!(
+                    "--leader-elect-retry-period ({:?}) must be shorter than --leader-elect-renew-deadline ({:?})",
+                    self.leader_elect_retry_period, self.leader_elect_renew_deadline
+                )));
+            }
+            if self.leader_elect_retry_period.is_zero() {
+                return Err(ArgsError::Invalid(
+                    "--leader-elect-retry-period must be positive".into(),
+                ));
+            }
+            if self.leader_election_id.is_empty() {
+                return Err(ArgsError::Invalid(
+                    "--leader-election-id must not be empty".into(),
+                ));
+            }
+        }
+        if let (Some(m), Some(h)) = (
+            self.metrics_bind_address.0,
+            self.health_probe_bind_address.0,
+        ) && m.port() != 0
+            && m == h
+        {
+            return Err(ArgsError::Invalid(format!(
+                "--metrics-bind-address and --health-probe-bind-address are both {m}"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A command line that parses but makes no sense.
+#[derive(Debug, thiserror::Error)]
+pub enum ArgsError {
+    /// A flag's value, or a combination of flags, is invalid.
+    #[error("invalid arguments: {0}")]
+    Invalid(String),
+}
+
+fn resolve_leader_election_namespace(
+    flag: Option<&str>,
+    pod_namespace: Option<&str>,
+    namespace_file: Option<&str>,
+) -> String {
+    [flag, pod_namespace, namespace_file]
+        .into_iter()
+        .flatten()
+        .map(str::trim)
+        .find(|s| !s.is_empty())
+        .unwrap_or("default")
+        .to_string()
+}
+
+/// Parses a bind address the Kubernetes way: `:8080` (every interface), `127.0.0.1:8080`,
+/// `[::1]:8080`, `localhost:8080`, or `0` (disabled).
+pub fn parse_bind_address(s: &str) -> Result<BindAddress, String> {
+    let s = s.trim();
+    if s == "0" {
+        return Ok(BindAddress(None));
+    }
+    let (host, port) = s
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{s:?} is not HOST:PORT or :PORT"))?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("{s:?}: {port:?} is not a port number"))?;
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    let ip: IpAddr = match host {
+        "" => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        "localhost" => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        h => h
+            .parse()
+            .map_err(|_| format!("{s:?}: {h:?} is not an IP address"))?,
+    };
+    Ok(BindAddress(Some(SocketAddr::new(ip, port))))
+}
+
+/// Parses a duration like Go's `time.ParseDuration` (what Kubernetes flags take): a sequence
+/// of decimal numbers with units `ns`, `us`/`µs`, `ms`, `s`, `m`, `h`, e.g. `15s`, `1m30s`,
+/// `1.5s`, `500ms`. A bare `0` is zero.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let input = s.trim();
+    if input == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if input.is_empty() {
+        return Err("empty duration".into());
+    }
+    let mut rest = input;
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(|| format!("{input:?}: missing unit (e.g. 15s, 500ms, 1m)"))?;
+        let (number, after) = rest.split_at(number_len);
+        let value: f64 = number
+            .parse()
+            .map_err(|_| format!("{input:?}: {number:?} is not a number"))?;
+        let unit_len = after
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(after.len());
+        let (unit, after) = after.split_at(unit_len);
+        let seconds = match unit {
+            "ns" => 1e-9,
+            "us" | "µs" | "μs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(format!("{input:?}: unknown unit {unit:?}")),
+        };
+        total += value * seconds;
+        rest = after;
+    }
+    Duration::try_from_secs_f64(total).map_err(|e| format!("{input:?}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Args, clap::Error> {
+        Args::try_parse_from(std::iter::once("etcd-controller").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn defaults() {
+        let a = parse(&[]).unwrap();
+        assert_eq!(a.kubeconfig, None);
+        assert_eq!(a.watch_namespace(), None);
+        assert_eq!(
+            a.metrics_bind_address,
+            BindAddress(Some("0.0.0.0:8080".parse().unwrap()))
+        );
+        assert_eq!(
+            a.health_probe_bind_address,
+            BindAddress(Some("0.0.0.0:8081".parse().unwrap()))
+        );
+        assert!(!a.leader_elect);
+        assert_eq!(a.leader_election_namespace, None);
+        assert_eq!(a.leader_election_id, "etcd-operator-controller");
+        assert_eq!(a.leader_elect_lease_duration, Duration::from_secs(15));
+        assert_eq!(a.leader_elect_renew_deadline, Duration::from_secs(10));
+        assert_eq!(a.leader_elect_retry_period, Duration::from_secs(2));
+        assert_eq!(a.concurrent_reconciles, 4);
+        assert_eq!(a.graceful_shutdown_timeout, Duration::from_secs(20));
+        assert_eq!(a.default_version, DEFAULT_VERSION);
+        assert_eq!(a.default_repository, DEFAULT_REPOSITORY);
+        assert_eq!(a.log_format, LogFormat::Text);
+        assert_eq!(a.log_level, "info");
+        a.validate().unwrap();
+    }
+
+    #[test]
+    fn every_flag() {
+        let a = parse(&[
+            "--kubeconfig",
+            "/tmp/kc",
+            "--namespace",
+            "etcd",
+            "--metrics-bind-address",
+            "127.0.0.1:9090",
+            "--health-probe-bind-address=[::]:9091",
+            "--leader-elect",
+            "--leader-election-namespace",
+            "ops",
+            "--leader-election-id",
+            "my-lock",
+            "--leader-elect-lease-duration",
+            "30s",
+            "--leader-elect-renew-deadline",
+            "20s",
+            "--leader-elect-retry-period",
+            "500ms",
+            "--concurrent-reconciles",
+            "8",
+            "--graceful-shutdown-timeout=1m",
+            "--default-version",
+            "3.5.21",
+            "--default-repository",
+            "registry.example/etcd",
+            "--log-format",
+            "json",
+            "--log-level",
+            "debug,kube=warn",
+        ])
+        .unwrap();
+        assert_eq!(a.kubeconfig, Some(PathBuf::from("/tmp/kc")));
+        assert_eq!(a.watch_namespace().as_deref(), Some("etcd"));
+        assert_eq!(
+            a.metrics_bind_address,
+            BindAddress(Some("127.0.0.1:9090".parse().unwrap()))
+        );
+        assert_eq!(
+            a.health_probe_bind_address,
+            BindAddress(Some("[::]:9091".parse().unwrap()))
+        );
+        assert!(a.leader_elect);
+        assert_eq!(a.leader_election_namespace(), "ops");
+        assert_eq!(a.leader_election_id, "my-lock");
+        assert_eq!(a.leader_elect_lease_duration, Duration::from_secs(30));
+        assert_eq!(a.leader_elect_renew_deadline, Duration::from_secs(20));
+        assert_eq!(a.leader_elect_retry_period, Duration::from_millis(500));
+        assert_eq!(a.concurrent_reconciles, 8);
+        assert_eq!(a.graceful_shutdown_timeout, Duration::from_secs(60));
+        assert_eq!(a.default_version, "3.5.21");
+        assert_eq!(a.default_repository, "registry.example/etcd");
+        assert_eq!(a.log_format, LogFormat::Json);
+        assert_eq!(a.log_level, "debug,kube=warn");
+        a.validate().unwrap();
+    }
+
+    #[test]
+    fn leader_elect_takes_an_optional_value() {
+        assert!(parse(&["--leader-elect"]).unwrap().leader_elect);
+        assert!(parse(&["--leader-elect=true"]).unwrap().leader_elect);
+        assert!(!parse(&["--leader-elect=false"]).unwrap().leader_elect);
+    }
+
+    #[test]
+    fn empty_namespace_is_all_namespaces() {
+        assert_eq!(parse(&["--namespace", ""]).unwrap().watch_namespace(), None);
+        assert_eq!(parse(&["--namespace="]).unwrap().watch_namespace(), None);
+    }
+
+    #[test]
+    fn invalid_values_are_refused() {
+        for bad in [
+            &["--concurrent-reconciles", "0"][..],
+            &["--metrics-bind-address", "8080"],
+            &["--metrics-bind-address", ":http"],
+            &["--health-probe-bind-address", "nohost:1"],
+            &["--leader-elect-lease-duration", "15"],
+            &["--leader-elect-retry-period", "2x"],
+            &["--log-format", "xml"],
+            &["--no-such-flag"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn validate_checks_timings_and_addresses() {
+        let bad_timings = parse(&[
+            "--leader-elect",
+            "--leader-elect-lease-duration=10s",
+            "--leader-elect-renew-deadline=10s",
+        ])
+        .unwrap();
+        assert!(bad_timings.validate().is_err());
+        let bad_retry = parse(&["--leader-elect", "--leader-elect-retry-period=10s"]).unwrap();
+        assert!(bad_retry.validate().is_err());
+        // Timings only matter with leader election.
+        let no_election = parse(&["--leader-elect-retry-period=10s"]).unwrap();
+        no_election.validate().unwrap();
+        let same_port = parse(&[
+            "--metrics-bind-address=:9000",
+            "--health-probe-bind-address=0.0.0.0:9000",
+        ])
+        .unwrap();
+        assert!(same_port.validate().is_err());
+        let ephemeral = parse(&[
+            "--metrics-bind-address=127.0.0.1:0",
+            "--health-probe-bind-address=127.0.0.1:0",
+        ])
+        .unwrap();
+        ephemeral.validate().unwrap();
+    }
+
+    #[test]
+    fn bind_addresses() {
+        let ok = |s: &str| parse_bind_address(s).unwrap().0;
+        assert_eq!(ok(":8080"), Some("0.0.0.0:8080".parse().unwrap()));
+        assert_eq!(ok("0.0.0.0:80"), Some("0.0.0.0:80".parse().unwrap()));
+        assert_eq!(ok("localhost:1"), Some("127.0.0.1:1".parse().unwrap()));
+        assert_eq!(ok("[::1]:8080"), Some("[::1]:8080".parse().unwrap()));
+        assert_eq!(ok("0"), None);
+        for bad in ["", ":", "1.2.3.4", ":99999", "a.b:1", "[::1:80"] {
+            assert!(parse_bind_address(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn durations() {
+        let ok = |s: &str| parse_duration(s).unwrap();
+        assert_eq!(ok("15s"), Duration::from_secs(15));
+        assert_eq!(ok("0"), Duration::ZERO);
+        assert_eq!(ok("500ms"), Duration::from_millis(500));
+        assert_eq!(ok("1m30s"), Duration::from_secs(90));
+        assert_eq!(ok("1h"), Duration::from_secs(3600));
+        assert_eq!(ok("1.5s"), Duration::from_millis(1500));
+        assert_eq!(ok("250us"), Duration::from_micros(250));
+        for bad in ["", "15", "s", "1x", "1.2.3s", "-1s", "1s2"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn leader_election_namespace_fallbacks() {
+        assert_eq!(
+            resolve_leader_election_namespace(Some("a"), Some("b"), Some("c")),
+            "a"
+        );
+        assert_eq!(
+            resolve_leader_election_namespace(None, Some("b"), Some("c")),
+            "b"
+        );
+        assert_eq!(
+            resolve_leader_election_namespace(None, Some(""), Some("c\n")),
+            "c"
+        );
+        assert_eq!(
+            resolve_leader_election_namespace(None, None, None),
+            "default"
+        );
+    }
+
+    #[test]
+    fn environment_variables_name_every_flag() {
+        use clap::CommandFactory;
+        let command = Args::command();
+        for arg in command.get_arguments() {
+            let id = arg.get_id().as_str();
+            if id == "help" || id == "version" {
+                continue;
+            }
+            let long = arg.get_long().unwrap();
+            let env = arg.get_env().unwrap().to_str().unwrap().to_string();
+            assert_eq!(
+                env,
+                format!("ETCD_CONTROLLER_{}", long.replace('-', "_").to_uppercase()),
+                "--{long}"
+            );
+            assert!(arg.get_help().is_some(), "--{long} has no help");
+        }
+    }
+}

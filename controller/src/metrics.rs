@@ -1,0 +1,502 @@
+//! The controller's Prometheus metrics, on a registry of their own (not the process-global
+//! one), served as text by [`crate::admin`] on `/metrics`.
+//!
+//! Every series is prefixed `etcd_controller_`:
+//!
+//! | series | type | labels |
+//! |---|---|---|
+//! | `reconcile_total` | counter | `result` (`ok`, `error`) |
+//! | `reconcile_errors_total` | counter | `error` (the error's static label) |
+//! | `reconcile_duration_seconds` | histogram | |
+//! | `clusters` | gauge | `phase` |
+//! | `ready_members` | gauge | `namespace`, `cluster` |
+//! | `etcd_health_check_failures_total` | counter | `namespace`, `cluster` |
+//! | `member_changes_total` | counter | `kind` (`bootstrap`, `add`, `promote`, `remove`, ...) |
+//! | `leader` | gauge | (1 while this replica leads, else 0) |
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use etcd_shared::types::ClusterPhase;
+use prometheus::{
+    Histogram, HistogramOpts, HistogramTimer, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+
+/// Prefix of every series.
+pub const NAMESPACE: &str = "etcd_controller";
+
+/// Buckets of `reconcile_duration_seconds`, 1 ms to 60 s.
+pub const RECONCILE_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+/// What [`Metrics::observe_cluster`] remembers of one cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Tracked {
+    phase: &'static str,
+}
+
+/// The controller's metrics. Cheap to share behind an `Arc`; every method takes `&self`.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    reconcile_total: IntCounterVec,
+    reconcile_errors_total: IntCounterVec,
+    reconcile_duration_seconds: Histogram,
+    clusters: IntGaugeVec,
+    ready_members: IntGaugeVec,
+    health_check_failures_total: IntCounterVec,
+    member_changes_total: IntCounterVec,
+    leader: IntGauge,
+    /// Clusters seen by [`Metrics::observe_cluster`], keyed by (namespace, name).
+    tracked: Mutex<BTreeMap<(String, String), Tracked>>,
+}
+
+/// Measures one reconcile: records its duration in `reconcile_duration_seconds` when dropped.
+#[derive(Debug)]
+#[must_use = "the duration is recorded when the timer is dropped"]
+pub struct ReconcileTimer(Option<HistogramTimer>);
+
+impl ReconcileTimer {
+    /// Records the duration now instead of at drop.
+    pub fn observe(mut self) {
+        if let Some(timer) = self.0.take() {
+            timer.observe_duration();
+        }
+    }
+}
+
+impl Drop for ReconcileTimer {
+    fn drop(&mut self) {
+        if let Some(timer) = self.0.take() {
+            timer.observe_duration();
+        }
+    }
+}
+
+fn opts(name: &str, help: &str) -> Opts {
+    Opts::new(name, help).namespace(NAMESPACE)
+}
+
+impl Metrics {
+    /// Creates every series and registers it on a new registry. `clusters{phase}` starts at 0
+    /// for every known phase, so dashboards see each phase from the first scrape.
+    pub fn new() -> Result<Self, prometheus::Error> {
+        let registry = Registry::new();
+        let reconcile_total = IntCounterVec::new(
+            opts("reconcile_total", "Reconciles of EtcdClusters, by result."),
+            &["result"],
+        )?;
+        let reconcile_errors_total = IntCounterVec::new(
+            opts(
+                "reconcile_errors_total",
+                "Failed reconciles of EtcdClusters, by error kind.",
+            ),
+            &["error"],
+        )?;
+        let reconcile_duration_seconds = Histogram::with_opts(
+            HistogramOpts::new(
+                "reconcile_duration_seconds",
+                "Duration of one reconcile of an EtcdCluster.",
+            )
+            .namespace(NAMESPACE)
+            .buckets(RECONCILE_BUCKETS.to_vec()),
+        )?;
+        let clusters = IntGaugeVec::new(
+            opts(
+                "clusters",
+                "EtcdClusters managed by the controller, by phase.",
+            ),
+            &["phase"],
+        )?;
+        let ready_members = IntGaugeVec::new(
+            opts("ready_members", "Ready etcd members of a cluster."),
+            &["namespace", "cluster"],
+        )?;
+        let health_check_failures_total = IntCounterVec::new(
+            opts(
+                "etcd_health_check_failures_total",
+                "Failed health checks of a cluster's etcd members.",
+            ),
+            &["namespace", "cluster"],
+        )?;
+        let member_changes_total = IntCounterVec::new(
+            opts(
+                "member_changes_total",
+                "Changes of etcd membership made by the controller, by kind.",
+            ),
+            &["kind"],
+        )?;
+        let leader = IntGauge::with_opts(opts(
+            "leader",
+            "1 while this replica holds the leader election lease, else 0.",
+        ))?;
+
+        registry.register(Box::new(reconcile_total.clone()))?;
+        registry.register(Box::new(reconcile_errors_total.clone()))?;
+        registry.register(Box::new(reconcile_duration_seconds.clone()))?;
+        registry.register(Box::new(clusters.clone()))?;
+        registry.register(Box::new(ready_members.clone()))?;
+        registry.register(Box::new(health_check_failures_total.clone()))?;
+        registry.register(Box::new(member_changes_total.clone()))?;
+        registry.register(Box::new(leader.clone()))?;
+
+        for phase in ClusterPhase::ALL {
+            clusters.with_label_values(&[phase.as_str()]).set(0);
+        }
+        for result in ["ok", "error"] {
+            reconcile_total.with_label_values(&[result]);
+        }
+
+        Ok(Self {
+            registry,
+            reconcile_total,
+            reconcile_errors_total,
+            reconcile_duration_seconds,
+            clusters,
+            ready_members,
+            health_check_failures_total,
+            member_changes_total,
+            leader,
+            tracked: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    /// The registry every series is registered on.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Every series in the Prometheus text exposition format (version 0.0.4).
+    pub fn encode(&self) -> String {
+        let families = self.registry.gather();
+        let mut buf = String::new();
+        if let Err(e) = TextEncoder::new().encode_utf8(&families, &mut buf) {
+            tracing::warn!(error = %e, "encoding metrics");
+        }
+        buf
+    }
+
+    /// Starts timing a reconcile; the duration is recorded when the timer is dropped.
+    pub fn reconcile_timer(&self) -> ReconcileTimer {
+        ReconcileTimer(Some(self.reconcile_duration_seconds.start_timer()))
+    }
+
+    /// Counts a successful reconcile.
+    pub fn reconcile_ok(&self) {
+        self.reconcile_total.with_label_values(&["ok"]).inc();
+    }
+
+    /// Counts a failed reconcile and its error kind.
+    pub fn reconcile_error(&self, label: &'static str) {
+        self.reconcile_total.with_label_values(&["error"]).inc();
+        self.reconcile_errors_total
+            .with_label_values(&[label])
+            .inc();
+    }
+
+    /// Sets `clusters{phase}` from counts computed by the caller. Phases not listed are set to
+    /// 0. Use either this or [`Metrics::observe_cluster`], not both: each overwrites the other.
+    pub fn set_clusters_by_phase(&self, counts: &[(&'static str, i64)]) {
+        self.clusters.reset();
+        for phase in ClusterPhase::ALL {
+            self.clusters.with_label_values(&[phase.as_str()]).set(0);
+        }
+        for (phase, count) in counts {
+            self.clusters.with_label_values(&[phase]).add(*count);
+        }
+    }
+
+    /// Records a cluster's current phase and ready member count: updates `clusters{phase}`
+    /// (each cluster counted once, in its latest phase) and `ready_members`.
+    pub fn observe_cluster(
+        &self,
+        namespace: &str,
+        name: &str,
+        phase: &'static str,
+        ready_members: i64,
+    ) {
+        let mut tracked = self.tracked();
+        let key = (namespace.to_string(), name.to_string());
+        match tracked.insert(key, Tracked { phase }) {
+            Some(previous) if previous.phase == phase => {}
+            Some(previous) => {
+                self.clusters.with_label_values(&[previous.phase]).dec();
+                self.clusters.with_label_values(&[phase]).inc();
+            }
+            None => self.clusters.with_label_values(&[phase]).inc(),
+        }
+        self.ready_members
+            .with_label_values(&[namespace, name])
+            .set(ready_members);
+    }
+
+    /// Forgets a deleted cluster: removes its per-cluster series and its count in
+    /// `clusters{phase}`.
+    pub fn forget_cluster(&self, namespace: &str, name: &str) {
+        let mut tracked = self.tracked();
+        if let Some(previous) = tracked.remove(&(namespace.to_string(), name.to_string())) {
+            self.clusters.with_label_values(&[previous.phase]).dec();
+        }
+        // Absent series are not an error: the cluster may never have had one.
+        let _ = self.ready_members.remove_label_values(&[namespace, name]);
+        let _ = self
+            .health_check_failures_total
+            .remove_label_values(&[namespace, name]);
+    }
+
+    /// Counts a failed health check of one of a cluster's members.
+    pub fn health_check_failed(&self, namespace: &str, name: &str) {
+        self.health_check_failures_total
+            .with_label_values(&[namespace, name])
+            .inc();
+    }
+
+    /// Counts a membership change (`bootstrap`, `add`, `promote`, `remove`, `replace`,
+    /// `upgrade`, ...).
+    pub fn member_change(&self, kind: &'static str) {
+        self.member_changes_total.with_label_values(&[kind]).inc();
+    }
+
+    /// Sets `leader` to 1 (leading) or 0.
+    pub fn set_leader(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
+    }
+
+    fn tracked(&self) -> MutexGuard<'_, BTreeMap<(String, String), Tracked>> {
+        // The map is always left consistent, so a panic elsewhere doesn't invalidate it.
+        self.tracked.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The value of the sample `series` (name with its labels as encoded, e.g.
+    /// `etcd_controller_clusters{phase="Running"}`), if present.
+    fn sample(text: &str, series: &str) -> Option<f64> {
+        text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+            let (name, value) = l.rsplit_once(' ')?;
+            (name == series).then(|| value.parse().ok()).flatten()
+        })
+    }
+
+    #[test]
+    fn every_series_has_help_and_type() {
+        let m = Metrics::new().unwrap();
+        m.set_leader(false);
+        m.member_change("add");
+        m.health_check_failed("ns", "a");
+        m.observe_cluster("ns", "a", "Running", 3);
+        m.reconcile_error("kube");
+        let text = m.encode();
+        for (name, kind) in [
+            ("reconcile_total", "counter"),
+            ("reconcile_errors_total", "counter"),
+            ("reconcile_duration_seconds", "histogram"),
+            ("clusters", "gauge"),
+            ("ready_members", "gauge"),
+            ("etcd_health_check_failures_total", "counter"),
+            ("member_changes_total", "counter"),
+            ("leader", "gauge"),
+        ] {
+            let full = format!("etcd_controller_{name}");
+            assert!(
+                text.contains(&format!("# HELP {full} ")),
+                "no HELP for {full}:\n{text}"
+            );
+            assert!(
+                text.contains(&format!("# TYPE {full} {kind}\n")),
+                "no TYPE for {full}:\n{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn reconcile_counts_and_duration() {
+        let m = Metrics::new().unwrap();
+        m.reconcile_ok();
+        m.reconcile_ok();
+        m.reconcile_error("etcd");
+        m.reconcile_error("etcd");
+        m.reconcile_error("kube");
+        {
+            let _timer = m.reconcile_timer();
+        }
+        m.reconcile_timer().observe();
+        let text = m.encode();
+        assert_eq!(
+            sample(&text, r#"etcd_controller_reconcile_total{result="ok"}"#),
+            Some(2.0)
+        );
+        assert_eq!(
+            sample(&text, r#"etcd_controller_reconcile_total{result="error"}"#),
+            Some(3.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                r#"etcd_controller_reconcile_errors_total{error="etcd"}"#
+            ),
+            Some(2.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                r#"etcd_controller_reconcile_errors_total{error="kube"}"#
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(&text, "etcd_controller_reconcile_duration_seconds_count"),
+            Some(2.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                r#"etcd_controller_reconcile_duration_seconds_bucket{le="60"}"#
+            ),
+            Some(2.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                r#"etcd_controller_reconcile_duration_seconds_bucket{le="0.001"}"#
+            ),
+            Some(2.0),
+            "an empty scope takes well under 1 ms"
+        );
+    }
+
+    #[test]
+    fn phases_start_at_zero_and_follow_observed_clusters() {
+        let m = Metrics::new().unwrap();
+        let text = m.encode();
+        for phase in ClusterPhase::ALL {
+            let series = format!(r#"etcd_controller_clusters{{phase="{}"}}"#, phase.as_str());
+            assert_eq!(sample(&text, &series), Some(0.0), "{series}");
+        }
+
+        m.observe_cluster("ns", "a", "Creating", 0);
+        m.observe_cluster("ns", "b", "Creating", 1);
+        m.observe_cluster("other", "a", "Running", 3);
+        m.observe_cluster("ns", "a", "Running", 3);
+        m.observe_cluster("ns", "a", "Running", 3);
+        let text = m.encode();
+        assert_eq!(
+            sample(&text, r#"etcd_controller_clusters{phase="Creating"}"#),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(&text, r#"etcd_controller_clusters{phase="Running"}"#),
+            Some(2.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                r#"etcd_controller_ready_members{cluster="b",namespace="ns"}"#
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                r#"etcd_controller_ready_members{cluster="a",namespace="other"}"#
+            ),
+            Some(3.0)
+        );
+    }
+
+    #[test]
+    fn forget_cluster_removes_its_series() {
+        let m = Metrics::new().unwrap();
+        m.observe_cluster("ns", "a", "Running", 3);
+        m.observe_cluster("ns", "b", "Running", 3);
+        m.health_check_failed("ns", "a");
+        m.health_check_failed("ns", "a");
+        m.health_check_failed("ns", "b");
+        let text = m.encode();
+        assert_eq!(
+            sample(
+                &text,
+                r#"etcd_controller_etcd_health_check_failures_total{cluster="a",namespace="ns"}"#
+            ),
+            Some(2.0)
+        );
+
+        m.forget_cluster("ns", "a");
+        // Forgetting twice, or a cluster never seen, is harmless.
+        m.forget_cluster("ns", "a");
+        m.forget_cluster("ns", "never");
+        let text = m.encode();
+        assert!(!text.contains(r#"cluster="a""#), "{text}");
+        assert_eq!(
+            sample(&text, r#"etcd_controller_clusters{phase="Running"}"#),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                r#"etcd_controller_ready_members{cluster="b",namespace="ns"}"#
+            ),
+            Some(3.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                r#"etcd_controller_etcd_health_check_failures_total{cluster="b",namespace="ns"}"#
+            ),
+            Some(1.0)
+        );
+    }
+
+    #[test]
+    fn set_clusters_by_phase_overwrites() {
+        let m = Metrics::new().unwrap();
+        m.set_clusters_by_phase(&[("Running", 4), ("Degraded", 1)]);
+        m.set_clusters_by_phase(&[("Running", 2)]);
+        let text = m.encode();
+        assert_eq!(
+            sample(&text, r#"etcd_controller_clusters{phase="Running"}"#),
+            Some(2.0)
+        );
+        assert_eq!(
+            sample(&text, r#"etcd_controller_clusters{phase="Degraded"}"#),
+            Some(0.0)
+        );
+    }
+
+    #[test]
+    fn member_changes_and_leader() {
+        let m = Metrics::new().unwrap();
+        m.member_change("add");
+        m.member_change("add");
+        m.member_change("promote");
+        m.set_leader(true);
+        let text = m.encode();
+        assert_eq!(
+            sample(&text, r#"etcd_controller_member_changes_total{kind="add"}"#),
+            Some(2.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                r#"etcd_controller_member_changes_total{kind="promote"}"#
+            ),
+            Some(1.0)
+        );
+        assert_eq!(sample(&text, "etcd_controller_leader"), Some(1.0));
+        m.set_leader(false);
+        assert_eq!(sample(&m.encode(), "etcd_controller_leader"), Some(0.0));
+    }
+
+    #[test]
+    fn two_instances_do_not_collide() {
+        let a = Metrics::new().unwrap();
+        let b = Metrics::new().unwrap();
+        a.member_change("add");
+        assert!(!b.encode().contains(r#"kind="add""#));
+    }
+}
