@@ -13,6 +13,7 @@ pub mod app;
 pub mod args;
 pub mod backoff;
 pub mod builders;
+pub mod cache;
 pub mod context;
 pub mod error;
 pub mod etcd;

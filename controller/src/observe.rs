@@ -4,16 +4,16 @@
 use std::time::Duration;
 
 use futures::future::join_all;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
-use kube::api::ListParams;
 
 use etcd_client::{Certificate, Identity, TlsOptions};
 use etcd_shared::names::{self, CLIENT_PORT};
 use etcd_shared::version::EtcdVersion;
 
 use crate::builders::ClusterView;
+use crate::cache::{self, Caches};
 use crate::error::Error;
 use crate::etcd::{EtcdAccess, ListedMember};
 use crate::planner::{Health, MemberState, Observed, PodPhase, PodState};
@@ -28,18 +28,6 @@ pub struct Observation {
     pub access: EtcdAccess,
     /// Members whose health check failed, with the reason.
     pub health_failures: Vec<(String, String)>,
-}
-
-fn selector(view: &ClusterView, component: &str) -> String {
-    format!(
-        "{}={},{}={},{}={}",
-        names::LABEL_INSTANCE,
-        view.name,
-        names::LABEL_MANAGED_BY,
-        names::MANAGED_BY,
-        names::LABEL_COMPONENT,
-        component
-    )
 }
 
 fn pod_state(pod: &Pod, now: Timestamp) -> Option<PodState> {
@@ -143,36 +131,21 @@ fn member_name(view: &ClusterView, m: &ListedMember) -> String {
 /// Reads the pods, claims and etcd members of a cluster.
 pub async fn observe(
     client: &kube::Client,
+    caches: &Caches,
     view: &ClusterView,
     bootstrapped: bool,
     timeout: Duration,
 ) -> Result<Observation, Error> {
     let now = Timestamp::now();
-    let pods_api: Api<Pod> = Api::namespaced(client.clone(), &view.namespace);
-    let claims_api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &view.namespace);
-    let (pod_selector, claim_selector) = (selector(view, "member"), selector(view, "data"));
-    let (pods, claims, tls) = futures::try_join!(
-        async {
-            pods_api
-                .list(&ListParams::default().labels(&pod_selector))
-                .await
-                .map_err(Error::kube("list member pods"))
-        },
-        async {
-            claims_api
-                .list(&ListParams::default().labels(&claim_selector))
-                .await
-                .map_err(Error::kube("list data claims"))
-        },
-        operator_tls(client, view),
-    )?;
-    let pods: Vec<PodState> = pods
-        .items
-        .iter()
-        .filter_map(|p| pod_state(p, now))
-        .collect();
+    let mut pod_selector = names::selector_labels(&view.name);
+    pod_selector.insert(names::LABEL_COMPONENT.into(), "member".into());
+    let mut claim_selector = names::selector_labels(&view.name);
+    claim_selector.insert(names::LABEL_COMPONENT.into(), "data".into());
+    let pods = cache::select(&caches.pods, &view.namespace, &pod_selector);
+    let claims = cache::select(&caches.claims, &view.namespace, &claim_selector);
+    let tls = operator_tls(client, view).await?;
+    let pods: Vec<PodState> = pods.iter().filter_map(|p| pod_state(p, now)).collect();
     let claims: Vec<String> = claims
-        .items
         .iter()
         .filter(|c| c.metadata.deletion_timestamp.is_none())
         .filter_map(|c| {

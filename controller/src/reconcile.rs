@@ -25,11 +25,13 @@ use etcd_shared::types::ClusterPhase;
 use crate::admin::Readiness;
 use crate::backoff::Backoff;
 use crate::builders::{self, ClusterView, MemberPlan};
+use crate::cache::{self, Caches};
 use crate::context::Context;
 use crate::error::{Error, FIELD_MANAGER};
 use crate::observe::{Observation, observe};
 use crate::planner::{self, Blocked, RemovalReason, Step};
 use crate::status;
+use kube::runtime::reflector::Store;
 
 /// Runs the controller until `shutdown` resolves. `ready` turns true once the first
 /// reconcile results arrive (the watches have synced).
@@ -51,6 +53,14 @@ pub async fn run_controller(
         names::LABEL_MANAGED_BY,
         names::MANAGED_BY
     ));
+    let (caches, cache_driver) = Caches::new(
+        pods.clone(),
+        claims.clone(),
+        services.clone(),
+        pdbs.clone(),
+        owned.clone(),
+    );
+    let cache_task = tokio::spawn(cache_driver);
     let controller = Controller::new(clusters, watcher::Config::default())
         .owns(pods, owned.clone())
         .owns(services, owned.clone())
@@ -61,13 +71,15 @@ pub async fn run_controller(
     // Ready once the EtcdCluster watch has listed everything (the store is filled).
     let store = controller.store();
     let ready_flag = ready.clone();
+    let ready_caches = caches.clone();
     let readiness_task = tokio::spawn(async move {
-        if store.wait_until_ready().await.is_ok() {
+        if store.wait_until_ready().await.is_ok() && ready_caches.wait_until_ready().await {
             ready_flag.set(true);
         }
     });
     let reconciler = Arc::new(Reconciler {
         ctx,
+        caches,
         backoff: Backoff::default(),
     });
     controller
@@ -80,6 +92,7 @@ pub async fn run_controller(
         })
         .await;
     readiness_task.abort();
+    cache_task.abort();
     ready.set(false);
 }
 
@@ -98,6 +111,7 @@ where
 /// The context of the running controller: the shared context and the retry backoff.
 struct Reconciler {
     ctx: Arc<Context>,
+    caches: Caches,
     backoff: Backoff,
 }
 
@@ -113,7 +127,7 @@ async fn reconcile_with_backoff(
     cluster: Arc<EtcdCluster>,
     r: Arc<Reconciler>,
 ) -> Result<Action, Error> {
-    let result = reconcile(cluster.clone(), r.ctx.clone()).await;
+    let result = reconcile(cluster.clone(), r.ctx.clone(), r.caches.clone()).await;
     if result.is_ok() {
         r.backoff.succeeded(&key(&cluster));
     }
@@ -128,9 +142,13 @@ fn error_policy(cluster: Arc<EtcdCluster>, error: &Error, r: Arc<Reconciler>) ->
 }
 
 /// One reconcile of one cluster.
-pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile(
+    cluster: Arc<EtcdCluster>,
+    ctx: Arc<Context>,
+    caches: Caches,
+) -> Result<Action, Error> {
     let timer = ctx.metrics.reconcile_timer();
-    let result = reconcile_inner(&cluster, &ctx).await;
+    let result = reconcile_inner(&cluster, &ctx, &caches).await;
     timer.observe();
     if result.is_ok() {
         ctx.metrics.reconcile_ok();
@@ -138,7 +156,11 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<A
     result
 }
 
-async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Action, Error> {
+async fn reconcile_inner(
+    cluster: &EtcdCluster,
+    ctx: &Context,
+    caches: &Caches,
+) -> Result<Action, Error> {
     let name = cluster.name_any();
     let namespace = cluster.namespace().unwrap_or_default();
     if cluster.metadata.deletion_timestamp.is_some() {
@@ -172,13 +194,20 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Action,
         builders::disruption_budget(&view),
     );
     futures::try_join!(
-        apply(ctx, &view, &peer),
-        apply(ctx, &view, &client),
-        apply(ctx, &view, &pdb)
+        apply(ctx, &view, &peer, &caches.services),
+        apply(ctx, &view, &client, &caches.services),
+        apply(ctx, &view, &pdb, &caches.pdbs)
     )?;
 
     let bootstrapped = previous.and_then(|s| s.size).is_some_and(|s| s > 0);
-    let obs = observe(&ctx.client, &view, bootstrapped, ctx.config.etcd_timeout).await?;
+    let obs = observe(
+        &ctx.client,
+        caches,
+        &view,
+        bootstrapped,
+        ctx.config.etcd_timeout,
+    )
+    .await?;
     for (member, why) in &obs.health_failures {
         ctx.metrics.health_check_failed(&namespace, &name);
         tracing::debug!(%name, %member, %why, "member health check failed");
@@ -211,7 +240,12 @@ async fn reconcile_inner(cluster: &EtcdCluster, ctx: &Context) -> Result<Action,
 
 /// Server-side applies one derived object under the operator's field manager. Applying an
 /// unchanged object changes nothing on the server (same resourceVersion).
-async fn apply<K>(ctx: &Context, view: &ClusterView, object: &K) -> Result<(), Error>
+async fn apply<K>(
+    ctx: &Context,
+    view: &ClusterView,
+    object: &K,
+    cache: &Store<K>,
+) -> Result<(), Error>
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + Serialize
@@ -220,13 +254,18 @@ where
         + std::fmt::Debug,
 {
     let name = object.meta().name.clone().unwrap_or_default();
-    let api: Api<K> = Api::namespaced(ctx.client.clone(), &view.namespace);
     let mut value = serde_json::to_value(object).map_err(|source| Error::Serialize {
         what: "object",
         source,
     })?;
     value["apiVersion"] = K::api_version(&()).into();
     value["kind"] = K::kind(&()).into();
+    let hash = cache::content_hash(&value);
+    if cache::is_current(cache, &view.namespace, &name, &hash) {
+        return Ok(());
+    }
+    value["metadata"]["annotations"][cache::APPLIED_HASH] = hash.into();
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &view.namespace);
     api.patch(
         &name,
         &PatchParams::apply(FIELD_MANAGER).force(),

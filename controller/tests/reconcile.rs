@@ -77,6 +77,9 @@ impl RunningController {
         let metrics = Arc::new(Metrics::new()?);
         let config = ControllerConfig {
             etcd_timeout: Duration::from_millis(500),
+            // Short requeues so "nothing changes over several reconciles" takes seconds.
+            wait_requeue: Duration::from_secs(1),
+            idle_requeue: Duration::from_secs(2),
             ..ControllerConfig::default()
         };
         let context = Arc::new(Context {

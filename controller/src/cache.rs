@@ -1,0 +1,127 @@
+//! Watch caches of the objects the operator derives (pods, claims, Services, budgets), so a
+//! reconcile reads them from memory instead of listing them, and skips applying objects that
+//! already carry the desired content. The caches are filled by their own watches of objects
+//! labelled `app.kubernetes.io/managed-by=etcd-operator`.
+
+use std::collections::BTreeMap;
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::Resource;
+use kube::api::Api;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde::de::DeserializeOwned;
+
+/// Annotation carrying the hash of the content the operator last applied to an object.
+pub const APPLIED_HASH: &str = "etcd.database.coreos.com/applied-hash";
+
+/// The caches of derived objects.
+#[derive(Clone)]
+pub struct Caches {
+    /// Member pods.
+    pub pods: Store<Pod>,
+    /// Data claims.
+    pub claims: Store<PersistentVolumeClaim>,
+    /// Services.
+    pub services: Store<Service>,
+    /// Disruption budgets.
+    pub pdbs: Store<PodDisruptionBudget>,
+}
+
+fn cached<K>(api: Api<K>, config: watcher::Config) -> (Store<K>, impl Stream<Item = ()> + Send)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = reflector::reflector(writer, watcher(api, config))
+        .default_backoff()
+        .map(|_| ());
+    (store, stream)
+}
+
+impl Caches {
+    /// Caches over `api_for(kind)`, and the future that keeps them filled (run it until shutdown).
+    pub fn new(
+        pods: Api<Pod>,
+        claims: Api<PersistentVolumeClaim>,
+        services: Api<Service>,
+        pdbs: Api<PodDisruptionBudget>,
+        config: watcher::Config,
+    ) -> (Self, impl std::future::Future<Output = ()> + Send) {
+        let (pods, p) = cached(pods, config.clone());
+        let (claims, c) = cached(claims, config.clone());
+        let (services, s) = cached(services, config.clone());
+        let (pdbs, b) = cached(pdbs, config);
+        let driver =
+            futures::stream::select(futures::stream::select(p, c), futures::stream::select(s, b))
+                .for_each(|()| async {});
+        (
+            Caches {
+                pods,
+                claims,
+                services,
+                pdbs,
+            },
+            driver,
+        )
+    }
+
+    /// Waits until every cache has listed its objects once.
+    pub async fn wait_until_ready(&self) -> bool {
+        self.pods.wait_until_ready().await.is_ok()
+            && self.claims.wait_until_ready().await.is_ok()
+            && self.services.wait_until_ready().await.is_ok()
+            && self.pdbs.wait_until_ready().await.is_ok()
+    }
+}
+
+/// The cached objects of `namespace` whose labels include every `selector` pair.
+pub fn select<K>(
+    store: &Store<K>,
+    namespace: &str,
+    selector: &BTreeMap<String, String>,
+) -> Vec<Arc<K>>
+where
+    K: Resource<DynamicType = ()> + Clone,
+{
+    store
+        .state()
+        .into_iter()
+        .filter(|o| o.meta().namespace.as_deref() == Some(namespace))
+        .filter(|o| {
+            let labels = o.meta().labels.as_ref();
+            selector
+                .iter()
+                .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
+        })
+        .collect()
+}
+
+/// Whether the cached object `name` already carries the content with this hash.
+pub fn is_current<K>(store: &Store<K>, namespace: &str, name: &str, hash: &str) -> bool
+where
+    K: Resource<DynamicType = ()> + Clone,
+{
+    store
+        .get(&ObjectRef::new(name).within(namespace))
+        .and_then(|o| o.meta().annotations.as_ref()?.get(APPLIED_HASH).cloned())
+        .is_some_and(|h| h == hash)
+}
+
+/// A hash of an object's serialized content (stable within one build of the operator).
+pub fn content_hash(value: &serde_json::Value) -> String {
+    let mut hasher = DefaultHasher::new();
+    value.to_string().hash(&mut hasher);
+    format!("{:016x}", hasher.finish())
+}
