@@ -47,7 +47,7 @@ impl fmt::Display for Violation {
     }
 }
 
-/// The violations of a refused object, displayed one per line after a summary.
+/// The violations of a refused object, displayed joined by "; ".
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal(pub Vec<Violation>);
 
@@ -81,6 +81,11 @@ impl AdmissionPolicy {
         new: &EtcdCluster,
         old: Option<&EtcdCluster>,
     ) -> Result<Vec<String>, Refusal> {
+        // An update that leaves the spec alone (labels, finalizers, status) is never refused:
+        // an object stored before a rule existed must stay deletable and labelable.
+        if old.is_some_and(|o| o.spec == new.spec) {
+            return Ok(Vec::new());
+        }
         let mut report = Report::default();
         spec_rules::check_name(new, &mut report);
         spec_rules::check_size(new, &mut report);
@@ -98,6 +103,30 @@ impl AdmissionPolicy {
     /// Defaulting a defaulted object changes nothing.
     pub fn defaulted(&self, object: &EtcdCluster) -> EtcdCluster {
         self.defaults.apply(object)
+    }
+
+    /// Defaulting of an update: a field the update drops takes the stored object's value,
+    /// not the operator's default, so removing `spec.version` never starts an upgrade.
+    pub fn defaulted_update(&self, object: &EtcdCluster, old: Option<&EtcdCluster>) -> EtcdCluster {
+        let Some(old) = old else {
+            return self.defaulted(object);
+        };
+        let from_old = Defaults {
+            size: old.spec.size.unwrap_or(self.defaults.size),
+            version: old
+                .spec
+                .version
+                .as_deref()
+                .map(|v| v.strip_prefix('v').unwrap_or(v).to_string())
+                .unwrap_or_else(|| self.defaults.version.clone()),
+            repository: old
+                .spec
+                .repository
+                .clone()
+                .filter(|r| !r.is_empty())
+                .unwrap_or_else(|| self.defaults.repository.clone()),
+        };
+        from_old.apply(object)
     }
 }
 

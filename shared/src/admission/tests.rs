@@ -631,3 +631,43 @@ fn refusal_message_lists_every_violation() {
 fn json<T: serde::Serialize>(v: &T) -> serde_json::Value {
     serde_json::to_value(v).expect("serializes")
 }
+
+#[test]
+fn updates_that_leave_the_spec_alone_are_never_refused() {
+    // Stored before a rule existed (say, a reserved label): metadata updates still pass.
+    let stored = cluster("size: 9");
+    let mut relabelled = stored.clone();
+    relabelled.metadata.labels = Some([("team".to_string(), "db".to_string())].into());
+    assert_eq!(
+        AdmissionPolicy::default().validate(&relabelled, Some(&stored)),
+        Ok(vec![])
+    );
+    // A spec change is judged by every rule.
+    assert_refused(
+        &cluster("size: 8"),
+        Some(&stored),
+        "spec.size: must be between 1 and 7",
+    );
+}
+
+#[test]
+fn defaulting_an_update_keeps_the_stored_values() {
+    let policy = AdmissionPolicy::default();
+    let stored = cluster("size: 5\nversion: 3.5.35\nrepository: gcr.io/etcd-development/etcd");
+    let d = policy.defaulted_update(&cluster("paused: true"), Some(&stored));
+    assert_eq!(
+        d.spec.version.as_deref(),
+        Some("3.5.35"),
+        "removing the version starts no upgrade"
+    );
+    assert_eq!(d.spec.size, Some(5));
+    assert_eq!(
+        d.spec.repository.as_deref(),
+        Some("gcr.io/etcd-development/etcd")
+    );
+    let fresh = policy.defaulted_update(&cluster("paused: true"), None);
+    assert_eq!(
+        fresh.spec.version.as_deref(),
+        Some(crate::version::DEFAULT_VERSION)
+    );
+}

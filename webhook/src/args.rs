@@ -1,0 +1,316 @@
+//! The command line. Flags follow Kubernetes conventions (`--tls-cert-file`,
+//! `--metrics-bind-address`, ...) and each has an `ETCD_WEBHOOK_*` environment variable.
+
+use std::fmt;
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use etcd_shared::version::{DEFAULT_REPOSITORY, DEFAULT_VERSION};
+
+/// Default `--max-request-body-size`: 4 MiB. The API server stores objects of up to 1.5 MiB
+/// (etcd's default request limit); an UPDATE review carries the object and the old object.
+pub const DEFAULT_MAX_REQUEST_BODY: usize = 4 * 1024 * 1024;
+
+/// The EtcdCluster admission webhook: validates and defaults etcd.database.coreos.com/v1beta2
+/// EtcdCluster objects for the Kubernetes API server, over HTTPS.
+///
+/// Endpoints: POST /validate and POST /mutate (AdmissionReview admission.k8s.io/v1) on the TLS
+/// address; GET /metrics (Prometheus text) on the metrics address; GET /healthz and GET /readyz
+/// on the probe address.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "etcd-webhook", version, max_term_width = 100)]
+pub struct Args {
+    /// PEM file with the serving certificate, leaf first, then any intermediates. Re-read
+    /// every --cert-reload-interval: a changed pair is used for new connections.
+    #[arg(long, env = "ETCD_WEBHOOK_TLS_CERT_FILE", value_name = "PATH")]
+    pub tls_cert_file: PathBuf,
+
+    /// PEM file with the private key of the serving certificate (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, env = "ETCD_WEBHOOK_TLS_PRIVATE_KEY_FILE", value_name = "PATH")]
+    pub tls_private_key_file: PathBuf,
+
+    /// Address of the HTTPS admission server, HOST:PORT or :PORT for every interface.
+    #[arg(
+        long,
+        env = "ETCD_WEBHOOK_BIND_ADDRESS",
+        value_name = "HOST:PORT",
+        default_value = "0.0.0.0:9443"
+    )]
+    pub bind_address: ListenAddress,
+
+    /// Address of the plain-HTTP metrics server (GET /metrics), HOST:PORT or :PORT; 0 turns
+    /// it off.
+    #[arg(
+        long,
+        env = "ETCD_WEBHOOK_METRICS_BIND_ADDRESS",
+        value_name = "HOST:PORT",
+        default_value = ":8080"
+    )]
+    pub metrics_bind_address: ListenAddress,
+
+    /// Address of the plain-HTTP probe server, HOST:PORT or :PORT; 0 turns it off. GET
+    /// /healthz answers while the process runs; GET /readyz once the HTTPS listener is bound,
+    /// and no longer once shutdown has begun.
+    #[arg(
+        long,
+        env = "ETCD_WEBHOOK_HEALTH_PROBE_BIND_ADDRESS",
+        value_name = "HOST:PORT",
+        default_value = ":8081"
+    )]
+    pub health_probe_bind_address: ListenAddress,
+
+    /// etcd version that defaulting fills in when spec.version is missing.
+    #[arg(long, env = "ETCD_WEBHOOK_DEFAULT_VERSION", value_name = "VERSION", default_value = DEFAULT_VERSION)]
+    pub default_version: String,
+
+    /// Image repository that defaulting fills in when spec.repository is missing.
+    #[arg(long, env = "ETCD_WEBHOOK_DEFAULT_REPOSITORY", value_name = "REPOSITORY", default_value = DEFAULT_REPOSITORY)]
+    pub default_repository: String,
+
+    /// How often the certificate and key files are re-read (cert-manager and kubelet replace
+    /// Secret volumes through a `..data` symlink swap, so the files are polled, not watched).
+    /// A duration such as 10s, 500ms or 1m.
+    #[arg(long, env = "ETCD_WEBHOOK_CERT_RELOAD_INTERVAL", value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub cert_reload_interval: Duration,
+
+    /// Largest request body accepted, in bytes or with a Ki/Mi suffix; larger bodies get 413.
+    /// The default, 4Mi, fits an UPDATE review of two objects at the API server's 1.5 MiB limit.
+    #[arg(long, env = "ETCD_WEBHOOK_MAX_REQUEST_BODY_SIZE", value_name = "BYTES", default_value = "4Mi", value_parser = parse_size)]
+    pub max_request_body_size: usize,
+
+    /// Time allowed to receive and answer one request; a slower request gets 408.
+    #[arg(long, env = "ETCD_WEBHOOK_REQUEST_TIMEOUT", value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+
+    /// On SIGTERM, keep serving this long (with /readyz failing) before closing the listeners,
+    /// so the API server stops picking this endpoint first. 0s closes them at once.
+    #[arg(long, env = "ETCD_WEBHOOK_SHUTDOWN_DELAY", value_name = "DURATION", default_value = "0s", value_parser = parse_duration)]
+    pub shutdown_delay: Duration,
+
+    /// Once the listeners are closed, how long in-flight requests may take to finish before
+    /// their connections are dropped.
+    #[arg(long, env = "ETCD_WEBHOOK_SHUTDOWN_GRACE_PERIOD", value_name = "DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub shutdown_grace_period: Duration,
+
+    /// Log format: text (human-readable) or json (one object per line).
+    #[arg(long, env = "ETCD_WEBHOOK_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Log filter in tracing EnvFilter syntax, for example info or
+    /// info,etcd_webhook=debug (debug logs one line per request).
+    #[arg(
+        long,
+        env = "ETCD_WEBHOOK_LOG_LEVEL",
+        value_name = "FILTER",
+        default_value = "info"
+    )]
+    pub log_level: String,
+
+    /// Threads of the async runtime; defaults to the CPUs this process may use.
+    #[arg(long, env = "ETCD_WEBHOOK_WORKER_THREADS", value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub worker_threads: Option<u16>,
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// A listen address as Kubernetes components take it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ListenAddress {
+    /// `0`: the server is off.
+    Disabled,
+    /// `:PORT`: every interface (IPv6 and IPv4 where the host has IPv6, else IPv4).
+    AnyInterface(u16),
+    /// `IP:PORT` or `[IPv6]:PORT`.
+    Socket(SocketAddr),
+    /// `HOSTNAME:PORT`, resolved when binding.
+    Host(String, u16),
+}
+
+/// Why a listen address does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("must be HOST:PORT, :PORT or 0, got {0:?}")]
+pub struct ParseListenAddressError(String);
+
+impl FromStr for ListenAddress {
+    type Err = ParseListenAddressError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = || ParseListenAddressError(s.to_string());
+        if s == "0" {
+            return Ok(ListenAddress::Disabled);
+        }
+        if let Ok(addr) = s.parse::<SocketAddr>() {
+            return Ok(ListenAddress::Socket(addr));
+        }
+        let (host, port) = s.rsplit_once(':').ok_or_else(err)?;
+        let port: u16 = port.parse().map_err(|_| err())?;
+        if host.is_empty() {
+            Ok(ListenAddress::AnyInterface(port))
+        } else if host.contains(':') || host.contains(char::is_whitespace) {
+            Err(err())
+        } else {
+            Ok(ListenAddress::Host(host.to_string(), port))
+        }
+    }
+}
+
+impl fmt::Display for ListenAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ListenAddress::Disabled => write!(f, "0"),
+            ListenAddress::AnyInterface(port) => write!(f, ":{port}"),
+            ListenAddress::Socket(addr) => write!(f, "{addr}"),
+            ListenAddress::Host(host, port) => write!(f, "{host}:{port}"),
+        }
+    }
+}
+
+impl ListenAddress {
+    /// Binds a non-blocking TCP listener, or returns `None` for [`ListenAddress::Disabled`].
+    pub fn bind(&self) -> std::io::Result<Option<TcpListener>> {
+        let listener = match self {
+            ListenAddress::Disabled => return Ok(None),
+            ListenAddress::AnyInterface(port) => {
+                // `[::]` accepts IPv4 too on Linux (bindv6only=0); hosts without IPv6 get `0.0.0.0`.
+                TcpListener::bind((std::net::Ipv6Addr::UNSPECIFIED, *port))
+                    .or_else(|_| TcpListener::bind((std::net::Ipv4Addr::UNSPECIFIED, *port)))?
+            }
+            ListenAddress::Socket(addr) => TcpListener::bind(addr)?,
+            ListenAddress::Host(host, port) => {
+                let addrs: Vec<SocketAddr> = (host.as_str(), *port).to_socket_addrs()?.collect();
+                TcpListener::bind(&addrs[..])?
+            }
+        };
+        listener.set_nonblocking(true)?;
+        Ok(Some(listener))
+    }
+}
+
+/// Parses a duration: a number with the unit `ms`, `s`, `m` or `h` (`500ms`, `10s`, `1m`);
+/// a bare number is seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let err = || format!("must be a duration such as 500ms, 10s or 1m, got {s:?}");
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (digits, unit) = s.split_at(split);
+    let n: u64 = digits.parse().map_err(|_| err())?;
+    let scale_ms = match unit {
+        "ms" => 1,
+        "" | "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => return Err(err()),
+    };
+    n.checked_mul(scale_ms)
+        .map(Duration::from_millis)
+        .ok_or_else(err)
+}
+
+/// Parses a size in bytes: a number, optionally with `Ki`, `Mi` or `Gi` (powers of 1024) or
+/// `k`, `M`, `G` (powers of 1000).
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let err = || format!("must be a size in bytes such as 4194304 or 4Mi, got {s:?}");
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (digits, unit) = s.split_at(split);
+    let n: usize = digits.parse().map_err(|_| err())?;
+    let scale: usize = match unit {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "k" => 1_000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        _ => return Err(err()),
+    };
+    match n.checked_mul(scale) {
+        Some(0) | None => Err(err()),
+        Some(v) => Ok(v),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn listen_addresses() {
+        assert_eq!("0".parse(), Ok(ListenAddress::Disabled));
+        assert_eq!(":8080".parse(), Ok(ListenAddress::AnyInterface(8080)));
+        assert_eq!(
+            "127.0.0.1:0".parse(),
+            Ok(ListenAddress::Socket("127.0.0.1:0".parse().unwrap()))
+        );
+        assert_eq!(
+            "[::1]:9443".parse(),
+            Ok(ListenAddress::Socket("[::1]:9443".parse().unwrap()))
+        );
+        assert_eq!(
+            "localhost:9443".parse(),
+            Ok(ListenAddress::Host("localhost".into(), 9443))
+        );
+        for bad in ["", "8080", ":http", "a:b:1", "host:99999", "::1:80"] {
+            assert!(bad.parse::<ListenAddress>().is_err(), "{bad:?} parsed");
+        }
+        assert_eq!(ListenAddress::AnyInterface(8080).to_string(), ":8080");
+    }
+
+    #[test]
+    fn durations_and_sizes() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
+        assert!(parse_duration("1.5s").is_err());
+        assert!(parse_duration("s").is_err());
+        assert_eq!(parse_size("4Mi"), Ok(4 << 20));
+        assert_eq!(parse_size("1000"), Ok(1000));
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("4MB").is_err());
+    }
+
+    #[test]
+    fn defaults_and_environment() {
+        let args = Args::try_parse_from([
+            "etcd-webhook",
+            "--tls-cert-file=c",
+            "--tls-private-key-file=k",
+        ])
+        .unwrap();
+        assert_eq!(
+            args.bind_address,
+            ListenAddress::Socket("0.0.0.0:9443".parse().unwrap())
+        );
+        assert_eq!(args.metrics_bind_address, ListenAddress::AnyInterface(8080));
+        assert_eq!(
+            args.health_probe_bind_address,
+            ListenAddress::AnyInterface(8081)
+        );
+        assert_eq!(args.default_version, DEFAULT_VERSION);
+        assert_eq!(args.max_request_body_size, DEFAULT_MAX_REQUEST_BODY);
+        assert_eq!(args.log_format, LogFormat::Text);
+        // Every flag has a documented ETCD_WEBHOOK_* variable.
+        let cmd = Args::command();
+        for arg in cmd.get_arguments() {
+            let id = arg.get_id().as_str();
+            if id == "help" || id == "version" {
+                continue;
+            }
+            let env = arg.get_env().map(|e| e.to_string_lossy().into_owned());
+            let want = format!("ETCD_WEBHOOK_{}", id.to_uppercase());
+            assert_eq!(env.as_deref(), Some(want.as_str()), "--{id}");
+            assert!(arg.get_help().is_some(), "--{id} has no help");
+        }
+        cmd.debug_assert();
+    }
+}

@@ -1,0 +1,299 @@
+//! The HTTP side: the admission router (`POST /validate`, `POST /mutate`), the metrics router
+//! (`GET /metrics`) and the probe router (`GET /healthz`, `GET /readyz`).
+//!
+//! Bad input gets a plain-text HTTP error and is counted with `result="error"`: 415 for a
+//! content type other than `application/json`, 413 for a body over the limit, 400 for a body
+//! that is not an AdmissionReview, 408 for a request not received and answered in time, 404
+//! for an unknown path and 405 for another method.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use tracing::{debug, info, warn};
+
+use crate::admission::{Answer, Endpoint, ReviewError, Reviewer};
+use crate::metrics::{Metrics, RequestResult};
+
+/// What the admission handlers share.
+#[derive(Debug)]
+pub struct WebhookState {
+    /// Answers the reviews.
+    pub reviewer: Reviewer,
+    /// Where requests are counted.
+    pub metrics: Metrics,
+    /// Largest body accepted, bytes.
+    pub max_body_bytes: usize,
+    /// Time allowed to receive and answer one request.
+    pub request_timeout: Duration,
+}
+
+/// An HTTP error answer.
+#[derive(Debug)]
+struct HttpError {
+    status: StatusCode,
+    message: String,
+}
+
+impl HttpError {
+    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        HttpError {
+            status,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<ReviewError> for HttpError {
+    fn from(e: ReviewError) -> Self {
+        let status =
+            StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        HttpError::new(status, e.to_string())
+    }
+}
+
+impl IntoResponse for HttpError {
+    fn into_response(self) -> Response {
+        let mut message = self.message;
+        message.push('\n');
+        (
+            self.status,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            message,
+        )
+            .into_response()
+    }
+}
+
+/// The admission router.
+pub fn webhook_router(state: Arc<WebhookState>) -> Router {
+    Router::new()
+        .route("/validate", post(validate))
+        .route("/mutate", post(mutate))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+async fn validate(State(state): State<Arc<WebhookState>>, request: Request) -> Response {
+    handle(&state, Endpoint::Validate, request).await
+}
+
+async fn mutate(State(state): State<Arc<WebhookState>>, request: Request) -> Response {
+    handle(&state, Endpoint::Mutate, request).await
+}
+
+async fn not_found() -> Response {
+    HttpError::new(StatusCode::NOT_FOUND, "not found").into_response()
+}
+
+/// Counts a request in flight for as long as it lives.
+struct InFlight<'a>(&'a Metrics);
+
+impl<'a> InFlight<'a> {
+    fn enter(metrics: &'a Metrics) -> Self {
+        metrics.in_flight().inc();
+        InFlight(metrics)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight().dec();
+    }
+}
+
+async fn handle(state: &WebhookState, endpoint: Endpoint, request: Request) -> Response {
+    let started = Instant::now();
+    let _in_flight = InFlight::enter(&state.metrics);
+    let answered = tokio::time::timeout(state.request_timeout, answer(state, endpoint, request))
+        .await
+        .unwrap_or_else(|_| {
+            Err(HttpError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the request was not received and answered within {:?}",
+                    state.request_timeout
+                ),
+            ))
+        });
+    let elapsed = started.elapsed();
+    match answered {
+        Ok(Answer { body, verdict }) => {
+            let result = if verdict.allowed {
+                RequestResult::Allowed
+            } else {
+                RequestResult::Denied
+            };
+            state
+                .metrics
+                .observe_request(endpoint.as_str(), verdict.operation, result, elapsed);
+            for rule in &verdict.rules {
+                state.metrics.count_refusal(rule);
+            }
+            let namespace = verdict.namespace.as_deref().unwrap_or("");
+            if let Some(message) = verdict.message.as_deref() {
+                info!(
+                    endpoint = endpoint.as_str(),
+                    uid = %verdict.uid,
+                    operation = verdict.operation,
+                    namespace,
+                    name = %verdict.name,
+                    dry_run = verdict.dry_run,
+                    rules = ?verdict.rules,
+                    refusal = message,
+                    "refused"
+                );
+            }
+            debug!(
+                endpoint = endpoint.as_str(),
+                uid = %verdict.uid,
+                operation = verdict.operation,
+                namespace,
+                name = %verdict.name,
+                dry_run = verdict.dry_run,
+                allowed = verdict.allowed,
+                warnings = verdict.warnings.len(),
+                patch_operations = verdict.patch_operations,
+                micros = elapsed.as_micros() as u64,
+                "admission request"
+            );
+            let mut response = Response::new(Body::from(body));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            response
+        }
+        Err(e) => {
+            state.metrics.observe_request(
+                endpoint.as_str(),
+                "unknown",
+                RequestResult::Error,
+                elapsed,
+            );
+            if e.status.is_server_error() {
+                warn!(endpoint = endpoint.as_str(), status = e.status.as_u16(), error = %e.message, "admission request failed");
+            } else {
+                debug!(endpoint = endpoint.as_str(), status = e.status.as_u16(), error = %e.message, "bad admission request");
+            }
+            e.into_response()
+        }
+    }
+}
+
+async fn answer(
+    state: &WebhookState,
+    endpoint: Endpoint,
+    request: Request,
+) -> Result<Answer, HttpError> {
+    check_content_type(request.headers())?;
+    let limit = state.max_body_bytes;
+    let too_large = || {
+        HttpError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("request body is larger than the limit of {limit} bytes"),
+        )
+    };
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    let body = match Limited::new(request.into_body(), limit).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) if e.is::<LengthLimitError>() => return Err(too_large()),
+        Err(e) => {
+            return Err(HttpError::new(
+                StatusCode::BAD_REQUEST,
+                format!("cannot read the request body: {e}"),
+            ));
+        }
+    };
+    Ok(state.reviewer.review(endpoint, &body)?)
+}
+
+fn check_content_type(headers: &HeaderMap) -> Result<(), HttpError> {
+    let value = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let media_type = value.split(';').next().unwrap_or("").trim();
+    if media_type.eq_ignore_ascii_case("application/json") {
+        Ok(())
+    } else {
+        Err(HttpError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!("content type must be application/json, got {value:?}"),
+        ))
+    }
+}
+
+/// The metrics router: `GET /metrics` in the Prometheus text format.
+pub fn metrics_router(metrics: Metrics) -> Router {
+    Router::new()
+        .route("/metrics", get(serve_metrics))
+        .fallback(not_found)
+        .with_state(metrics)
+}
+
+async fn serve_metrics(State(metrics): State<Metrics>) -> Response {
+    match metrics.encode() {
+        Ok(text) => (
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(e) => HttpError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot encode the metrics: {e}"),
+        )
+        .into_response(),
+    }
+}
+
+/// Whether the webhook should get traffic: set once the HTTPS listener accepts connections,
+/// cleared when shutdown begins.
+#[derive(Debug, Default)]
+pub struct Readiness(AtomicBool);
+
+impl Readiness {
+    /// Sets whether the webhook is ready.
+    pub fn set(&self, ready: bool) {
+        self.0.store(ready, Ordering::SeqCst);
+    }
+
+    /// Whether the webhook is ready.
+    pub fn is_ready(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// The probe router: `GET /healthz` (the process serves) and `GET /readyz` (see [`Readiness`]).
+pub fn probe_router(readiness: Arc<Readiness>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready))
+        .fallback(not_found)
+        .with_state(readiness)
+}
+
+async fn ready(State(readiness): State<Arc<Readiness>>) -> Response {
+    if readiness.is_ready() {
+        "ok\n".into_response()
+    } else {
+        HttpError::new(StatusCode::SERVICE_UNAVAILABLE, "not ready").into_response()
+    }
+}
