@@ -389,7 +389,7 @@ impl ControlPlane {
             format!("--tls-private-key-file={}", files.apiserver_key.display()),
             format!("--client-ca-file={}", files.ca_cert.display()),
             "--authorization-mode=Node,RBAC".into(),
-            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            "--service-cluster-ip-range=10.96.0.0/16".into(),
             "--allow-privileged=true".into(),
             format!("--service-account-issuer={apiserver_url}"),
             format!(

@@ -8,6 +8,9 @@
 //! - [`control_plane`]: [`ControlPlane::start`], kubeconfig, client, `kubectl`, log tails.
 //! - [`suite`]: [`run_suite`] for `harness = false` test binaries; [`TestContext`].
 //! - [`namespace`], [`wait`]: per-test namespaces and deadline-bounded waits.
+//! - [`kubelet`]: a "process kubelet" (opt-in, [`Suite::with_kubelet`]): a Node whose pods run
+//!   as local processes on a private pod network, so the operator's member pods are real etcd
+//!   members.
 //! - [`process`], [`ports`], [`kubeconfig`]: plumbing.
 //!
 //! Run the harness's own tests with `cargo test -p etcd-tests --test control_plane`.
@@ -16,6 +19,7 @@
 
 pub mod control_plane;
 pub mod kubeconfig;
+pub mod kubelet;
 pub mod namespace;
 pub mod pki;
 pub mod ports;
@@ -25,8 +29,9 @@ pub mod tools;
 pub mod wait;
 
 pub use control_plane::{ControlPlane, ControlPlaneError, ControlPlaneOptions, StartupTimings};
+pub use kubelet::{Kubelet, KubeletError, KubeletOptions};
 pub use namespace::Namespace;
 pub use pki::{CertificateAuthority, IssuedCert};
-pub use suite::{Suite, Test, TestContext, run_suite};
+pub use suite::{Suite, Test, TestContext, run_suite, run_suite_with_kubelet};
 pub use tools::{Tools, Versions};
 pub use wait::{WaitError, await_condition, poll_until};

@@ -122,21 +122,41 @@ impl ManagedProcess {
         args: &[String],
         log_path: PathBuf,
     ) -> Result<Self, ProcessError> {
+        let mut command = Command::new(program);
+        command.args(args);
+        Self::start_command(name, command, log_path, false)
+    }
+
+    /// Starts a prepared `command` (program, arguments, environment, working directory as the
+    /// caller set them) with stdin closed and stdout+stderr going to `log_path`: appended to
+    /// when `append` (a restarted container keeps one log), truncated otherwise. Like
+    /// [`Self::start`], the child dies with the test binary.
+    pub fn start_command(
+        name: &str,
+        mut command: Command,
+        log_path: PathBuf,
+        append: bool,
+    ) -> Result<Self, ProcessError> {
         let log_err = |source| ProcessError::Log {
             path: log_path.clone(),
             source,
         };
-        let log = File::create(&log_path).map_err(log_err)?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .append(append)
+            .truncate(!append)
+            .open(&log_path)
+            .map_err(log_err)?;
         let log2 = log.try_clone().map_err(log_err)?;
-        let mut command = Command::new(program);
         command
-            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(log2));
+        let program = PathBuf::from(command.get_program());
         let child = spawn(command)?.map_err(|source| ProcessError::Spawn {
             name: name.to_owned(),
-            program: program.to_owned(),
+            program,
             source,
         })?;
         Ok(Self {
@@ -172,10 +192,23 @@ impl ManagedProcess {
 
     /// Sends SIGTERM (unless the process has already exited).
     pub fn signal_term(&mut self) {
+        self.signal(Signal::SIGTERM);
+    }
+
+    /// Sends `signal` (unless the process has already exited).
+    pub fn signal(&mut self, signal: Signal) {
         if self.exit_status().is_none()
             && let Ok(pid) = i32::try_from(self.child.id())
         {
-            let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+            let _ = kill(Pid::from_raw(pid), signal);
+        }
+    }
+
+    /// SIGKILLs the process (unless it has already exited) and reaps it.
+    pub fn kill(&mut self) {
+        if self.exit_status().is_none() {
+            let _ = self.child.kill();
+            self.exit = self.child.wait().ok();
         }
     }
 
@@ -184,10 +217,7 @@ impl ManagedProcess {
         while self.exit_status().is_none() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
-        if self.exit_status().is_none() {
-            let _ = self.child.kill();
-            self.exit = self.child.wait().ok();
-        }
+        self.kill();
     }
 
     /// SIGTERM, up to `grace` to exit, then SIGKILL.

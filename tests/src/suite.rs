@@ -35,6 +35,7 @@ use kube::{Api, Resource};
 use libtest_mimic::{Arguments, Failed, Trial};
 
 use crate::control_plane::{ControlPlane, ControlPlaneOptions, LOG_TAIL_LINES};
+use crate::kubelet::{Kubelet, KubeletError, KubeletOptions, netns};
 use crate::namespace::Namespace;
 
 /// Overrides the per-test timeout, in seconds.
@@ -108,6 +109,7 @@ pub struct TestContext {
     name: String,
     namespace: Namespace,
     control_plane: Arc<ControlPlane>,
+    kubelet: Option<Arc<Kubelet>>,
 }
 
 impl Debug for TestContext {
@@ -160,6 +162,11 @@ impl TestContext {
     pub fn control_plane(&self) -> &ControlPlane {
         &self.control_plane
     }
+
+    /// The shared process kubelet, when the suite runs one ([`Suite::with_kubelet`]).
+    pub fn kubelet(&self) -> Result<&Kubelet, KubeletError> {
+        self.kubelet.as_deref().ok_or(KubeletError::NotEnabled)
+    }
 }
 
 /// A suite runner with options; [`run_suite`] is `Suite::new().run(tests)`.
@@ -167,6 +174,8 @@ impl TestContext {
 pub struct Suite {
     options: ControlPlaneOptions,
     test_timeout: Duration,
+    pod_network: bool,
+    kubelet: Option<KubeletOptions>,
 }
 
 impl Default for Suite {
@@ -181,6 +190,8 @@ struct Shared {
     test_timeout: Duration,
     control_plane: OnceLock<Result<Arc<ControlPlane>, String>>,
     startup_failure_reported: AtomicBool,
+    kubelet_options: Option<KubeletOptions>,
+    kubelet: OnceLock<Result<Arc<Kubelet>, String>>,
 }
 
 impl Shared {
@@ -211,16 +222,59 @@ impl Shared {
         }
     }
 
+    /// The kubelet (started after the control plane, once), if the suite runs one.
+    fn kubelet(&self, cp: &ControlPlane) -> Result<Option<Arc<Kubelet>>, Failed> {
+        let Some(options) = &self.kubelet_options else {
+            return Ok(None);
+        };
+        let result = self.kubelet.get_or_init(|| {
+            let mut options = options.clone();
+            if options.apiserver_url.is_none() {
+                options.apiserver_url = Some(cp.apiserver_url().to_owned());
+            }
+            if options.tools.is_none() {
+                options.tools = Some(cp.tools().clone());
+            }
+            let started = std::time::Instant::now();
+            self.runtime
+                .block_on(Kubelet::start(cp.client(), options))
+                .map(|kubelet| {
+                    eprintln!(
+                        "etcd-tests: kubelet up in {:?}: node {} ({}), pod network on {} ({:?}) at {}",
+                        started.elapsed(),
+                        kubelet.node_name(),
+                        kubelet.node_ip(),
+                        kubelet.network().interface(),
+                        kubelet.network().interface_kind(),
+                        kubelet.dir().display()
+                    );
+                    Arc::new(kubelet)
+                })
+                .map_err(|e| e.to_string())
+        });
+        match result {
+            Ok(kubelet) => Ok(Some(kubelet.clone())),
+            Err(e) => Err(format!("the kubelet did not start: {e}").into()),
+        }
+    }
+
     fn run(&self, test: Test) -> Result<(), Failed> {
         let control_plane = self.control_plane()?;
+        let kubelet = self.kubelet(&control_plane)?;
         let timeout = self.test_timeout;
         let name = test.name;
         let run = test.run;
         let cp = control_plane.clone();
+        let test_kubelet = kubelet.clone();
+        let namespace_name = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+        let namespace_slot = namespace_name.clone();
         let outcome: Result<(), String> = self.runtime.block_on(async move {
             let namespace = Namespace::create(cp.client(), &name)
                 .await
                 .map_err(|e| format!("creating the test namespace: {e}"))?;
+            if let Ok(mut slot) = namespace_slot.lock() {
+                *slot = Some(namespace.name().to_owned());
+            }
             if cp.timings().controller_manager_ready.is_some() {
                 namespace
                     .wait_for_default_service_account(Duration::from_secs(30))
@@ -231,6 +285,7 @@ impl Shared {
                 name,
                 namespace: namespace.clone(),
                 control_plane: cp,
+                kubelet: test_kubelet,
             };
             let task = tokio::spawn(run(ctx));
             let abort = task.abort_handle();
@@ -257,8 +312,13 @@ impl Shared {
                 Ok(()) => String::from("all control plane components still running"),
                 Err(e) => e.to_string(),
             };
+            let kubelet_logs = match (&kubelet, namespace_name.lock().ok().and_then(|n| n.clone()))
+            {
+                (Some(kubelet), Some(ns)) => kubelet.log_tails(Some(&ns), LOG_TAIL_LINES),
+                _ => String::new(),
+            };
             Failed::from(format!(
-                "{message}\n\n{health}\n{}",
+                "{message}\n\n{health}\n{}{kubelet_logs}",
                 control_plane.log_tails(LOG_TAIL_LINES)
             ))
         })
@@ -287,7 +347,26 @@ impl Suite {
         Self {
             options: ControlPlaneOptions::default(),
             test_timeout,
+            pod_network: false,
+            kubelet: None,
         }
+    }
+
+    /// Runs the suite in a private network and mount namespace with a pod network (see
+    /// [`crate::kubelet::netns`]): entered at the start of [`Self::run`], which must then be
+    /// called before the process starts any thread.
+    pub fn with_pod_network(mut self) -> Self {
+        self.pod_network = true;
+        self
+    }
+
+    /// Runs a process kubelet (see [`crate::kubelet`]) next to the control plane, shared by
+    /// every test ([`TestContext::kubelet`]); implies [`Self::with_pod_network`]. Its
+    /// `apiserver_url` and `tools` default to the control plane's.
+    pub fn with_kubelet(mut self, options: KubeletOptions) -> Self {
+        self.pod_network = true;
+        self.kubelet = Some(options);
+        self
     }
 
     /// Control plane options for this suite.
@@ -304,6 +383,13 @@ impl Suite {
 
     /// Parses the command line, runs the selected tests and returns the exit code for `main`.
     pub fn run(self, tests: Vec<Test>) -> ExitCode {
+        if self.pod_network {
+            // Before any thread exists (the runtime below starts some). A failure is reported
+            // by the tests that need the kubelet, so `--list` still works.
+            if let Err(e) = netns::enter() {
+                eprintln!("etcd-tests: no pod network: {e}");
+            }
+        }
         let args = Arguments::from_args();
         let runtime = match tokio::runtime::Builder::new_multi_thread()
             .enable_all()
@@ -322,6 +408,8 @@ impl Suite {
             test_timeout: self.test_timeout,
             control_plane: OnceLock::new(),
             startup_failure_reported: AtomicBool::new(false),
+            kubelet_options: self.kubelet,
+            kubelet: OnceLock::new(),
         });
         let trials = tests
             .into_iter()
@@ -334,6 +422,13 @@ impl Suite {
             .collect();
         let conclusion = libtest_mimic::run(&args, trials);
 
+        // The kubelet first: its processes talk to the control plane, not the other way round.
+        if let Some(Ok(kubelet)) = shared.kubelet.get() {
+            if std::env::var(SHOW_LOGS_ENV).is_ok_and(|v| v == "1") {
+                eprintln!("{}", kubelet.log_tails(None, LOG_TAIL_LINES));
+            }
+            kubelet.shutdown();
+        }
         if let Some(Ok(cp)) = shared.control_plane.get() {
             if std::env::var(SHOW_LOGS_ENV).is_ok_and(|v| v == "1") {
                 cp.print_log_tails(LOG_TAIL_LINES);
@@ -350,4 +445,12 @@ impl Suite {
 /// binary's `main` (declared with `harness = false`).
 pub fn run_suite(tests: Vec<Test>) -> ExitCode {
     Suite::new().run(tests)
+}
+
+/// Like [`run_suite`], with the pod network and a process kubelet with default options
+/// (`Suite::new().with_kubelet(KubeletOptions::default())`).
+pub fn run_suite_with_kubelet(tests: Vec<Test>) -> ExitCode {
+    Suite::new()
+        .with_kubelet(KubeletOptions::default())
+        .run(tests)
 }

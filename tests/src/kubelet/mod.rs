@@ -1,0 +1,720 @@
+//! A "process kubelet": a Node of the local control plane whose pods run as local processes.
+//!
+//! It registers a Ready Node and keeps its Lease fresh, binds pending pods to it (no scheduler
+//! runs), and for every pod bound to it: gives the pod an IP and DNS name on the pod network
+//! ([`netns`]), maps its images to local binaries ([`images`]), sets up its volumes as
+//! directories ([`volumes`]), expands its command line and environment ([`expand`]), runs each
+//! container as a child process restarted per `restartPolicy`, runs its probes ([`probes`]) and
+//! writes its status ([`status`]). A changed container image restarts that container on the new
+//! binary (how the operator upgrades members); a deleted pod is stopped (SIGTERM, grace period,
+//! SIGKILL), cleaned up and removed.
+//!
+//! ```no_run
+//! # async fn demo(client: kube::Client) -> Result<(), etcd_tests::kubelet::KubeletError> {
+//! use etcd_tests::kubelet::{Kubelet, KubeletOptions};
+//! // main() must have called etcd_tests::kubelet::netns::enter() while single-threaded
+//! // (Suite::with_kubelet does both).
+//! let kubelet = Kubelet::start(client, KubeletOptions::default()).await?;
+//! let ip = kubelet.pod_ip("ns", "demo-0");
+//! kubelet.kill_container("ns", "demo-0")?;
+//! # let _ = ip;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Not a full kubelet: no init containers, no `kubectl logs`/`exec`/port-forward (there is no
+//! kubelet API server), no resource limits, no Service virtual IPs (nothing routes ClusterIPs),
+//! secrets and config maps are written once per pod start.
+
+mod container;
+pub mod expand;
+pub mod images;
+pub mod log;
+pub mod netns;
+pub mod node;
+pub mod probes;
+mod runtime;
+pub mod status;
+pub mod volumes;
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::Api;
+use kube::runtime::WatchStreamExt as _;
+use kube::runtime::watcher::{self, Event};
+use nix::sys::signal::Signal;
+
+pub use images::{ImageError, ImageMap, ImageMapping, ImageRef};
+pub use netns::{NetworkError, PodNetwork};
+
+use self::log::KubeletLog;
+use self::node::NodeConfig;
+use self::runtime::{PodUpdate, spawn_worker};
+use self::volumes::KubeletDirs;
+use crate::process::{ManagedProcess, log_tail};
+use crate::tools::{Tools, ToolsError};
+
+/// Default node name.
+pub const DEFAULT_NODE_NAME: &str = "etcd-tests-node";
+/// Prefix of kubelet directories in the system temp directory.
+const DIR_PREFIX: &str = "etcd-operator-kubelet-";
+/// File in the kubelet directory holding the pid of the process that owns it.
+const OWNER_FILE: &str = "owner.pid";
+
+/// How the kubelet runs.
+#[derive(Debug, Clone)]
+pub struct KubeletOptions {
+    /// Node name. Default [`DEFAULT_NODE_NAME`].
+    pub node_name: String,
+    /// Extra node labels (pods' `nodeSelector` is matched against them).
+    pub node_labels: BTreeMap<String, String>,
+    /// Node capacity and allocatable. Default: 16 CPUs, 64Gi memory, 110 pods, 100Gi
+    /// ephemeral storage.
+    pub capacity: BTreeMap<String, Quantity>,
+    /// Cluster domain of the pod DNS names. Default `cluster.local`.
+    pub cluster_domain: String,
+    /// Extra image rules, tried before the etcd rule. Shared: rules registered on it (or on
+    /// [`Kubelet::images`]) later still apply.
+    pub images: ImageMap,
+    /// Add the etcd image rule (see [`images`]). Default true.
+    pub etcd_images: bool,
+    /// Tool cache for the etcd rule; `None` means [`Tools::from_env`].
+    pub tools: Option<Tools>,
+    /// Bind pending pods to this node (there is no scheduler). Default true.
+    pub bind_pods: bool,
+    /// First restart back-off; doubles per crash up to [`Self::max_backoff`]. Default 200 ms.
+    pub initial_backoff: Duration,
+    /// Restart back-off cap. Default 5 s.
+    pub max_backoff: Duration,
+    /// When a container ran at least this long, its back-off starts over. Default 10 s.
+    pub backoff_reset: Duration,
+    /// Grace period between SIGTERM and SIGKILL when the kubelet shuts down. Default 5 s.
+    pub shutdown_grace: Duration,
+    /// The API server URL, for `KUBERNETES_SERVICE_HOST`/`_PORT` in containers (ClusterIPs
+    /// are not routed, so in-cluster clients are pointed at it directly). `Suite` sets it.
+    pub apiserver_url: Option<String>,
+}
+
+impl Default for KubeletOptions {
+    fn default() -> Self {
+        let q = |s: &str| Quantity(s.to_owned());
+        Self {
+            node_name: DEFAULT_NODE_NAME.into(),
+            node_labels: BTreeMap::new(),
+            capacity: BTreeMap::from([
+                ("cpu".to_owned(), q("16")),
+                ("memory".to_owned(), q("64Gi")),
+                ("pods".to_owned(), q("110")),
+                ("ephemeral-storage".to_owned(), q("100Gi")),
+            ]),
+            cluster_domain: "cluster.local".into(),
+            images: ImageMap::new(),
+            etcd_images: true,
+            tools: None,
+            bind_pods: true,
+            initial_backoff: Duration::from_millis(200),
+            max_backoff: Duration::from_secs(5),
+            backoff_reset: Duration::from_secs(10),
+            shutdown_grace: Duration::from_secs(5),
+            apiserver_url: None,
+        }
+    }
+}
+
+/// Errors of the kubelet.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeletError {
+    /// The suite was not set up with a kubelet (`Suite::with_kubelet`).
+    #[error(
+        "this suite runs no kubelet: use Suite::new().with_kubelet(..) or run_suite_with_kubelet"
+    )]
+    NotEnabled,
+    /// The pod network is not available.
+    #[error(transparent)]
+    Network(#[from] NetworkError),
+    /// The tool cache is unusable.
+    #[error(transparent)]
+    Tools(#[from] ToolsError),
+    /// A file operation failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// An API call failed.
+    #[error("{what}: {source}")]
+    Api {
+        /// What was being done.
+        what: String,
+        /// The error.
+        source: kube::Error,
+    },
+    /// The kubelet runs no such pod.
+    #[error("the kubelet runs no pod {namespace}/{pod}")]
+    NoSuchPod {
+        /// Namespace.
+        namespace: String,
+        /// Pod name.
+        pod: String,
+    },
+    /// The pod has no such container, or it is not running.
+    #[error("container {container:?} of pod {namespace}/{pod} is not running")]
+    NotRunning {
+        /// Namespace.
+        namespace: String,
+        /// Pod name.
+        pod: String,
+        /// Container name (empty: the first).
+        container: String,
+    },
+    /// The pod has no such volume.
+    #[error("pod {namespace}/{pod} has no volume {volume:?} (set up yet)")]
+    NoSuchVolume {
+        /// Namespace.
+        namespace: String,
+        /// Pod name.
+        pod: String,
+        /// Volume name.
+        volume: String,
+    },
+}
+
+/// What the kubelet and tests share about one pod: its IP, volume directories and processes.
+#[derive(Debug, Default)]
+pub(crate) struct PodInfo {
+    pub(crate) ip: Option<Ipv4Addr>,
+    pub(crate) volumes: BTreeMap<String, PathBuf>,
+    /// Running container processes, by container name.
+    pub(crate) processes: BTreeMap<String, ManagedProcess>,
+    /// Container names in spec order.
+    pub(crate) containers: Vec<String>,
+}
+
+pub(crate) struct PodEntry {
+    /// Order of arrival (the newest pod of a name wins lookups by name).
+    pub(crate) seq: u64,
+    pub(crate) namespace: String,
+    pub(crate) name: String,
+    pub(crate) updates: tokio::sync::watch::Sender<PodUpdate>,
+    pub(crate) info: Arc<Mutex<PodInfo>>,
+    pub(crate) task: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// State shared by the kubelet's tasks.
+pub(crate) struct Shared {
+    pub(crate) client: kube::Client,
+    pub(crate) options: KubeletOptions,
+    pub(crate) images: ImageMap,
+    pub(crate) network: &'static PodNetwork,
+    pub(crate) dirs: KubeletDirs,
+    pub(crate) log: KubeletLog,
+    /// Pods by UID.
+    pub(crate) pods: Mutex<BTreeMap<String, PodEntry>>,
+    /// UIDs whose worker finished (late watch events for them are ignored).
+    pub(crate) finished: Mutex<std::collections::BTreeSet<String>>,
+    /// Container log files by (namespace, pod) → container → path; kept after the pod is gone.
+    pub(crate) logs: Mutex<BTreeMap<(String, String), BTreeMap<String, PathBuf>>>,
+    pub(crate) shutting_down: AtomicBool,
+    pub(crate) next_seq: std::sync::atomic::AtomicU64,
+}
+
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Shared {
+    pub(crate) fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::SeqCst)
+    }
+
+    /// The newest pod `namespace/name` the kubelet runs.
+    fn pod_info(&self, namespace: &str, name: &str) -> Result<Arc<Mutex<PodInfo>>, KubeletError> {
+        lock(&self.pods)
+            .values()
+            .filter(|e| e.namespace == namespace && e.name == name)
+            .max_by_key(|e| e.seq)
+            .map(|e| e.info.clone())
+            .ok_or_else(|| KubeletError::NoSuchPod {
+                namespace: namespace.into(),
+                pod: name.into(),
+            })
+    }
+
+    /// Hands a watched pod to its worker, starting one for a new UID.
+    fn dispatch(self: &Arc<Self>, pod: Pod) {
+        let Some(uid) = pod.metadata.uid.clone() else {
+            return;
+        };
+        if lock(&self.finished).contains(&uid) || self.is_shutting_down() {
+            return;
+        }
+        let mut pods = lock(&self.pods);
+        if let Some(entry) = pods.get(&uid) {
+            entry
+                .updates
+                .send_replace(PodUpdate::Present(Box::new(pod)));
+            return;
+        }
+        let seq = self.next_seq.fetch_add(1, Ordering::SeqCst);
+        let entry = spawn_worker(self.clone(), pod, seq);
+        pods.insert(uid, entry);
+    }
+
+    fn gone(&self, uid: &str) {
+        if let Some(entry) = lock(&self.pods).get(uid) {
+            entry.updates.send_replace(PodUpdate::Gone);
+        }
+    }
+}
+
+/// A running process kubelet. Dropping it stops every container process (SIGTERM, grace,
+/// SIGKILL), releases the pod IPs and removes its directory (kept with
+/// `ETCD_TESTS_KEEP_DIR=1`); processes also die with the test binary.
+pub struct Kubelet {
+    shared: Arc<Shared>,
+    node: Node,
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    dir: Mutex<Option<tempfile::TempDir>>,
+    dir_path: PathBuf,
+}
+
+impl std::fmt::Debug for Kubelet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kubelet")
+            .field("node", &self.shared.options.node_name)
+            .field("dir", &self.dir_path)
+            .finish_non_exhaustive()
+    }
+}
+
+fn sweep_stale_dirs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if !entry.file_name().to_string_lossy().starts_with(DIR_PREFIX) {
+            continue;
+        }
+        let path = entry.path();
+        let Some(pid) = std::fs::read_to_string(path.join(OWNER_FILE))
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let dead = matches!(
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
+            Err(nix::errno::Errno::ESRCH)
+        );
+        if dead {
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
+}
+
+impl Kubelet {
+    /// Registers the node and starts serving pods bound to it. Needs the pod network
+    /// ([`netns::enter`], done by `Suite::with_kubelet`) and a tokio runtime.
+    pub async fn start(
+        client: kube::Client,
+        options: KubeletOptions,
+    ) -> Result<Self, KubeletError> {
+        let network = netns::current()?;
+        let images = options.images.clone();
+        if options.etcd_images {
+            let tools = match options.tools.clone() {
+                Some(tools) => tools,
+                None => Tools::from_env()?,
+            };
+            images.add_etcd_rule(tools);
+        }
+        sweep_stale_dirs();
+        let io = |what: &str| {
+            let what = what.to_owned();
+            move |source| KubeletError::Io { what, source }
+        };
+        let dir = tempfile::Builder::new()
+            .prefix(DIR_PREFIX)
+            .tempdir()
+            .map_err(io("creating the kubelet directory"))?;
+        let dir_path = dir.path().to_owned();
+        std::fs::write(dir_path.join(OWNER_FILE), std::process::id().to_string())
+            .map_err(io("writing the owner pid file"))?;
+        let dirs = KubeletDirs {
+            root: dir_path.clone(),
+        };
+        let log =
+            KubeletLog::create(&dirs.kubelet_log()).map_err(io("creating the kubelet log"))?;
+
+        let config = NodeConfig {
+            name: options.node_name.clone(),
+            labels: options.node_labels.clone(),
+            ip: network.node_ip(),
+            capacity: options.capacity.clone(),
+            kubelet_version: format!(
+                "v{}",
+                crate::tools::Versions::pinned()
+                    .map(|v| v.kubernetes.clone())
+                    .unwrap_or_default()
+            ),
+            pod_cidr: netns::POD_CIDR.into(),
+        };
+        let api = |what: &str| {
+            let what = what.to_owned();
+            move |source| KubeletError::Api { what, source }
+        };
+        let node = node::register(&client, &config)
+            .await
+            .map_err(api("registering the node"))?;
+        node::renew_lease(&client, &node)
+            .await
+            .map_err(api("creating the node lease"))?;
+        log.line(format_args!(
+            "node {} registered ({}; pod network on {} ({:?}))",
+            config.name,
+            network.node_ip(),
+            network.interface(),
+            network.interface_kind()
+        ));
+
+        let shared = Arc::new(Shared {
+            client: client.clone(),
+            options,
+            images,
+            network,
+            dirs,
+            log: log.clone(),
+            pods: Mutex::new(BTreeMap::new()),
+            finished: Mutex::new(Default::default()),
+            logs: Mutex::new(BTreeMap::new()),
+            shutting_down: AtomicBool::new(false),
+            next_seq: Default::default(),
+        });
+        let mut tasks = vec![
+            tokio::spawn(node::keep_lease(client.clone(), node.clone(), log.clone())),
+            tokio::spawn(watch_pods(shared.clone())),
+            tokio::spawn(watch_claims(shared.clone())),
+        ];
+        if shared.options.bind_pods {
+            tasks.push(tokio::spawn(node::bind_pending(client, config, log)));
+        }
+        Ok(Self {
+            shared,
+            node,
+            tasks: Mutex::new(tasks),
+            dir: Mutex::new(Some(dir)),
+            dir_path,
+        })
+    }
+
+    /// The node name.
+    pub fn node_name(&self) -> &str {
+        &self.shared.options.node_name
+    }
+
+    /// The Node as registered.
+    pub fn node(&self) -> &Node {
+        &self.node
+    }
+
+    /// The node IP (the pods' `hostIP`).
+    pub fn node_ip(&self) -> Ipv4Addr {
+        self.shared.network.node_ip()
+    }
+
+    /// The pod network.
+    pub fn network(&self) -> &'static PodNetwork {
+        self.shared.network
+    }
+
+    /// The image rules; register more at any time.
+    pub fn images(&self) -> &ImageMap {
+        &self.shared.images
+    }
+
+    /// The kubelet's directory (pods, claims, logs, `kubelet.log`).
+    pub fn dir(&self) -> &Path {
+        &self.dir_path
+    }
+
+    /// The IP of pod `namespace/pod`, once allocated.
+    pub fn pod_ip(&self, namespace: &str, pod: &str) -> Option<Ipv4Addr> {
+        self.shared
+            .pod_info(namespace, pod)
+            .ok()
+            .and_then(|info| lock(&info).ip)
+    }
+
+    /// The OS pid of the first container's process, if it runs.
+    pub fn container_pid(&self, namespace: &str, pod: &str) -> Option<u32> {
+        let info = self.shared.pod_info(namespace, pod).ok()?;
+        let info = lock(&info);
+        let first = info.containers.first()?;
+        info.processes.get(first).map(ManagedProcess::pid)
+    }
+
+    /// SIGKILLs the first container of `namespace/pod`; the kubelet then restarts it per the
+    /// pod's `restartPolicy`. Returns the killed pid.
+    pub fn kill_container(&self, namespace: &str, pod: &str) -> Result<u32, KubeletError> {
+        self.kill_named_container(namespace, pod, None)
+    }
+
+    /// SIGKILLs container `container` (`None`: the first) of `namespace/pod`.
+    pub fn kill_named_container(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: Option<&str>,
+    ) -> Result<u32, KubeletError> {
+        let info = self.shared.pod_info(namespace, pod)?;
+        let mut info = lock(&info);
+        let name = container
+            .map(str::to_owned)
+            .or_else(|| info.containers.first().cloned())
+            .unwrap_or_default();
+        let not_running = || KubeletError::NotRunning {
+            namespace: namespace.into(),
+            pod: pod.into(),
+            container: name.clone(),
+        };
+        let process = info.processes.get_mut(&name).ok_or_else(not_running)?;
+        if process.exit_status().is_some() {
+            return Err(not_running());
+        }
+        process.signal(Signal::SIGKILL);
+        let pid = process.pid();
+        self.shared.log.line(format_args!(
+            "fault injection: SIGKILL {namespace}/{pod}/{name} (pid {pid})"
+        ));
+        Ok(pid)
+    }
+
+    /// The host directory of volume `volume` of `namespace/pod`.
+    pub fn volume_dir(
+        &self,
+        namespace: &str,
+        pod: &str,
+        volume: &str,
+    ) -> Result<PathBuf, KubeletError> {
+        let info = self.shared.pod_info(namespace, pod)?;
+        lock(&info)
+            .volumes
+            .get(volume)
+            .cloned()
+            .ok_or_else(|| KubeletError::NoSuchVolume {
+                namespace: namespace.into(),
+                pod: pod.into(),
+                volume: volume.into(),
+            })
+    }
+
+    /// Deletes the contents of volume `volume` of `namespace/pod` (a lost disk). Running
+    /// processes keep the files they have open: to simulate a member losing its disk, call
+    /// [`Self::kill_container`] right after (the restart has a back-off of at least
+    /// [`KubeletOptions::initial_backoff`], so it finds the volume empty).
+    pub fn wipe_data(
+        &self,
+        namespace: &str,
+        pod: &str,
+        volume: &str,
+    ) -> Result<PathBuf, KubeletError> {
+        let dir = self.volume_dir(namespace, pod, volume)?;
+        volumes::wipe_contents(&dir).map_err(|source| KubeletError::Io {
+            what: format!("wiping {}", dir.display()),
+            source,
+        })?;
+        self.shared.log.line(format_args!(
+            "fault injection: wiped volume {volume} of {namespace}/{pod} ({})",
+            dir.display()
+        ));
+        Ok(dir)
+    }
+
+    /// The directory of claim `namespace/claim` (exists once a pod mounted it).
+    pub fn claim_dir(&self, namespace: &str, claim: &str) -> PathBuf {
+        self.shared.dirs.claim_dir(namespace, claim)
+    }
+
+    /// The log file of container `container` (`None`: the first) of the newest pod
+    /// `namespace/pod` this kubelet ran (kept after the pod is gone). Restarts append to it.
+    pub fn container_log_path(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: Option<&str>,
+    ) -> Result<PathBuf, KubeletError> {
+        let logs = lock(&self.shared.logs);
+        let containers = logs
+            .get(&(namespace.to_owned(), pod.to_owned()))
+            .ok_or_else(|| KubeletError::NoSuchPod {
+                namespace: namespace.into(),
+                pod: pod.into(),
+            })?;
+        let path = match container {
+            Some(c) => containers.get(c),
+            None => containers.values().next(),
+        };
+        path.cloned().ok_or_else(|| KubeletError::NotRunning {
+            namespace: namespace.into(),
+            pod: pod.into(),
+            container: container.unwrap_or_default().into(),
+        })
+    }
+
+    /// The whole log of the first container of `namespace/pod` (every restart).
+    pub fn container_log(&self, namespace: &str, pod: &str) -> Result<String, KubeletError> {
+        let path = self.container_log_path(namespace, pod, None)?;
+        std::fs::read_to_string(&path).map_err(|source| KubeletError::Io {
+            what: format!("reading {}", path.display()),
+            source,
+        })
+    }
+
+    /// The kubelet log's lines about `namespace` (all lines for `None`) and the last `lines`
+    /// lines of each container log of that namespace, each under a header.
+    pub fn log_tails(&self, namespace: Option<&str>, lines: usize) -> String {
+        let log_path = self.shared.log.path();
+        let kubelet: Vec<String> = std::fs::read_to_string(log_path)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| namespace.is_none_or(|ns| l.contains(&format!("{ns}/"))))
+            .map(str::to_owned)
+            .collect();
+        let mut out = format!(
+            "----- last {lines} lines of the kubelet log ({}) -----\n{}\n",
+            log_path.display(),
+            kubelet[kubelet.len().saturating_sub(lines)..].join("\n")
+        );
+        for ((ns, pod), containers) in lock(&self.shared.logs).iter() {
+            if namespace.is_some_and(|n| n != ns) {
+                continue;
+            }
+            for (container, path) in containers {
+                out.push_str(&format!(
+                    "----- last {lines} lines of container {ns}/{pod}/{container} ({}) -----\n{}\n",
+                    path.display(),
+                    log_tail(path, lines)
+                ));
+            }
+        }
+        out
+    }
+
+    /// Stops every container process (SIGTERM, up to [`KubeletOptions::shutdown_grace`],
+    /// SIGKILL), releases the pod IPs and hosts entries, stops the kubelet's tasks and removes
+    /// its directory. Pods stay in the API. Idempotent; `Drop` calls it.
+    pub fn shutdown(&self) {
+        if self.shared.shutting_down.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        for task in lock(&self.tasks).drain(..) {
+            task.abort();
+        }
+        let entries: Vec<(String, PodEntry)> = std::mem::take(&mut *lock(&self.shared.pods))
+            .into_iter()
+            .collect();
+        for (_, entry) in &entries {
+            if let Some(task) = &entry.task {
+                task.abort();
+            }
+            for process in lock(&entry.info).processes.values_mut() {
+                process.signal_term();
+            }
+        }
+        let deadline = Instant::now() + self.shared.options.shutdown_grace;
+        for (uid, entry) in &entries {
+            let mut info = lock(&entry.info);
+            for process in info.processes.values_mut() {
+                process.wait_or_kill(deadline);
+            }
+            info.processes.clear();
+            if let Some(ip) = info.ip.take() {
+                let _ = self.shared.network.release(ip);
+            }
+            let _ = self.shared.network.remove_hosts_entry(uid);
+        }
+        let dir = lock(&self.dir).take();
+        if let Some(dir) = dir
+            && std::env::var(crate::control_plane::KEEP_DIR_ENV).is_ok_and(|v| v == "1")
+        {
+            let _ = std::fs::remove_file(dir.path().join(OWNER_FILE));
+            eprintln!("etcd-tests: kept {}", dir.keep().display());
+        }
+    }
+}
+
+impl Drop for Kubelet {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Watches the pods bound to the node and hands each to its worker.
+async fn watch_pods(shared: Arc<Shared>) {
+    let pods: Api<Pod> = Api::all(shared.client.clone());
+    let selector = format!("spec.nodeName={}", shared.options.node_name);
+    let stream =
+        watcher::watcher(pods, watcher::Config::default().fields(&selector)).default_backoff();
+    futures::pin_mut!(stream);
+    // UIDs listed since the last (re)list: workers of pods not in it are gone.
+    let mut listing: Option<std::collections::BTreeSet<String>> = None;
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(Event::Apply(pod)) => shared.dispatch(pod),
+            Ok(Event::InitApply(pod)) => {
+                if let (Some(seen), Some(uid)) = (listing.as_mut(), pod.metadata.uid.clone()) {
+                    seen.insert(uid);
+                }
+                shared.dispatch(pod);
+            }
+            Ok(Event::Delete(pod)) => {
+                if let Some(uid) = pod.metadata.uid.as_deref() {
+                    shared.gone(uid);
+                }
+            }
+            Ok(Event::Init) => listing = Some(Default::default()),
+            Ok(Event::InitDone) => {
+                if let Some(seen) = listing.take() {
+                    let known: Vec<String> = lock(&shared.pods).keys().cloned().collect();
+                    for uid in known.iter().filter(|u| !seen.contains(*u)) {
+                        shared.gone(uid);
+                    }
+                }
+            }
+            Err(e) => shared.log.line(format_args!("pod watch: {e}")),
+        }
+    }
+}
+
+/// Deletes the PV and directory of claims that are deleted.
+async fn watch_claims(shared: Arc<Shared>) {
+    let claims: Api<PersistentVolumeClaim> = Api::all(shared.client.clone());
+    let stream = watcher::watcher(claims, watcher::Config::default()).default_backoff();
+    futures::pin_mut!(stream);
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(Event::Delete(claim)) => {
+                volumes::forget_claim(&shared.client, &shared.dirs, &claim).await;
+                shared.log.line(format_args!(
+                    "claim {}/{} deleted: removed its volume",
+                    claim.metadata.namespace.as_deref().unwrap_or_default(),
+                    claim.metadata.name.as_deref().unwrap_or_default()
+                ));
+            }
+            Ok(_) => {}
+            Err(e) => shared.log.line(format_args!("claim watch: {e}")),
+        }
+    }
+}
