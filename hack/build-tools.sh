@@ -129,6 +129,6 @@ case "$only" in all|helm) build_helm ;; esac
 if [[ "$mode" == "--check" ]]; then exit "$missing"; fi
 log "tools in $TOOLS:"
 "$TOOLS/kubernetes/v$KUBERNETES_VERSION/bin/kube-apiserver" --version >&2
-"$TOOLS/kubernetes/v$KUBERNETES_VERSION/bin/kubectl" version --client 2>/dev/null | head -1 >&2
-for v in $ETCD_VERSIONS; do "$TOOLS/etcd/v$v/bin/etcd" --version | head -1 >&2; done
+"$TOOLS/kubernetes/v$KUBERNETES_VERSION/bin/kubectl" version --client 2>/dev/null | sed -n 1p >&2
+for v in $ETCD_VERSIONS; do "$TOOLS/etcd/v$v/bin/etcd" --version | sed -n 1p >&2; done
 "$TOOLS/helm/v$HELM_VERSION/bin/helm" version --short >&2

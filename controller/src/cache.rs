@@ -44,9 +44,14 @@ where
         + 'static,
 {
     let (store, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, config))
-        .default_backoff()
-        .map(|_| ());
+    // managedFields are most of an object's size and the operator never reads them.
+    let stream = reflector::reflector(
+        writer,
+        watcher(api, config)
+            .default_backoff()
+            .modify(|o: &mut K| o.meta_mut().managed_fields = None),
+    )
+    .map(|_| ());
     (store, stream)
 }
 
