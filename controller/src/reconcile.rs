@@ -68,12 +68,14 @@ pub async fn run_controller(
         .owns(pdbs, owned)
         .with_config(ControllerRuntimeConfig::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown);
-    // Ready once the EtcdCluster watch has listed everything (the store is filled).
-    let store = controller.store();
+    // Ready once the watches have listed everything.
     let ready_flag = ready.clone();
     let ready_caches = caches.clone();
     let readiness_task = tokio::spawn(async move {
-        if store.wait_until_ready().await.is_ok() && ready_caches.wait_until_ready().await {
+        // (The Controller's own store reader does not report readiness before `run` owns
+        // it, so readiness follows the caches of the derived objects.)
+        if ready_caches.wait_until_ready().await {
+            tracing::info!("watches synced: ready");
             ready_flag.set(true);
         }
     });
