@@ -33,7 +33,11 @@ pub struct Caches {
     pub pdbs: Store<PodDisruptionBudget>,
 }
 
-fn cached<K>(api: Api<K>, config: watcher::Config) -> (Store<K>, impl Stream<Item = ()> + Send)
+fn cached<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    strip: fn(&mut K),
+) -> (Store<K>, impl Stream<Item = ()> + Send)
 where
     K: Resource<DynamicType = ()>
         + Clone
@@ -44,15 +48,59 @@ where
         + 'static,
 {
     let (store, writer) = reflector::store();
-    // managedFields are most of an object's size and the operator never reads them.
+    // Only what the operator reads is kept: managedFields alone are most of an object.
     let stream = reflector::reflector(
         writer,
         watcher(api, config)
             .default_backoff()
-            .modify(|o: &mut K| o.meta_mut().managed_fields = None),
+            .modify(move |o: &mut K| {
+                o.meta_mut().managed_fields = None;
+                strip(o);
+            }),
     )
     .map(|_| ());
     (store, stream)
+}
+
+/// Keeps of a pod what the planner reads: containers' names and images, phase, IP, conditions.
+fn strip_pod(pod: &mut Pod) {
+    if let Some(spec) = pod.spec.as_mut() {
+        let containers = std::mem::take(&mut spec.containers)
+            .into_iter()
+            .map(|c| k8s_openapi::api::core::v1::Container {
+                name: c.name,
+                image: c.image,
+                ..Default::default()
+            })
+            .collect();
+        *spec = k8s_openapi::api::core::v1::PodSpec {
+            containers,
+            ..Default::default()
+        };
+    }
+    if let Some(status) = pod.status.as_mut() {
+        *status = k8s_openapi::api::core::v1::PodStatus {
+            phase: status.phase.take(),
+            pod_ip: status.pod_ip.take(),
+            conditions: status.conditions.take(),
+            ..Default::default()
+        };
+    }
+}
+
+fn strip_claim(claim: &mut PersistentVolumeClaim) {
+    claim.spec = None;
+    claim.status = None;
+}
+
+fn strip_service(service: &mut Service) {
+    service.spec = None;
+    service.status = None;
+}
+
+fn strip_pdb(pdb: &mut PodDisruptionBudget) {
+    pdb.spec = None;
+    pdb.status = None;
 }
 
 impl Caches {
@@ -64,10 +112,10 @@ impl Caches {
         pdbs: Api<PodDisruptionBudget>,
         config: watcher::Config,
     ) -> (Self, impl std::future::Future<Output = ()> + Send) {
-        let (pods, p) = cached(pods, config.clone());
-        let (claims, c) = cached(claims, config.clone());
-        let (services, s) = cached(services, config.clone());
-        let (pdbs, b) = cached(pdbs, config);
+        let (pods, p) = cached(pods, config.clone(), strip_pod);
+        let (claims, c) = cached(claims, config.clone(), strip_claim);
+        let (services, s) = cached(services, config.clone(), strip_service);
+        let (pdbs, b) = cached(pdbs, config, strip_pdb);
         let driver =
             futures::stream::select(futures::stream::select(p, c), futures::stream::select(s, b))
                 .for_each(|()| async {});
