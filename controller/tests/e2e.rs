@@ -23,7 +23,8 @@ use etcd_controller::metrics::Metrics;
 use etcd_controller::reconcile::run_controller;
 use etcd_shared::EtcdCluster;
 use etcd_tests::suite::TestContext;
-use etcd_tests::{await_condition, poll_until, run_suite_with_kubelet};
+use etcd_tests::wait::wait_for_some;
+use etcd_tests::{await_condition, run_suite_with_kubelet};
 
 const WAIT: Duration = Duration::from_secs(120);
 
@@ -77,17 +78,13 @@ fn start_controller(ctx: &TestContext) -> anyhow::Result<CancellationToken> {
     Ok(stop)
 }
 
-async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> anyhow::Result<T>
+/// Polls `check` until it yields a value, for at most [`WAIT`].
+async fn wait_for<T, F, Fut>(what: &str, check: F) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let found = poll_until(what, WAIT, || {
-        let fut = check();
-        async move { Ok::<_, std::convert::Infallible>(fut.await) }
-    })
-    .await?;
-    Ok(found)
+    Ok(wait_for_some(what, WAIT, check).await?)
 }
 
 /// Issue 6, case 1: a 3-member cluster comes up Available; a key written through one member

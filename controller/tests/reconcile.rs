@@ -25,8 +25,9 @@ use etcd_controller::metrics::Metrics;
 use etcd_controller::reconcile::run_controller;
 use etcd_shared::EtcdCluster;
 use etcd_shared::types::ClusterPhase;
+use etcd_tests::await_condition;
 use etcd_tests::suite::{TestContext, run_suite};
-use etcd_tests::{await_condition, poll_until};
+use etcd_tests::wait::wait_for_some;
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -173,17 +174,12 @@ async fn await_status(
 }
 
 /// Polls `check` until it yields a value, for at most [`WAIT`].
-async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> anyhow::Result<T>
+async fn wait_for<T, F, Fut>(what: &str, check: F) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let found = poll_until(what, WAIT, || {
-        let fut = check();
-        async move { Ok::<_, std::convert::Infallible>(fut.await) }
-    })
-    .await?;
-    Ok(found)
+    Ok(wait_for_some(what, WAIT, check).await?)
 }
 
 fn condition<'a>(

@@ -94,3 +94,20 @@ where
         }),
     }
 }
+
+/// [`poll_until`] for checks that cannot fail: `None` means "not yet".
+pub async fn wait_for_some<T, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    mut check: F,
+) -> Result<T, WaitError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    poll_until(what, timeout, || {
+        let fut = check();
+        async move { Ok::<_, std::convert::Infallible>(fut.await) }
+    })
+    .await
+}
