@@ -1,0 +1,506 @@
+//! The lifecycle of an EtcdCluster on real etcd members: the webhook and the controller run
+//! in this process against the harness's kube-apiserver; the harness's process kubelet runs
+//! each member pod as a real etcd process on a private pod network. Every test keeps a client
+//! writing where it matters and checks that each acknowledged write is on every member.
+//!
+//! Run: `cargo test -p etcd-tests --test lifecycle` (needs `hack/build-tools.sh` first).
+//! Each test prints its durations on lines starting with `duration:`.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+use anyhow::{Context as _, bail, ensure};
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+
+use etcd_shared::version::DEFAULT_VERSION;
+use etcd_shared::{EtcdCluster, names};
+use etcd_tests::poll_until;
+use etcd_tests::suite::TestContext;
+
+use support::operator::{Controller, create_cluster, install};
+use support::writer::Writer;
+use support::{
+    WAIT, check_every_member, client_service_urls, connect, member_pods, reported_versions,
+    settled, wait_until,
+};
+
+fn main() -> std::process::ExitCode {
+    etcd_tests::run_suite_with_kubelet(etcd_tests::tests![
+        three_members_become_available_and_share_data,
+        scaling_three_five_three_keeps_every_acknowledged_write,
+        a_killed_member_process_comes_back,
+        a_member_that_lost_its_data_is_replaced,
+        a_rolling_upgrade_moves_one_member_at_a_time,
+        a_version_skip_is_refused_and_paused_freezes_the_cluster,
+        deleting_the_cluster_removes_every_object_and_process,
+    ])
+}
+
+fn cluster_yaml(name: &str, size: usize, version: Option<&str>) -> String {
+    let version = version.map_or(String::new(), |v| format!("  version: {v}\n"));
+    format!(
+        "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdCluster\nmetadata:\n  name: {name}\nspec:\n  size: {size}\n{version}"
+    )
+}
+
+fn duration(what: &str, since: Instant) -> f64 {
+    let secs = since.elapsed().as_secs_f64();
+    println!("duration: {what}: {secs:.1} s");
+    secs
+}
+
+async fn patch_spec(
+    api: &Api<EtcdCluster>,
+    name: &str,
+    spec: serde_json::Value,
+) -> Result<EtcdCluster, kube::Error> {
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({ "spec": spec })),
+    )
+    .await
+}
+
+/// Creates a cluster of `size` and waits until it is settled; returns its version.
+async fn create_settled(
+    ctx: &TestContext,
+    name: &str,
+    size: usize,
+    version: Option<&str>,
+) -> anyhow::Result<String> {
+    let started = Instant::now();
+    let created = create_cluster(ctx, &cluster_yaml(name, size, version)).await?;
+    let version = created
+        .spec
+        .version
+        .clone()
+        .context("the webhook did not default the version")?;
+    wait_until(&ctx.api(), name, &format!("{size} healthy voters"), |c| {
+        settled(c, size, &version)
+    })
+    .await?;
+    let secs = duration(
+        &format!("{name}: {size}-member cluster Available"),
+        started,
+    );
+    if secs > 20.0 {
+        println!("note: {name} took longer than the 20 s aim");
+    }
+    Ok(version)
+}
+
+fn names_in(c: &EtcdCluster) -> BTreeSet<String> {
+    c.status
+        .as_ref()
+        .and_then(|s| s.members.as_ref())
+        .map(|m| m.ready.iter().chain(&m.unready).cloned().collect())
+        .unwrap_or_default()
+}
+
+/// Issue 6, case 1: a 3-member cluster comes up Available; keys written through the client
+/// Service's endpoints are read from every member.
+async fn three_members_become_available_and_share_data(ctx: TestContext) -> anyhow::Result<()> {
+    install(&ctx).await?;
+    let _controller = Controller::start(&ctx)?;
+    let version = create_settled(&ctx, "demo", 3, None).await?;
+    ensure!(
+        version == DEFAULT_VERSION,
+        "defaulted version {version}, expected {DEFAULT_VERSION}"
+    );
+
+    let urls = client_service_urls(&ctx.api::<EndpointSlice>(), "demo").await?;
+    ensure!(urls.len() == 3, "client Service endpoints: {urls:?}");
+    let mut client = connect(&urls).await?;
+    let mut written = BTreeMap::new();
+    for i in 0..10 {
+        let (k, v) = (format!("greeting/{i}"), format!("hello {i}"));
+        client.put(k.clone(), v.clone(), None).await?;
+        written.insert(k, v);
+    }
+    check_every_member(&ctx.api(), "demo", "greeting/", &written, 3).await?;
+    let versions = reported_versions(&ctx.api(), "demo").await?;
+    ensure!(
+        versions.values().all(|v| v == DEFAULT_VERSION),
+        "{versions:?}"
+    );
+    Ok(())
+}
+
+/// Issue 6, case 2: 3 -> 5 -> 3 while a client keeps writing; every acknowledged write is on
+/// every remaining member.
+async fn scaling_three_five_three_keeps_every_acknowledged_write(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    install(&ctx).await?;
+    let _controller = Controller::start(&ctx)?;
+    let api: Api<EtcdCluster> = ctx.api();
+    let version = create_settled(&ctx, "scale", 3, None).await?;
+    let before = names_in(&api.get("scale").await?);
+
+    let writer = Writer::start(ctx.api(), "scale", "w/");
+    writer.wait_for_writes(20).await?;
+
+    let up = Instant::now();
+    patch_spec(&api, "scale", serde_json::json!({ "size": 5 })).await?;
+    let five = wait_until(&api, "scale", "5 healthy voters", |c| settled(c, 5, &version)).await?;
+    duration("scale: 3 -> 5", up);
+    writer.wait_for_writes(20).await?;
+
+    let down = Instant::now();
+    patch_spec(&api, "scale", serde_json::json!({ "size": 3 })).await?;
+    let three = wait_until(&api, "scale", "3 healthy voters", |c| settled(c, 3, &version)).await?;
+    duration("scale: 5 -> 3", down);
+    writer.wait_for_writes(20).await?;
+
+    let report = writer.stop().await?;
+    println!(
+        "scale: {} writes acknowledged, {} failed or unknown",
+        report.acked.len(),
+        report.failed
+    );
+    check_every_member(&ctx.api(), "scale", "w/", &report.acked, 3).await?;
+    // The members added for the scale-up are the ones removed again (newest first).
+    ensure!(
+        names_in(&three) == before,
+        "after 3 -> 5 -> 3 the members are {:?}, expected the first three {before:?} (5 were {:?})",
+        names_in(&three),
+        names_in(&five)
+    );
+    let pods = member_pods(&ctx.api(), "scale").await?;
+    ensure!(
+        pods.keys().cloned().collect::<BTreeSet<_>>() == before,
+        "pods left: {:?}",
+        pods.keys()
+    );
+    Ok(())
+}
+
+fn restart_count(p: &Pod) -> i32 {
+    p.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.first())
+        .map_or(0, |c| c.restart_count)
+}
+
+fn is_ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Issue 6, case 3: SIGKILL one member's etcd process; the kubelet restarts it on its data,
+/// the member rejoins, the cluster is healthy again and no membership change was needed.
+async fn a_killed_member_process_comes_back(ctx: TestContext) -> anyhow::Result<()> {
+    install(&ctx).await?;
+    let controller = Controller::start(&ctx)?;
+    let api: Api<EtcdCluster> = ctx.api();
+    let pods: Api<Pod> = ctx.api();
+    let version = create_settled(&ctx, "crash", 3, None).await?;
+    let changes_before = controller.member_changes();
+    let writer = Writer::start(ctx.api(), "crash", "w/");
+    writer.wait_for_writes(20).await?;
+
+    let victim = names::member_name("crash", 1);
+    let restarts = restart_count(&pods.get(&victim).await?);
+    let killed = Instant::now();
+    let pid = ctx.kubelet()?.kill_container(ctx.ns(), &victim)?;
+    println!("crash: killed {victim} (pid {pid})");
+    poll_until("the killed member to restart and be ready", WAIT, || async {
+        let p = pods.get(&victim).await?;
+        anyhow::Ok((restart_count(&p) > restarts && is_ready(&p)).then_some(()))
+    })
+    .await?;
+    wait_until(&api, "crash", "3 healthy voters again", |c| {
+        settled(c, 3, &version)
+    })
+    .await?;
+    let secs = duration("crash: killed member healthy again", killed);
+    if secs > 30.0 {
+        println!("note: longer than the 30 s aim");
+    }
+    writer.wait_for_writes(20).await?;
+    let report = writer.stop().await?;
+    check_every_member(&ctx.api(), "crash", "w/", &report.acked, 3).await?;
+    ensure!(
+        controller.member_changes() == changes_before,
+        "the controller changed membership for a member that only crashed"
+    );
+    ensure!(
+        names_in(&api.get("crash").await?).contains(&victim),
+        "{victim} is no longer a member"
+    );
+    Ok(())
+}
+
+/// Issue 6, case 4: a member's data is wiped and its pod deleted; the controller removes the
+/// member, adds a new one, and the new member holds every acknowledged write.
+async fn a_member_that_lost_its_data_is_replaced(ctx: TestContext) -> anyhow::Result<()> {
+    install(&ctx).await?;
+    let _controller = Controller::start(&ctx)?;
+    let api: Api<EtcdCluster> = ctx.api();
+    let pods: Api<Pod> = ctx.api();
+    let version = create_settled(&ctx, "lost", 3, None).await?;
+    let writer = Writer::start(ctx.api(), "lost", "w/");
+    writer.wait_for_writes(20).await?;
+
+    let victim = names::member_name("lost", 2);
+    let wiped = ctx.kubelet()?.wipe_data(ctx.ns(), &victim, "data")?;
+    println!("lost: wiped {}", wiped.display());
+    let lost = Instant::now();
+    pods.delete(&victim, &DeleteParams::default()).await?;
+    let replaced = wait_until(&api, "lost", "a new third member", |c| {
+        settled(c, 3, &version) && !names_in(c).contains(&victim)
+    })
+    .await?;
+    let secs = duration("lost: member replaced", lost);
+    if secs > 30.0 {
+        println!("note: longer than the 30 s aim");
+    }
+    let members = names_in(&replaced);
+    let newcomer = names::member_name("lost", 3);
+    ensure!(
+        members.contains(&newcomer),
+        "expected {newcomer} to replace {victim}: {members:?}"
+    );
+    writer.wait_for_writes(20).await?;
+    let report = writer.stop().await?;
+    check_every_member(&ctx.api(), "lost", "w/", &report.acked, 3).await?;
+    Ok(())
+}
+
+/// What a watch of the member pods saw during an upgrade.
+#[derive(Debug, Default)]
+struct UpgradeTrace {
+    /// Members in the order their pods moved to the new version.
+    order: Vec<String>,
+    /// The most member pods seen not ready at once.
+    most_unready: usize,
+}
+
+/// Watches the member pods of `cluster` until `stop`, recording the upgrade order.
+fn trace_upgrade(
+    pods: Api<Pod>,
+    cluster: &str,
+    to: &str,
+    stop: tokio_util::sync::CancellationToken,
+) -> tokio::task::JoinHandle<UpgradeTrace> {
+    let selector = format!("{}={cluster}", names::LABEL_INSTANCE);
+    let to = to.to_string();
+    tokio::spawn(async move {
+        let mut trace = UpgradeTrace::default();
+        let mut ready: BTreeMap<String, bool> = BTreeMap::new();
+        let stream = watcher(pods, watcher::Config::default().labels(&selector));
+        let mut stream = std::pin::pin!(stream);
+        loop {
+            let event = tokio::select! {
+                _ = stop.cancelled() => return trace,
+                e = stream.next() => e,
+            };
+            let Some(Ok(event)) = event else { continue };
+            let pod = match event {
+                watcher::Event::Apply(p) | watcher::Event::InitApply(p) => p,
+                watcher::Event::Delete(p) => {
+                    ready.remove(&p.name_any());
+                    continue;
+                }
+                watcher::Event::Init | watcher::Event::InitDone => continue,
+            };
+            let name = pod.name_any();
+            let on_target = pod.labels().get(names::LABEL_VERSION) == Some(&to);
+            if on_target && !trace.order.contains(&name) {
+                trace.order.push(name.clone());
+            }
+            ready.insert(name, is_ready(&pod));
+            let unready = ready.values().filter(|r| !**r).count();
+            trace.most_unready = trace.most_unready.max(unready);
+        }
+    })
+}
+
+/// Issue 6, case 5: 3.6 -> 3.7 under writes; one member at a time, the status reports the
+/// new version, every acknowledged write survives.
+async fn a_rolling_upgrade_moves_one_member_at_a_time(ctx: TestContext) -> anyhow::Result<()> {
+    const FROM: &str = "3.6.16";
+    const TO: &str = "3.7.3";
+    install(&ctx).await?;
+    let _controller = Controller::start(&ctx)?;
+    let api: Api<EtcdCluster> = ctx.api();
+    create_settled(&ctx, "upgrade", 3, Some(FROM)).await?;
+    let writer = Writer::start(ctx.api(), "upgrade", "w/");
+    writer.wait_for_writes(20).await?;
+
+    let stop = tokio_util::sync::CancellationToken::new();
+    let trace = trace_upgrade(ctx.api(), "upgrade", TO, stop.clone());
+    let started = Instant::now();
+    patch_spec(&api, "upgrade", serde_json::json!({ "version": TO })).await?;
+    let done = wait_until(&api, "upgrade", "every member on the new version", |c| {
+        settled(c, 3, TO)
+    })
+    .await?;
+    duration("upgrade: 3 members 3.6.16 -> 3.7.3", started);
+    stop.cancel();
+    let trace = trace.await?;
+    println!("upgrade: order {:?}", trace.order);
+    ensure!(
+        trace.order.len() == 3,
+        "not every member moved: {:?}",
+        trace.order
+    );
+    ensure!(
+        trace.most_unready <= 1,
+        "{} members were down at once",
+        trace.most_unready
+    );
+    let status = done.status.context("status")?;
+    ensure!(
+        status.target_version.as_deref() == Some(TO),
+        "{status:?}"
+    );
+    let versions = reported_versions(&ctx.api(), "upgrade").await?;
+    ensure!(versions.values().all(|v| v == TO), "members report {versions:?}");
+
+    writer.wait_for_writes(20).await?;
+    let report = writer.stop().await?;
+    println!(
+        "upgrade: {} writes acknowledged, {} failed or unknown",
+        report.acked.len(),
+        report.failed
+    );
+    check_every_member(&ctx.api(), "upgrade", "w/", &report.acked, 3).await?;
+    Ok(())
+}
+
+/// Issue 6, case 6: the webhook refuses 3.5 -> 3.7; with `paused: true` a member whose pod
+/// is deleted stays down however often the controller looks, and comes back once unpaused.
+async fn a_version_skip_is_refused_and_paused_freezes_the_cluster(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    const VERSION: &str = "3.5.35";
+    install(&ctx).await?;
+    let controller = Controller::start(&ctx)?;
+    let api: Api<EtcdCluster> = ctx.api();
+    let pods: Api<Pod> = ctx.api();
+    create_settled(&ctx, "frozen", 3, Some(VERSION)).await?;
+
+    match patch_spec(&api, "frozen", serde_json::json!({ "version": "3.7.3" })).await {
+        Err(kube::Error::Api(e)) => {
+            println!("frozen: 3.5.35 -> 3.7.3 refused: {}", e.message);
+            ensure!(
+                e.code == 403 || e.code == 400 || e.code == 422,
+                "refused with HTTP {}",
+                e.code
+            );
+            ensure!(
+                e.message.contains("one minor line at a time; move to 3.6.x first"),
+                "unclear refusal: {}",
+                e.message
+            );
+        }
+        Err(e) => bail!("unexpected error: {e}"),
+        Ok(c) => bail!("3.5 -> 3.7 was accepted: {:?}", c.spec.version),
+    }
+    ensure!(api.get("frozen").await?.spec.version.as_deref() == Some(VERSION));
+
+    let paused = patch_spec(&api, "frozen", serde_json::json!({ "paused": true })).await?;
+    let generation = paused.metadata.generation;
+    wait_until(&api, "frozen", "phase Paused", |c| {
+        let s = c.status.as_ref();
+        s.and_then(|s| s.observed_generation) == generation
+            && s.and_then(|s| s.phase) == Some(etcd_shared::types::ClusterPhase::Paused)
+    })
+    .await?;
+    let changes = controller.member_changes();
+    let victim = names::member_name("frozen", 0);
+    pods.delete(&victim, &DeleteParams::default()).await?;
+    poll_until("the deleted pod to be gone", WAIT, || async {
+        anyhow::Ok(pods.get_opt(&victim).await?.is_none().then_some(()))
+    })
+    .await?;
+    // Make the controller look again, several times: each annotation change is a watch event
+    // it reconciles.
+    for round in 0..3 {
+        let seen = controller.reconciles();
+        api.patch(
+            "frozen",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({
+                "metadata": { "annotations": { "etcd-tests/poke": round.to_string() } }
+            })),
+        )
+        .await?;
+        poll_until("the controller to reconcile again", WAIT, || async {
+            anyhow::Ok((controller.reconciles() > seen).then_some(()))
+        })
+        .await?;
+    }
+    let left = member_pods(&pods, "frozen").await?;
+    ensure!(
+        left.len() == 2 && !left.contains_key(&victim),
+        "paused, yet pods are {:?}",
+        left.keys()
+    );
+    ensure!(
+        controller.member_changes() == changes,
+        "paused, yet membership changed"
+    );
+
+    let resumed = Instant::now();
+    patch_spec(&api, "frozen", serde_json::json!({ "paused": false })).await?;
+    wait_until(&api, "frozen", "3 healthy voters after unpausing", |c| {
+        settled(c, 3, VERSION)
+    })
+    .await?;
+    duration("frozen: member replaced after unpausing", resumed);
+    Ok(())
+}
+
+/// Issue 6, case 7: deleting the EtcdCluster removes its pods (and their etcd processes),
+/// Services, budget and events' owner.
+async fn deleting_the_cluster_removes_every_object_and_process(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    install(&ctx).await?;
+    let _controller = Controller::start(&ctx)?;
+    let api: Api<EtcdCluster> = ctx.api();
+    let pods: Api<Pod> = ctx.api();
+    create_settled(&ctx, "doomed", 3, None).await?;
+    let kubelet = ctx.kubelet()?;
+    let pids: Vec<u32> = member_pods(&pods, "doomed")
+        .await?
+        .keys()
+        .filter_map(|p| kubelet.container_pid(ctx.ns(), p))
+        .collect();
+    ensure!(pids.len() == 3, "etcd pids: {pids:?}");
+
+    let started = Instant::now();
+    api.delete("doomed", &DeleteParams::foreground()).await?;
+    let selector = format!("{}=doomed", names::LABEL_INSTANCE);
+    let services: Api<Service> = ctx.api();
+    let budgets: Api<PodDisruptionBudget> = ctx.api();
+    poll_until("the cluster and everything it owned to be gone", WAIT, || async {
+        let lp = ListParams::default().labels(&selector);
+        let gone = api.get_opt("doomed").await?.is_none()
+            && pods.list(&lp).await?.items.is_empty()
+            && services.list(&lp).await?.items.is_empty()
+            && budgets.list(&lp).await?.items.is_empty();
+        anyhow::Ok(gone.then_some(()))
+    })
+    .await?;
+    duration("doomed: cluster deleted with everything it owned", started);
+    for pid in pids {
+        let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None).is_ok();
+        ensure!(!alive, "etcd process {pid} still runs");
+    }
+    Ok(())
+}

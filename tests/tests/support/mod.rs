@@ -1,0 +1,187 @@
+//! Shared pieces of the lifecycle suite: the in-process operator, waiting on a cluster's
+//! status, a client that keeps writing, and checks against every member's data.
+
+pub mod operator;
+pub mod writer;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use etcd_client::{Client, ConnectOptions, GetOptions};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::ListParams;
+use kube::{Api, ResourceExt};
+
+use etcd_shared::types::ClusterPhase;
+use etcd_shared::{EtcdCluster, names};
+use etcd_tests::await_condition;
+
+/// The longest any single step of a test may take.
+pub const WAIT: Duration = Duration::from_secs(150);
+
+/// How long one etcd request may take before the test counts it as failed.
+pub const ETCD_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Watches `name` until `done` holds for it; on timeout the error carries its last status.
+pub async fn wait_until(
+    api: &Api<EtcdCluster>,
+    name: &str,
+    what: &str,
+    done: impl Fn(&EtcdCluster) -> bool,
+) -> anyhow::Result<EtcdCluster> {
+    let condition = move |c: Option<&EtcdCluster>| c.is_some_and(&done);
+    match await_condition(api.clone(), name, condition, WAIT).await {
+        Ok(Some(c)) => Ok(c),
+        Ok(None) => bail!("{name} vanished while waiting for {what}"),
+        Err(e) => {
+            let last = api.get_opt(name).await.ok().flatten().map(|c| c.status);
+            bail!("waiting for {name}: {what}: {e}; last status: {last:#?}")
+        }
+    }
+}
+
+/// The cluster has acted on its current spec and runs `size` healthy voters: phase Running,
+/// Available, no learners, every member on `version`.
+pub fn settled(c: &EtcdCluster, size: usize, version: &str) -> bool {
+    let Some(s) = c.status.as_ref() else {
+        return false;
+    };
+    let available = s
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "Available" && c.status == "True");
+    let members = s.members.as_ref();
+    s.observed_generation == c.metadata.generation
+        && s.phase == Some(ClusterPhase::Running)
+        && available
+        && members.is_some_and(|m| m.learners.is_empty() && m.unready.is_empty())
+        && s.ready_members == i32::try_from(size).ok()
+        && s.size == i32::try_from(size).ok()
+        && s.current_version.as_deref() == Some(version)
+}
+
+/// The cluster's member pods, by name.
+pub async fn member_pods(pods: &Api<Pod>, cluster: &str) -> anyhow::Result<BTreeMap<String, Pod>> {
+    let selector = format!("{}={cluster}", names::LABEL_INSTANCE);
+    Ok(pods
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items
+        .into_iter()
+        .map(|p| (p.name_any(), p))
+        .collect())
+}
+
+/// The client URL of every member pod that has an IP.
+pub async fn member_urls(pods: &Api<Pod>, cluster: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    Ok(member_pods(pods, cluster)
+        .await?
+        .into_iter()
+        .filter_map(|(name, p)| {
+            let ip = p.status?.pod_ip?;
+            Some((name, format!("http://{ip}:{}", names::CLIENT_PORT)))
+        })
+        .collect())
+}
+
+/// The ready endpoints of the cluster's client Service, as etcd client URLs: what a client
+/// inside the cluster reaches through the Service.
+pub async fn client_service_urls(
+    slices: &Api<EndpointSlice>,
+    cluster: &str,
+) -> anyhow::Result<Vec<String>> {
+    let selector = format!(
+        "kubernetes.io/service-name={}",
+        names::client_service_name(cluster)
+    );
+    let mut urls: Vec<String> = slices
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items
+        .iter()
+        .flat_map(|s| s.endpoints.iter().flatten())
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
+        .flat_map(|e| e.addresses.iter())
+        .map(|a| format!("http://{a}:{}", names::CLIENT_PORT))
+        .collect();
+    urls.sort();
+    urls.dedup();
+    Ok(urls)
+}
+
+/// An etcd client for `endpoints`, with short timeouts.
+pub async fn connect(endpoints: &[String]) -> anyhow::Result<Client> {
+    let options = ConnectOptions::new()
+        .with_connect_timeout(ETCD_TIMEOUT)
+        .with_timeout(ETCD_TIMEOUT);
+    Client::connect(endpoints, Some(options))
+        .await
+        .with_context(|| format!("connecting to {endpoints:?}"))
+}
+
+/// Every key under `prefix` with its value, read (linearizably) from `url` alone.
+pub async fn read_all(url: &str, prefix: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    let mut client = connect(&[url.to_string()]).await?;
+    let got = client
+        .get(prefix, Some(GetOptions::new().with_prefix()))
+        .await
+        .with_context(|| format!("reading {prefix}* from {url}"))?;
+    got.kvs()
+        .iter()
+        .map(|kv| Ok((kv.key_str()?.to_string(), kv.value_str()?.to_string())))
+        .collect()
+}
+
+/// Checks that every member of `cluster` holds every key of `expected` with its value, and
+/// that all members report the same member list of `size`.
+pub async fn check_every_member(
+    pods: &Api<Pod>,
+    cluster: &str,
+    prefix: &str,
+    expected: &BTreeMap<String, String>,
+    size: usize,
+) -> anyhow::Result<()> {
+    let urls = member_urls(pods, cluster).await?;
+    if urls.len() != size {
+        bail!("expected {size} member pods with IPs, found {urls:?}");
+    }
+    for (member, url) in &urls {
+        let data = read_all(url, prefix).await?;
+        let missing: Vec<&String> = expected
+            .iter()
+            .filter(|(k, v)| data.get(*k) != Some(*v))
+            .map(|(k, _)| k)
+            .collect();
+        if !missing.is_empty() {
+            bail!(
+                "member {member} lacks {} of {} acknowledged writes (first: {:?})",
+                missing.len(),
+                expected.len(),
+                missing.iter().take(5).collect::<Vec<_>>()
+            );
+        }
+        let mut client = connect(&[url.clone()]).await?;
+        let list = client.member_list().await?;
+        let listed: Vec<&str> = list.members().iter().map(|m| m.name()).collect();
+        if listed.len() != size || list.members().iter().any(|m| m.is_learner()) {
+            bail!("member {member} lists {listed:?}, expected {size} voters");
+        }
+    }
+    Ok(())
+}
+
+/// The version each member's etcd server reports.
+pub async fn reported_versions(
+    pods: &Api<Pod>,
+    cluster: &str,
+) -> anyhow::Result<BTreeMap<String, String>> {
+    let mut versions = BTreeMap::new();
+    for (member, url) in member_urls(pods, cluster).await? {
+        let mut client = connect(&[url]).await?;
+        let status = client.status().await?;
+        versions.insert(member, status.version().to_string());
+    }
+    Ok(versions)
+}
