@@ -28,8 +28,8 @@ use etcd_tests::suite::TestContext;
 use support::operator::{Controller, create_cluster, install};
 use support::writer::Writer;
 use support::{
-    WAIT, check_every_member, client_service_urls, connect, member_pods, reported_versions,
-    settled, wait_until,
+    WAIT, check_every_member, client_service_urls, connect, member_list, member_pods, member_urls,
+    reported_versions, settled, wait_until,
 };
 
 fn main() -> std::process::ExitCode {
@@ -88,10 +88,7 @@ async fn create_settled(
         settled(c, size, &version)
     })
     .await?;
-    let secs = duration(
-        &format!("{name}: {size}-member cluster Available"),
-        started,
-    );
+    let secs = duration(&format!("{name}: {size}-member cluster Available"), started);
     if secs > 20.0 {
         println!("note: {name} took longer than the 20 s aim");
     }
@@ -117,8 +114,16 @@ async fn three_members_become_available_and_share_data(ctx: TestContext) -> anyh
         "defaulted version {version}, expected {DEFAULT_VERSION}"
     );
 
-    let urls = client_service_urls(&ctx.api::<EndpointSlice>(), "demo").await?;
-    ensure!(urls.len() == 3, "client Service endpoints: {urls:?}");
+    // The EndpointSlice controller follows pod readiness a moment later.
+    let slices: Api<EndpointSlice> = ctx.api();
+    let urls = poll_until("3 ready client Service endpoints", WAIT, || {
+        let slices = slices.clone();
+        async move {
+            let urls = client_service_urls(&slices, "demo").await?;
+            anyhow::Ok((urls.len() == 3).then_some(urls))
+        }
+    })
+    .await?;
     let mut client = connect(&urls).await?;
     let mut written = BTreeMap::new();
     for i in 0..10 {
@@ -151,13 +156,19 @@ async fn scaling_three_five_three_keeps_every_acknowledged_write(
 
     let up = Instant::now();
     patch_spec(&api, "scale", serde_json::json!({ "size": 5 })).await?;
-    let five = wait_until(&api, "scale", "5 healthy voters", |c| settled(c, 5, &version)).await?;
+    let five = wait_until(&api, "scale", "5 healthy voters", |c| {
+        settled(c, 5, &version)
+    })
+    .await?;
     duration("scale: 3 -> 5", up);
     writer.wait_for_writes(20).await?;
 
     let down = Instant::now();
     patch_spec(&api, "scale", serde_json::json!({ "size": 3 })).await?;
-    let three = wait_until(&api, "scale", "3 healthy voters", |c| settled(c, 3, &version)).await?;
+    let three = wait_until(&api, "scale", "3 healthy voters", |c| {
+        settled(c, 3, &version)
+    })
+    .await?;
     duration("scale: 5 -> 3", down);
     writer.wait_for_writes(20).await?;
 
@@ -216,10 +227,14 @@ async fn a_killed_member_process_comes_back(ctx: TestContext) -> anyhow::Result<
     let killed = Instant::now();
     let pid = ctx.kubelet()?.kill_container(ctx.ns(), &victim)?;
     println!("crash: killed {victim} (pid {pid})");
-    poll_until("the killed member to restart and be ready", WAIT, || async {
-        let p = pods.get(&victim).await?;
-        anyhow::Ok((restart_count(&p) > restarts && is_ready(&p)).then_some(()))
-    })
+    poll_until(
+        "the killed member to restart and be ready",
+        WAIT,
+        || async {
+            let p = pods.get(&victim).await?;
+            anyhow::Ok((restart_count(&p) > restarts && is_ready(&p)).then_some(()))
+        },
+    )
     .await?;
     wait_until(&api, "crash", "3 healthy voters again", |c| {
         settled(c, 3, &version)
@@ -255,24 +270,48 @@ async fn a_member_that_lost_its_data_is_replaced(ctx: TestContext) -> anyhow::Re
     writer.wait_for_writes(20).await?;
 
     let victim = names::member_name("lost", 2);
+    let survivor_url = member_urls(&pods, "lost")
+        .await?
+        .remove(&names::member_name("lost", 0))
+        .context("lost-0 has no IP")?;
+    let before = member_list(&survivor_url).await?;
+    let (victim_id, _) = before
+        .iter()
+        .find(|(_, (name, _))| *name == victim)
+        .context("victim not in the member list")?;
+    let victim_id = *victim_id;
     let wiped = ctx.kubelet()?.wipe_data(ctx.ns(), &victim, "data")?;
     println!("lost: wiped {}", wiped.display());
     let lost = Instant::now();
     pods.delete(&victim, &DeleteParams::default()).await?;
-    let replaced = wait_until(&api, "lost", "a new third member", |c| {
-        settled(c, 3, &version) && !names_in(c).contains(&victim)
+    // Replaced means a new member ID: a member that forgot its log must never vote under
+    // its old identity. (The name may come back: it is the next free index.)
+    let members = poll_until("the lost member replaced by a new voter", WAIT, || {
+        let url = survivor_url.clone();
+        async move {
+            let list = member_list(&url).await?;
+            let done = list.len() == 3
+                && !list.contains_key(&victim_id)
+                && list
+                    .values()
+                    .all(|(name, learner)| !name.is_empty() && !learner);
+            anyhow::Ok(done.then_some(list))
+        }
+    })
+    .await?;
+    wait_until(&api, "lost", "the cluster settled again", |c| {
+        settled(c, 3, &version)
     })
     .await?;
     let secs = duration("lost: member replaced", lost);
     if secs > 30.0 {
         println!("note: longer than the 30 s aim");
     }
-    let members = names_in(&replaced);
-    let newcomer = names::member_name("lost", 3);
-    ensure!(
-        members.contains(&newcomer),
-        "expected {newcomer} to replace {victim}: {members:?}"
-    );
+    let (new_id, (new_name, _)) = members
+        .iter()
+        .find(|(id, _)| !before.contains_key(id))
+        .context("no new member ID")?;
+    println!("lost: member {victim_id:x} ({victim}) replaced by {new_id:x} ({new_name})");
     writer.wait_for_writes(20).await?;
     let report = writer.stop().await?;
     check_every_member(&ctx.api(), "lost", "w/", &report.acked, 3).await?;
@@ -363,12 +402,12 @@ async fn a_rolling_upgrade_moves_one_member_at_a_time(ctx: TestContext) -> anyho
         trace.most_unready
     );
     let status = done.status.context("status")?;
-    ensure!(
-        status.target_version.as_deref() == Some(TO),
-        "{status:?}"
-    );
+    ensure!(status.target_version.as_deref() == Some(TO), "{status:?}");
     let versions = reported_versions(&ctx.api(), "upgrade").await?;
-    ensure!(versions.values().all(|v| v == TO), "members report {versions:?}");
+    ensure!(
+        versions.values().all(|v| v == TO),
+        "members report {versions:?}"
+    );
 
     writer.wait_for_writes(20).await?;
     let report = writer.stop().await?;
@@ -402,7 +441,8 @@ async fn a_version_skip_is_refused_and_paused_freezes_the_cluster(
                 e.code
             );
             ensure!(
-                e.message.contains("one minor line at a time; move to 3.6.x first"),
+                e.message
+                    .contains("one minor line at a time; move to 3.6.x first"),
                 "unclear refusal: {}",
                 e.message
             );
@@ -488,14 +528,18 @@ async fn deleting_the_cluster_removes_every_object_and_process(
     let selector = format!("{}=doomed", names::LABEL_INSTANCE);
     let services: Api<Service> = ctx.api();
     let budgets: Api<PodDisruptionBudget> = ctx.api();
-    poll_until("the cluster and everything it owned to be gone", WAIT, || async {
-        let lp = ListParams::default().labels(&selector);
-        let gone = api.get_opt("doomed").await?.is_none()
-            && pods.list(&lp).await?.items.is_empty()
-            && services.list(&lp).await?.items.is_empty()
-            && budgets.list(&lp).await?.items.is_empty();
-        anyhow::Ok(gone.then_some(()))
-    })
+    poll_until(
+        "the cluster and everything it owned to be gone",
+        WAIT,
+        || async {
+            let lp = ListParams::default().labels(&selector);
+            let gone = api.get_opt("doomed").await?.is_none()
+                && pods.list(&lp).await?.items.is_empty()
+                && services.list(&lp).await?.items.is_empty()
+                && budgets.list(&lp).await?.items.is_empty();
+            anyhow::Ok(gone.then_some(()))
+        },
+    )
     .await?;
     duration("doomed: cluster deleted with everything it owned", started);
     for pid in pids {

@@ -142,8 +142,9 @@ impl Step {
     }
 }
 
-/// The next free member index: above every index any pod, claim or member ever used, so a
-/// replacement never reuses a name (and never finds a stale claim).
+/// The next free member index: above every index a pod, claim or member still uses, so a
+/// new member never finds a stale claim or pod. A replaced member that had the highest
+/// index gives its name to its replacement, which joins under a new member ID.
 fn next_index(view: &ClusterView, obs: &Observed) -> u32 {
     let members = obs.members.as_ref().map(|m| m.as_slice()).unwrap_or(&[]);
     obs.pods
@@ -419,8 +420,10 @@ fn plan_with_members(
 
 fn plan_upgrade(view: &ClusterView, obs: &Observed, members: &[MemberState]) -> Step {
     let target_image = view.image(&view.version);
-    // A member whose pod already has the new image but still reports the old version is
-    // restarting into it: wait for it before touching another.
+    // A member whose pod already has the new image but still reports the old version, or
+    // whose pod is not Ready again yet, is restarting into it: wait for it before touching
+    // another. etcd answers before the kubelet's readiness probe does; moving on at that
+    // point would take a second endpoint out of the client Service.
     for m in members {
         if let (
             Some(pod),
@@ -429,7 +432,7 @@ fn plan_upgrade(view: &ClusterView, obs: &Observed, members: &[MemberState]) -> 
             },
         ) = (obs.pod(&m.name), &m.health)
             && pod.image == target_image
-            && *v != view.version
+            && (*v != view.version || !pod.ready)
         {
             return Step::Wait(Waiting::MemberUpgrading(m.name.clone()));
         }
@@ -440,6 +443,16 @@ fn plan_upgrade(view: &ClusterView, obs: &Observed, members: &[MemberState]) -> 
         .collect();
     if outdated.is_empty() {
         return Step::Done;
+    }
+    // Restarting a member while another member's pod is not Ready would leave the Service
+    // (and the disruption budget) with two members out.
+    let not_ready: Vec<String> = members
+        .iter()
+        .filter(|m| obs.pod(&m.name).is_some_and(|p| !p.ready))
+        .map(|m| m.name.clone())
+        .collect();
+    if !not_ready.is_empty() {
+        return Step::Wait(Waiting::Unhealthy(not_ready));
     }
     if let Some(running) = running_version(obs, members)
         && let Err(e) = check_upgrade(&running, &view.version)

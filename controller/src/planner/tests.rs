@@ -420,6 +420,26 @@ fn upgrades_followers_first_one_at_a_time() {
 }
 
 #[test]
+fn an_upgraded_member_must_be_ready_before_the_next_one_moves() {
+    // demo-1 runs and reports the new version, but its pod is not Ready again yet.
+    let mut obs = healthy(3, "3.6.16");
+    obs.pods[1].image = "quay.io/coreos/etcd:v3.7.3".into();
+    obs.pods[1].ready = false;
+    obs.members.as_mut().unwrap()[1] = member(1, "3.7.3");
+    assert_eq!(
+        plan_for("version: 3.7.3", &obs),
+        Step::Wait(Waiting::MemberUpgrading("demo-1".into()))
+    );
+    // A not-ready pod on the old image holds the upgrade too.
+    let mut obs = healthy(3, "3.6.16");
+    obs.pods[2].ready = false;
+    assert_eq!(
+        plan_for("version: 3.7.3", &obs),
+        Step::Wait(Waiting::Unhealthy(vec!["demo-2".into()]))
+    );
+}
+
+#[test]
 fn no_upgrade_while_a_member_is_unhealthy() {
     let mut obs = healthy(3, "3.6.16");
     obs.members.as_mut().unwrap()[2] = unhealthy(member(2, "3.6.16"));

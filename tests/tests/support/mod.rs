@@ -75,7 +75,10 @@ pub async fn member_pods(pods: &Api<Pod>, cluster: &str) -> anyhow::Result<BTree
 }
 
 /// The client URL of every member pod that has an IP.
-pub async fn member_urls(pods: &Api<Pod>, cluster: &str) -> anyhow::Result<BTreeMap<String, String>> {
+pub async fn member_urls(
+    pods: &Api<Pod>,
+    cluster: &str,
+) -> anyhow::Result<BTreeMap<String, String>> {
     Ok(member_pods(pods, cluster)
         .await?
         .into_iter()
@@ -162,7 +165,7 @@ pub async fn check_every_member(
                 missing.iter().take(5).collect::<Vec<_>>()
             );
         }
-        let mut client = connect(&[url.clone()]).await?;
+        let mut client = connect(std::slice::from_ref(url)).await?;
         let list = client.member_list().await?;
         let listed: Vec<&str> = list.members().iter().map(|m| m.name()).collect();
         if listed.len() != size || list.members().iter().any(|m| m.is_learner()) {
@@ -170,6 +173,21 @@ pub async fn check_every_member(
         }
     }
     Ok(())
+}
+
+/// The member list as `url` reports it: name (empty while unstarted) by member ID, with
+/// whether the member is a learner.
+pub async fn member_list(url: &str) -> anyhow::Result<BTreeMap<u64, (String, bool)>> {
+    let mut client = connect(&[url.to_string()]).await?;
+    let list = client
+        .member_list()
+        .await
+        .with_context(|| format!("listing members at {url}"))?;
+    Ok(list
+        .members()
+        .iter()
+        .map(|m| (m.id(), (m.name().to_string(), m.is_learner())))
+        .collect())
 }
 
 /// The version each member's etcd server reports.

@@ -55,7 +55,13 @@ async fn install_once(ctx: &TestContext) -> anyhow::Result<Installed> {
     let crd = EtcdCluster::crd();
     crds.patch(&crd.name_any(), &params, &Patch::Apply(&crd))
         .await?;
-    await_condition(crds, &crd.name_any(), conditions::is_crd_established(), WAIT).await?;
+    await_condition(
+        crds,
+        &crd.name_any(),
+        conditions::is_crd_established(),
+        WAIT,
+    )
+    .await?;
 
     let dir = tempfile::tempdir()?;
     let ca = CertificateAuthority::new("etcd-webhook lifecycle CA")?;
