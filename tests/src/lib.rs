@@ -11,6 +11,8 @@
 //! - [`kubelet`]: a "process kubelet" (opt-in, [`Suite::with_kubelet`]): a Node whose pods run
 //!   as local processes on a private pod network, so the operator's member pods are real etcd
 //!   members.
+//! - [`operator`]: the operator as its Helm chart installs it, its pods run by the kubelet
+//!   from the binaries built in this workspace (the demo and the `installed` suite).
 //! - [`process`], [`ports`], [`kubeconfig`]: plumbing.
 //!
 //! Run the harness's own tests with `cargo test -p etcd-tests --test control_plane`.
@@ -21,6 +23,7 @@ pub mod control_plane;
 pub mod kubeconfig;
 pub mod kubelet;
 pub mod namespace;
+pub mod operator;
 pub mod pki;
 pub mod ports;
 pub mod process;

@@ -169,3 +169,17 @@ service:
 {{- fail "metrics.serviceMonitor.enabled=true needs the Prometheus Operator's CRDs (the cluster does not serve monitoring.coreos.com/v1 ServiceMonitor): install them, set metrics.serviceMonitor.enabled=false, or pass --api-versions monitoring.coreos.com/v1/ServiceMonitor to helm template" }}
 {{- end }}
 {{- end }}
+
+{{/* The host part of the servers' listen addresses: the pod IP with bindPodIP, else empty
+     (every address). */}}
+{{- define "etcd-operator.bindHost" -}}
+{{- if .Values.bindPodIP -}}$(POD_IP){{- end -}}
+{{- end }}
+
+{{/* The POD_IP variable the listen addresses use with bindPodIP (an env list item). */}}
+{{- define "etcd-operator.podIPEnv" -}}
+- name: POD_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+{{- end }}

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The local demo: builds what is missing, then starts a real control plane and the process
+# kubelet on this machine, installs the operator with `helm install` of charts/etcd-operator,
+# applies examples/example-etcd-cluster.yaml, waits until it is Available and keeps running.
+#
+#   hack/demo.sh [up] [demo flags...]   start (Ctrl-C stops it); `--help` lists the flags
+#   hack/demo.sh down                   stop a demo running in another shell
+#
+# Needs: Go and Rust toolchains, protoc, iproute2 and util-linux (.ci/run installs them).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+state_dir="${ETCD_OPERATOR_DEMO_DIR:-${XDG_STATE_HOME:-$HOME/.local/state}/etcd-operator-demo}"
+export ETCD_OPERATOR_DEMO_DIR="$state_dir"
+
+case "${1:-up}" in
+  down)
+    pid_file="$state_dir/demo.pid"
+    if [[ ! -s "$pid_file" ]]; then
+      echo "demo: no running demo ($pid_file not found)" >&2
+      exit 1
+    fi
+    pid="$(cat "$pid_file")"
+    if ! kill -TERM "$pid" 2>/dev/null; then
+      echo "demo: process $pid is gone; removing the stale $pid_file" >&2
+      rm -f "$pid_file"
+      exit 0
+    fi
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.2; done
+    echo "demo: stopped (pid $pid)"
+    ;;
+  up | -*)
+    if [[ "${1:-}" == up ]]; then shift; fi
+    echo "==> building the pinned Go tools that are missing (first run: about 30 minutes)"
+    hack/build-tools.sh
+    echo "==> building the operator and the demo (cargo build)"
+    cargo build -p etcd-controller -p etcd-webhook -p etcd-tests --bin demo
+    exec target/debug/demo "$@"
+    ;;
+  *)
+    echo "usage: hack/demo.sh [up [flags...] | down]" >&2
+    exit 2
+    ;;
+esac

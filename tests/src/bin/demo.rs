@@ -1,0 +1,475 @@
+//! The local demo: a real control plane and the process kubelet on this machine, the operator
+//! installed by `helm install` of the repository's chart (its pods run from the binaries built
+//! here), and the example `EtcdCluster`, until interrupted.
+//!
+//! Run it with `hack/demo.sh` (which builds what is missing first); stop it with Ctrl-C or
+//! `hack/demo.sh down`. While it runs, `source <state dir>/env` gives a `KUBECONFIG` for the
+//! demo's API server and an `ETCDCTL_ENDPOINTS` for the example cluster: both are forwarded
+//! from the host's loopback into the demo's private pod network, like `kubectl port-forward`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use clap::Parser;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::ListParams;
+use kube::{Api, Client};
+use tokio::net::{TcpListener, TcpStream};
+
+use etcd_shared::EtcdCluster;
+use etcd_shared::names::client_service_name;
+use etcd_tests::kubelet::netns;
+use etcd_tests::operator::{OperatorBinaries, Release, control_plane_options};
+use etcd_tests::{ControlPlane, Kubelet, KubeletOptions, Tools, await_condition};
+
+/// Command-line flags of the demo.
+#[derive(Debug, Parser)]
+#[command(about = "Local demo: control plane, process kubelet, the chart, the example cluster")]
+struct Args {
+    /// Where the demo writes its kubeconfig, env file and pid file.
+    #[arg(long, env = "ETCD_OPERATOR_DEMO_DIR", default_value_os_t = default_state_dir())]
+    state_dir: PathBuf,
+    /// The EtcdCluster to apply.
+    #[arg(long, default_value_os_t = repo_path("examples/example-etcd-cluster.yaml"))]
+    example: PathBuf,
+    /// Namespace of the example cluster.
+    #[arg(long, default_value = "default")]
+    namespace: String,
+    /// Host loopback address forwarded to the demo's API server.
+    #[arg(long, default_value = "127.0.0.1:16443")]
+    apiserver_address: SocketAddr,
+    /// Host loopback address forwarded to the example cluster's client Service.
+    #[arg(long, default_value = "127.0.0.1:2379")]
+    etcd_address: SocketAddr,
+    /// How long to wait for the example cluster to become Available.
+    #[arg(long, default_value = "300", value_name = "SECONDS")]
+    timeout: u64,
+}
+
+fn repo_path(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(relative)
+}
+
+fn default_state_dir() -> PathBuf {
+    std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+        .unwrap_or_else(std::env::temp_dir)
+        .join("etcd-operator-demo")
+}
+
+fn step(started: Instant, what: &str) {
+    println!("==> [{:>5.1}s] {what}", started.elapsed().as_secs_f64());
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    // The forwarded ports are bound in the host's network namespace, before this process
+    // moves into the private one (which needs a single thread).
+    let listeners = match (
+        std::net::TcpListener::bind(args.apiserver_address),
+        std::net::TcpListener::bind(args.etcd_address),
+    ) {
+        (Ok(api), Ok(etcd)) => (api, etcd),
+        (Err(e), _) => {
+            return fail(&format!(
+                "binding {}: {e} (pass --apiserver-address)",
+                args.apiserver_address
+            ));
+        }
+        (_, Err(e)) => {
+            return fail(&format!(
+                "binding {}: {e} (pass --etcd-address)",
+                args.etcd_address
+            ));
+        }
+    };
+    if let Err(e) = netns::enter() {
+        return fail(&format!("setting up the pod network: {e}"));
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => return fail(&format!("starting the runtime: {e}")),
+    };
+    match runtime.block_on(run(args, listeners)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(&format!("{e:#}")),
+    }
+}
+
+fn fail(message: &str) -> ExitCode {
+    eprintln!("demo: error: {message}");
+    ExitCode::FAILURE
+}
+
+async fn run(
+    args: Args,
+    (api_listener, etcd_listener): (std::net::TcpListener, std::net::TcpListener),
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let tools = Tools::from_env()?;
+    let binaries = OperatorBinaries::locate()?;
+    let example = std::fs::read_to_string(&args.example)
+        .with_context(|| format!("reading {}", args.example.display()))?;
+    let mut cluster: EtcdCluster = serde_yaml::from_str(&example)
+        .with_context(|| format!("{} is not an EtcdCluster", args.example.display()))?;
+    let note = runnable_version(&mut cluster, &tools);
+
+    step(
+        started,
+        "starting the control plane (etcd, kube-apiserver, kube-controller-manager)",
+    );
+    let mut options = control_plane_options();
+    options.tools = Some(tools.clone());
+    let cp = ControlPlane::start(options).await?;
+    let result = serve(
+        &args,
+        &cp,
+        &binaries,
+        cluster,
+        note,
+        started,
+        (api_listener, etcd_listener),
+    )
+    .await;
+    step(started, "tearing down");
+    cp.shutdown();
+    result
+}
+
+/// Leaves the cluster's version alone when the kubelet has an etcd binary for it; otherwise
+/// drops it (the webhook then defaults it) and says why.
+fn runnable_version(cluster: &mut EtcdCluster, tools: &Tools) -> Option<String> {
+    let version = cluster.spec.version.clone()?;
+    let bare = version.trim_start_matches('v');
+    if tools.etcd(bare).is_ok() {
+        return None;
+    }
+    cluster.spec.version = None;
+    Some(format!(
+        "etcd {version} is not built on this machine (hack/versions.env lists the versions the \
+         demo builds), so the example is applied without spec.version and the webhook defaults \
+         it; on a real cluster the example runs unchanged"
+    ))
+}
+
+async fn serve(
+    args: &Args,
+    cp: &ControlPlane,
+    binaries: &OperatorBinaries,
+    cluster: EtcdCluster,
+    note: Option<String>,
+    started: Instant,
+    (api_listener, etcd_listener): (std::net::TcpListener, std::net::TcpListener),
+) -> anyhow::Result<()> {
+    step(
+        started,
+        "starting the process kubelet (pods run as local processes)",
+    );
+    let kubelet = Kubelet::start(
+        cp.client(),
+        KubeletOptions {
+            apiserver_url: Some(cp.apiserver_url().to_owned()),
+            tools: Some(cp.tools().clone()),
+            ..KubeletOptions::default()
+        },
+    )
+    .await?;
+    binaries.register(&kubelet);
+    let result = demo(
+        args,
+        cp,
+        cluster,
+        note,
+        started,
+        (api_listener, etcd_listener),
+    )
+    .await;
+    kubelet.shutdown();
+    result
+}
+
+async fn demo(
+    args: &Args,
+    cp: &ControlPlane,
+    mut cluster: EtcdCluster,
+    note: Option<String>,
+    started: Instant,
+    (api_listener, etcd_listener): (std::net::TcpListener, std::net::TcpListener),
+) -> anyhow::Result<()> {
+    step(
+        started,
+        "helm install etcd-operator charts/etcd-operator (waits for the operator pods)",
+    );
+    let release = Release::new("etcd-operator", "etcd-operator");
+    release.install(cp, &[]).await?;
+
+    let name = cluster
+        .metadata
+        .name
+        .clone()
+        .context("the example has no metadata.name")?;
+    if let Some(note) = &note {
+        println!("    note: {note}");
+    }
+    step(
+        started,
+        &format!("kubectl apply -f {}", args.example.display()),
+    );
+    cluster.metadata.namespace = Some(args.namespace.clone());
+    apply(cp, &cluster).await?;
+
+    step(
+        started,
+        &format!("waiting until EtcdCluster {name} is Available"),
+    );
+    let clusters: Api<EtcdCluster> = Api::namespaced(cp.client(), &args.namespace);
+    let ready = await_condition(
+        clusters,
+        &name,
+        |c: Option<&EtcdCluster>| c.is_some_and(is_available),
+        Duration::from_secs(args.timeout),
+    )
+    .await?;
+    if ready.is_none() {
+        bail!("EtcdCluster {name} was deleted");
+    }
+    let table = kubectl(cp, &["get", "etcdclusters", "-A", "-o", "wide"]).await?;
+    step(started, "ready");
+    println!("\n$ kubectl get etcdclusters -A -o wide\n{table}");
+
+    // Forward the host's loopback into the pod network.
+    api_listener.set_nonblocking(true)?;
+    etcd_listener.set_nonblocking(true)?;
+    let api_target: SocketAddr = cp
+        .apiserver_url()
+        .trim_start_matches("https://")
+        .parse()
+        .context("the API server URL is not https://IP:PORT")?;
+    tokio::spawn(forward(
+        TcpListener::from_std(api_listener)?,
+        move || async move { Ok(api_target) },
+    ));
+    let endpoints = ClientEndpoints::new(cp.client(), &args.namespace, &name);
+    tokio::spawn(forward(TcpListener::from_std(etcd_listener)?, move || {
+        let endpoints = endpoints.clone();
+        async move { endpoints.next().await }
+    }));
+
+    let files = write_state(args, cp, &name).await?;
+    println!(
+        "The demo keeps running until Ctrl-C or `hack/demo.sh down`.\n\n\
+         In another shell:\n  \
+         source {env}\n  \
+         kubectl get etcdclusters,pods,pvc -A\n  \
+         etcdctl put hello world && etcdctl get hello\n  \
+         etcdctl member list -w table\n  \
+         kubectl patch etcdcluster {name} --type merge -p '{{\"spec\":{{\"size\":5}}}}'\n",
+        env = files.env.display(),
+    );
+    shutdown_signal().await;
+    let _ = std::fs::remove_file(&files.pid);
+    Ok(())
+}
+
+fn is_available(c: &EtcdCluster) -> bool {
+    c.status.as_ref().is_some_and(|s| {
+        s.observed_generation == c.metadata.generation
+            && s.conditions
+                .iter()
+                .any(|k| k.type_ == "Available" && k.status == "True")
+    })
+}
+
+/// `kubectl apply -f -` of `cluster` (through the installed webhook).
+async fn apply(cp: &ControlPlane, cluster: &EtcdCluster) -> anyhow::Result<()> {
+    use tokio::io::AsyncWriteExt as _;
+    let yaml = serde_yaml::to_string(cluster)?;
+    let mut child = tokio::process::Command::from(cp.kubectl())
+        .args(["apply", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .context("starting kubectl")?;
+    let mut stdin = child.stdin.take().context("kubectl's stdin")?;
+    stdin.write_all(yaml.as_bytes()).await?;
+    drop(stdin);
+    let out = child.wait_with_output().await?;
+    print!("    {}", String::from_utf8_lossy(&out.stdout));
+    for line in String::from_utf8_lossy(&out.stderr).lines() {
+        println!("    {line}");
+    }
+    if !out.status.success() {
+        bail!("kubectl apply failed");
+    }
+    Ok(())
+}
+
+async fn kubectl(cp: &ControlPlane, args: &[&str]) -> anyhow::Result<String> {
+    let out = tokio::process::Command::from(cp.kubectl())
+        .args(args)
+        .output()
+        .await
+        .context("running kubectl")?;
+    if !out.status.success() {
+        bail!(
+            "kubectl {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Accepts connections on `listener` and pipes each to the address `target` picks.
+async fn forward<F, Fut>(listener: TcpListener, target: F)
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<SocketAddr>> + Send + 'static,
+{
+    loop {
+        let Ok((mut inbound, _)) = listener.accept().await else {
+            continue;
+        };
+        let target = target();
+        tokio::spawn(async move {
+            let result = async {
+                let address = target.await?;
+                let mut outbound = TcpStream::connect(address)
+                    .await
+                    .with_context(|| format!("connecting to {address}"))?;
+                tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await?;
+                anyhow::Ok(())
+            }
+            .await;
+            if let Err(e) = result {
+                eprintln!("demo: forwarding: {e:#}");
+            }
+        });
+    }
+}
+
+/// The ready endpoints of a cluster's client Service, taken in turn (what kube-proxy does
+/// for a ClusterIP).
+#[derive(Clone)]
+struct ClientEndpoints {
+    slices: Api<EndpointSlice>,
+    service: String,
+    turn: Arc<AtomicUsize>,
+}
+
+impl ClientEndpoints {
+    fn new(client: Client, namespace: &str, cluster: &str) -> Self {
+        Self {
+            slices: Api::namespaced(client, namespace),
+            service: client_service_name(cluster),
+            turn: Arc::default(),
+        }
+    }
+
+    async fn next(&self) -> anyhow::Result<SocketAddr> {
+        let selector = format!("kubernetes.io/service-name={}", self.service);
+        let slices = self
+            .slices
+            .list(&ListParams::default().labels(&selector))
+            .await?;
+        let mut ready = Vec::new();
+        for slice in &slices.items {
+            let port = slice
+                .ports
+                .iter()
+                .flatten()
+                .find_map(|p| p.port)
+                .unwrap_or(2379);
+            for endpoint in slice.endpoints.iter().flatten() {
+                if endpoint.conditions.as_ref().and_then(|c| c.ready) == Some(true) {
+                    for address in &endpoint.addresses {
+                        if let Ok(ip) = address.parse::<std::net::IpAddr>() {
+                            ready.push(SocketAddr::new(ip, u16::try_from(port).unwrap_or(2379)));
+                        }
+                    }
+                }
+            }
+        }
+        ready.sort();
+        if ready.is_empty() {
+            bail!("Service {} has no ready endpoint", self.service);
+        }
+        Ok(ready[self.turn.fetch_add(1, Ordering::Relaxed) % ready.len()])
+    }
+}
+
+/// Files the demo leaves for the user's shell.
+struct StateFiles {
+    env: PathBuf,
+    pid: PathBuf,
+}
+
+async fn write_state(args: &Args, cp: &ControlPlane, cluster: &str) -> anyhow::Result<StateFiles> {
+    let dir = &args.state_dir;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut kubeconfig = cp.kubeconfig().clone();
+    for named in &mut kubeconfig.clusters {
+        if let Some(c) = named.cluster.as_mut() {
+            c.server = Some(format!("https://{}", args.apiserver_address));
+        }
+    }
+    let kubeconfig_path = dir.join("kubeconfig");
+    etcd_tests::kubeconfig::write(&kubeconfig, &kubeconfig_path)?;
+    let etcd_bin = cp
+        .tools()
+        .etcdctl(etcd_shared::version::DEFAULT_VERSION)
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf));
+    let kubectl_bin = cp
+        .tools()
+        .kubectl()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf));
+    let mut path = String::new();
+    for dir in [etcd_bin, kubectl_bin].into_iter().flatten() {
+        path.push_str(&format!("{}:", dir.display()));
+    }
+    let env = dir.join("env");
+    std::fs::write(
+        &env,
+        format!(
+            "# The etcd-operator demo (cluster {cluster}); source this file.\n\
+             export KUBECONFIG={kubeconfig}\n\
+             export ETCDCTL_API=3\n\
+             export ETCDCTL_ENDPOINTS={etcd}\n\
+             export PATH={path}\"$PATH\"\n",
+            kubeconfig = kubeconfig_path.display(),
+            etcd = args.etcd_address,
+        ),
+    )?;
+    let pid = dir.join("demo.pid");
+    std::fs::write(&pid, std::process::id().to_string())?;
+    Ok(StateFiles { env, pid })
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! The operator as its Helm chart installs it, on the local control plane: the chart's
+//! controller and webhook pods run from the binaries built in this repository (the process
+//! kubelet maps their images to them), and the API server reaches the webhook through its
+//! Service. Used by the local demo (`src/bin/demo.rs`) and the `installed` test suite.
+//!
+//! Two settings make the chart's real path work without a container runtime:
+//! - the API server runs with `--enable-aggregator-routing=true`, so it sends webhook calls
+//!   to the Service's endpoint (pod IP and target port) instead of its ClusterIP, for which
+//!   there is no kube-proxy here; the serving certificate still has to match the Service's
+//!   DNS name, as on a real cluster;
+//! - the chart's `bindPodIP=true`, because every pod of the process kubelet shares one
+//!   network namespace: two pods binding `:8080` would collide.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use crate::control_plane::{ControlPlane, ControlPlaneOptions};
+use crate::kubelet::{ImageMapping, Kubelet};
+
+/// Where the operator binaries are looked for instead of next to the running executable.
+pub const BIN_DIR_ENV: &str = "ETCD_OPERATOR_BIN_DIR";
+
+/// Image repository of the controller in the chart's values.
+pub const CONTROLLER_REPOSITORY: &str = "etcd-operator/etcd-controller";
+/// Image repository of the webhook in the chart's values.
+pub const WEBHOOK_REPOSITORY: &str = "etcd-operator/etcd-webhook";
+/// Entrypoint of the controller image (see the repository's Dockerfile).
+pub const CONTROLLER_ENTRYPOINT: &str = "/usr/local/bin/etcd-controller";
+/// Entrypoint of the webhook image (see the repository's Dockerfile).
+pub const WEBHOOK_ENTRYPOINT: &str = "/usr/local/bin/etcd-webhook";
+
+/// Why the operator could not be installed.
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    /// A binary of the operator has not been built.
+    #[error(
+        "{0} not found: build it first (`cargo build -p etcd-controller -p etcd-webhook`, \
+         with --release for a release tree) or point ${BIN_DIR_ENV} at the directory holding it"
+    )]
+    MissingBinary(PathBuf),
+    /// The running executable's path is unknown.
+    #[error("cannot locate the running executable: {0}")]
+    CurrentExe(#[source] std::io::Error),
+    /// helm is not in the tool cache.
+    #[error(transparent)]
+    Tools(#[from] crate::tools::ToolsError),
+    /// helm could not be started.
+    #[error("running {command}: {source}")]
+    Spawn {
+        /// The command line.
+        command: String,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// helm exited with an error.
+    #[error("{command} failed ({status}):\n{stderr}")]
+    Helm {
+        /// The command line.
+        command: String,
+        /// Its exit status.
+        status: std::process::ExitStatus,
+        /// What it printed on stderr.
+        stderr: String,
+    },
+}
+
+/// The two operator binaries the chart's images map to.
+#[derive(Debug, Clone)]
+pub struct OperatorBinaries {
+    /// The `etcd-controller` binary.
+    pub controller: PathBuf,
+    /// The `etcd-webhook` binary.
+    pub webhook: PathBuf,
+}
+
+impl OperatorBinaries {
+    /// The binaries in `$ETCD_OPERATOR_BIN_DIR`, else in the cargo profile directory of the
+    /// running executable (`target/<profile>/`, also from `target/<profile>/deps/`).
+    pub fn locate() -> Result<Self, InstallError> {
+        let dir = match std::env::var_os(BIN_DIR_ENV) {
+            Some(dir) => PathBuf::from(dir),
+            None => {
+                let exe = std::env::current_exe().map_err(InstallError::CurrentExe)?;
+                let mut dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+                if dir.file_name().is_some_and(|n| n == "deps") {
+                    dir.pop();
+                }
+                dir
+            }
+        };
+        Self::in_dir(&dir)
+    }
+
+    /// The binaries in `dir`.
+    pub fn in_dir(dir: &Path) -> Result<Self, InstallError> {
+        let find = |name: &str| {
+            let path = dir.join(name);
+            if path.is_file() {
+                Ok(path)
+            } else {
+                Err(InstallError::MissingBinary(path))
+            }
+        };
+        Ok(Self {
+            controller: find("etcd-controller")?,
+            webhook: find("etcd-webhook")?,
+        })
+    }
+
+    /// Makes `kubelet` run the chart's controller and webhook images (any tag) from these
+    /// binaries.
+    pub fn register(&self, kubelet: &Kubelet) {
+        kubelet.images().register_repository(
+            format!("/{}", repository_name(CONTROLLER_REPOSITORY)),
+            ImageMapping::new(CONTROLLER_ENTRYPOINT, &self.controller),
+        );
+        kubelet.images().register_repository(
+            format!("/{}", repository_name(WEBHOOK_REPOSITORY)),
+            ImageMapping::new(WEBHOOK_ENTRYPOINT, &self.webhook),
+        );
+    }
+}
+
+fn repository_name(repository: &str) -> &str {
+    repository.rsplit('/').next().unwrap_or(repository)
+}
+
+/// Control plane options under which the API server reaches webhooks through their
+/// Service's endpoints.
+pub fn control_plane_options() -> ControlPlaneOptions {
+    ControlPlaneOptions {
+        extra_apiserver_args: vec!["--enable-aggregator-routing=true".into()],
+        ..ControlPlaneOptions::default()
+    }
+}
+
+/// The chart in this repository.
+pub fn chart_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/etcd-operator")
+}
+
+/// The `--set` values every install on the local control plane needs.
+pub const LOCAL_VALUES: &[&str] = &["bindPodIP=true"];
+
+/// A Helm release of the chart on a control plane.
+#[derive(Debug, Clone)]
+pub struct Release {
+    /// Release name.
+    pub name: String,
+    /// Namespace of the release.
+    pub namespace: String,
+    /// How long `helm --wait` may wait for the pods.
+    pub timeout: Duration,
+}
+
+impl Release {
+    /// Release `name` in `namespace`, waiting up to two minutes.
+    pub fn new(name: impl Into<String>, namespace: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            namespace: namespace.into(),
+            timeout: Duration::from_secs(120),
+        }
+    }
+
+    /// `helm install` (or `upgrade --install`) of the chart with [`LOCAL_VALUES`] and `sets`,
+    /// waiting until every Deployment is available. Returns helm's stdout.
+    pub async fn install(&self, cp: &ControlPlane, sets: &[&str]) -> Result<String, InstallError> {
+        self.upgrade(cp, sets, true).await
+    }
+
+    /// `helm upgrade` of the release with [`LOCAL_VALUES`] and `sets` (`--install` with
+    /// `install`), waiting until every Deployment is available. Returns helm's stdout.
+    pub async fn upgrade(
+        &self,
+        cp: &ControlPlane,
+        sets: &[&str],
+        install: bool,
+    ) -> Result<String, InstallError> {
+        let mut args: Vec<String> = vec!["upgrade".into()];
+        if install {
+            args.extend(["--install".into(), "--create-namespace".into()]);
+        }
+        args.extend([
+            self.name.clone(),
+            chart_dir().display().to_string(),
+            "--namespace".into(),
+            self.namespace.clone(),
+            "--wait".into(),
+            "--timeout".into(),
+            format!("{}s", self.timeout.as_secs()),
+        ]);
+        for set in LOCAL_VALUES.iter().chain(sets) {
+            args.extend(["--set".into(), (*set).to_string()]);
+        }
+        helm(cp, &args).await
+    }
+
+    /// `helm uninstall --wait` of the release. Returns helm's stdout.
+    pub async fn uninstall(&self, cp: &ControlPlane) -> Result<String, InstallError> {
+        let args: Vec<String> = vec![
+            "uninstall".into(),
+            self.name.clone(),
+            "--namespace".into(),
+            self.namespace.clone(),
+            "--wait".into(),
+            "--timeout".into(),
+            format!("{}s", self.timeout.as_secs()),
+        ];
+        helm(cp, &args).await
+    }
+}
+
+/// Runs the pinned helm against `cp` with `args`; its stdout, or an error with its stderr.
+pub async fn helm(cp: &ControlPlane, args: &[String]) -> Result<String, InstallError> {
+    let program = cp.tools().helm()?;
+    let command = format!("helm {}", args.join(" "));
+    let out = tokio::process::Command::new(&program)
+        .args(args)
+        .env("KUBECONFIG", cp.kubeconfig_path())
+        // helm keeps its caches and repository config out of the user's home.
+        .env("HELM_CACHE_HOME", cp.dir().join("helm/cache"))
+        .env("HELM_CONFIG_HOME", cp.dir().join("helm/config"))
+        .env("HELM_DATA_HOME", cp.dir().join("helm/data"))
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|source| InstallError::Spawn {
+            command: command.clone(),
+            source,
+        })?;
+    if !out.status.success() {
+        return Err(InstallError::Helm {
+            command,
+            status: out.status,
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
