@@ -47,9 +47,29 @@ impl Error {
     pub fn metric_label(&self) -> &'static str {
         match self {
             Error::Kube { .. } => "kube",
+            Error::Etcd { .. } if self.is_etcd_not_ready() => "etcd_not_ready",
             Error::Etcd { .. } => "etcd",
             Error::OperatorTls { .. } => "operator_tls",
             Error::Serialize { .. } => "serialize",
+        }
+    }
+
+    /// etcd refused a membership change only for now: it wants every voter connected for its
+    /// health window (about 5 s after a member joins or is promoted) before adding another
+    /// (`etcdserver: unhealthy cluster`), or a learner to catch up before its promotion. Such
+    /// a change is retried soon, without growing the backoff.
+    pub fn is_etcd_not_ready(&self) -> bool {
+        const NOT_READY: [&str; 3] = [
+            "etcdserver: unhealthy cluster",
+            "can only promote a learner member which is in sync with leader",
+            "etcdserver: too many learner members in cluster",
+        ];
+        match self {
+            Error::Etcd { source, .. } => {
+                let text = source.to_string();
+                NOT_READY.iter().any(|m| text.contains(m))
+            }
+            _ => false,
         }
     }
 
@@ -68,3 +88,26 @@ impl Error {
 
 /// The field manager of the operator's server-side applies.
 pub const FIELD_MANAGER: &str = names::FIELD_MANAGER;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn etcd_error(message: &str) -> Error {
+        Error::etcd("member add")(etcd_client::Error::InvalidArgs(message.to_owned()))
+    }
+
+    #[test]
+    fn etcd_refusals_for_now_are_told_apart_from_failures() {
+        let busy = etcd_error("etcdserver: unhealthy cluster");
+        assert!(busy.is_etcd_not_ready());
+        assert_eq!(busy.metric_label(), "etcd_not_ready");
+        let behind = etcd_error(
+            "etcdserver: can only promote a learner member which is in sync with leader",
+        );
+        assert!(behind.is_etcd_not_ready());
+        let failed = etcd_error("etcdserver: member not found");
+        assert!(!failed.is_etcd_not_ready());
+        assert_eq!(failed.metric_label(), "etcd");
+    }
+}

@@ -137,9 +137,14 @@ async fn reconcile_with_backoff(
 }
 
 fn error_policy(cluster: Arc<EtcdCluster>, error: &Error, r: Arc<Reconciler>) -> Action {
+    r.ctx.metrics.reconcile_error(error.metric_label());
+    if error.is_etcd_not_ready() {
+        let delay = r.ctx.config.busy_requeue;
+        info!(cluster = %key(&cluster), %error, retry_in = ?delay, "etcd refused the change for now; retrying");
+        return Action::requeue(delay);
+    }
     let delay = r.backoff.failed(&key(&cluster));
     warn!(cluster = %key(&cluster), %error, retry_in = ?delay, "reconcile error; retrying");
-    r.ctx.metrics.reconcile_error(error.metric_label());
     Action::requeue(delay)
 }
 

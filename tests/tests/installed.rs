@@ -23,6 +23,7 @@ use kube::api::{DeleteParams, ListParams};
 use kube::{Api, ResourceExt};
 
 use etcd_shared::EtcdCluster;
+use etcd_shared::types::ClusterPhase;
 use etcd_shared::version::DEFAULT_VERSION;
 use etcd_tests::operator::{OperatorBinaries, Release, control_plane_options};
 use etcd_tests::suite::{Suite, TestContext};
@@ -81,6 +82,7 @@ fn available(c: &EtcdCluster, size: i32) -> bool {
         return false;
     };
     status.observed_generation == c.metadata.generation
+        && status.phase == Some(ClusterPhase::Running)
         && status.ready_members == Some(size)
         && status
             .conditions
@@ -100,6 +102,18 @@ async fn scrape(ctx: &TestContext, pod: &str, port: u16) -> anyhow::Result<Strin
         .request_text(request)
         .await
         .with_context(|| format!("scraping {pod}:{port}"))
+}
+
+/// The webhook's count of denied CREATE reviews in a scrape.
+fn denied_creates(metrics: &str) -> u64 {
+    metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with(r#"etcd_webhook_requests_total{endpoint="validate",operation="CREATE",result="denied"}"#)
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .sum()
 }
 
 /// The pods of one chart component, by name.
@@ -162,16 +176,25 @@ async fn the_installed_operator_runs_a_cluster(ctx: TestContext) -> anyhow::Resu
         webhooks.len()
     );
 
-    // A bad spec is refused by the installed webhook, through its Service.
+    // A size out of range is refused by the CRD's schema already; a version the operator
+    // cannot run only by the installed webhook, called through its Service.
     let refused = match kubectl_apply(&ctx, &cluster_yaml(9, None)) {
         Ok(out) => bail!("size 9 was accepted: {out}"),
         Err(e) => e.to_string(),
     };
     ensure!(
-        refused.contains("denied the request") && refused.contains("spec.size"),
-        "unexpected refusal: {refused}"
+        refused.contains("spec.size") && refused.contains("less than or equal to 7"),
+        "unexpected refusal of size 9: {refused}"
     );
-    println!("refused: {}", refused.trim());
+    let refused = match kubectl_apply(&ctx, &cluster_yaml(3, Some("3.1.20"))) {
+        Ok(out) => bail!("version 3.1.20 was accepted: {out}"),
+        Err(e) => e.to_string(),
+    };
+    ensure!(
+        refused.contains("spec.version: 3.1.20 is older than the operator supports"),
+        "unexpected refusal of 3.1.20: {refused}"
+    );
+    println!("refused by the webhook: {}", refused.trim());
 
     // A good one is defaulted by it and run by the installed controller.
     let applied = Instant::now();
@@ -191,14 +214,16 @@ async fn the_installed_operator_runs_a_cluster(ctx: TestContext) -> anyhow::Resu
     )
     .await?
     .context("the cluster vanished")?;
-    duration("kubectl apply -> 3 members Available", applied);
+    duration("kubectl apply -> 3 members Available and Running", applied);
     println!(
         "cluster: phase {:?}, members {:?}",
         done.status.as_ref().and_then(|s| s.phase.clone()),
         done.status.as_ref().and_then(|s| s.members.clone())
     );
 
-    // Both services serve metrics on the pods behind their metrics Services.
+    // Both services serve metrics on the pods behind their metrics Services, and the
+    // webhook's count the refusal above (proof that it, not the CRD schema, refused).
+    let mut webhook_denials = 0;
     for (service, component, family) in [
         (
             format!("{RELEASE}-etcd-operator-controller-metrics"),
@@ -208,35 +233,43 @@ async fn the_installed_operator_runs_a_cluster(ctx: TestContext) -> anyhow::Resu
         (
             format!("{RELEASE}-etcd-operator-webhook-metrics"),
             "webhook",
-            "etcd_webhook_requests_total",
+            "etcd_webhook_certificate_expiry_timestamp_seconds",
         ),
     ] {
-        let endpoints = poll_until(&format!("endpoints of {service}"), WAIT, || {
-            let (ctx, service) = (&ctx, &service);
-            async move {
-                let e = ready_endpoints(ctx, service).await?;
-                anyhow::Ok((!e.is_empty()).then_some(e))
-            }
-        })
+        let expected = component_pods(&ctx, component).await?.len();
+        let endpoints = poll_until(
+            &format!("{expected} ready endpoints of {service}"),
+            WAIT,
+            || {
+                let (ctx, service) = (&ctx, &service);
+                async move {
+                    let e = ready_endpoints(ctx, service).await?;
+                    anyhow::Ok((e.len() == expected).then_some(e))
+                }
+            },
+        )
         .await?;
-        let pod = component_pods(&ctx, component)
-            .await?
-            .into_iter()
-            .find(|p| {
-                p.status
-                    .as_ref()
-                    .and_then(|s| s.pod_ip.as_ref())
-                    .is_some_and(|ip| endpoints.contains(ip))
-            })
-            .with_context(|| format!("no {component} pod behind {endpoints:?}"))?;
-        let text = scrape(&ctx, &pod.name_any(), 8080).await?;
-        ensure!(
-            text.contains(family),
-            "{} does not export {family}",
-            pod.name_any()
-        );
-        println!("metrics: {service} -> {} exports {family}", pod.name_any());
+        for pod in component_pods(&ctx, component).await? {
+            let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone());
+            ensure!(
+                ip.as_ref().is_some_and(|ip| endpoints.contains(ip)),
+                "{} ({ip:?}) is not behind {service} ({endpoints:?})",
+                pod.name_any()
+            );
+            let text = scrape(&ctx, &pod.name_any(), 8080).await?;
+            ensure!(
+                text.contains(family),
+                "{} does not export {family}",
+                pod.name_any()
+            );
+            webhook_denials += denied_creates(&text);
+            println!("metrics: {service} -> {} exports {family}", pod.name_any());
+        }
     }
+    ensure!(
+        webhook_denials >= 1,
+        "the webhook pods counted no denied CREATE"
+    );
 
     // helm upgrade keeps the serving certificate and the webhook keeps answering.
     let before = tls_secret(&ctx).await?;
@@ -254,9 +287,10 @@ async fn the_installed_operator_runs_a_cluster(ctx: TestContext) -> anyhow::Resu
         Err(e) => e.to_string(),
     };
     ensure!(
-        skipped.contains("denied the request") && skipped.contains("spec.version"),
+        skipped.contains("spec.version: cannot move from") && skipped.contains("back to 3.2.13"),
         "unexpected refusal after the upgrade: {skipped}"
     );
+    println!("refused after the upgrade: {}", skipped.trim());
 
     // Deleting the cluster, then uninstalling, leaves the CRD alone.
     let deleted = Instant::now();
