@@ -30,7 +30,7 @@ case "${1:-up}" in
     ;;
   up | -*)
     if [[ "${1:-}" == up ]]; then shift; fi
-    echo "==> building the pinned Go tools that are missing (first run: about 30 minutes)"
+    echo "==> building the pinned Go tools that are missing (first run: about 10 minutes on 2 cores)"
     hack/build-tools.sh
     echo "==> building the operator and the demo (cargo build)"
     cargo build -p etcd-controller -p etcd-webhook -p etcd-tests --bin demo

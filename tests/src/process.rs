@@ -82,6 +82,9 @@ fn spawner() -> Result<&'static Mutex<mpsc::Sender<SpawnRequest>>, ProcessError>
 /// Spawns `command` from the spawner thread with `PR_SET_PDEATHSIG(SIGKILL)` armed.
 fn spawn(mut command: Command) -> Result<std::io::Result<Child>, ProcessError> {
     let parent = getpid();
+    // A process group of its own: Ctrl-C in the terminal signals only this process, which
+    // then stops its children in order (the death signal still covers a crash).
+    command.process_group(0);
     // SAFETY: the hook runs in the forked child before exec; it only calls prctl(2) and
     // getppid(2), both async-signal-safe, and builds its error from a raw errno (no allocation).
     unsafe {

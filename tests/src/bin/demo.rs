@@ -23,6 +23,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use etcd_shared::EtcdCluster;
 use etcd_shared::names::client_service_name;
+use etcd_shared::types::ClusterPhase;
 use etcd_tests::kubelet::netns;
 use etcd_tests::operator::{OperatorBinaries, Release, control_plane_options};
 use etcd_tests::{ControlPlane, Kubelet, KubeletOptions, Tools, await_condition};
@@ -231,7 +232,7 @@ async fn demo(
 
     step(
         started,
-        &format!("waiting until EtcdCluster {name} is Available"),
+        &format!("waiting until EtcdCluster {name} is Available with every member ready"),
     );
     let clusters: Api<EtcdCluster> = Api::namespaced(cp.client(), &args.namespace);
     let ready = await_condition(
@@ -278,13 +279,19 @@ async fn demo(
         env = files.env.display(),
     );
     shutdown_signal().await;
-    let _ = std::fs::remove_file(&files.pid);
+    for file in [&files.pid, &files.env, &files.kubeconfig] {
+        let _ = std::fs::remove_file(file);
+    }
     Ok(())
 }
 
+/// Every member of the spec is ready and the cluster is `Available` and `Running`.
 fn is_available(c: &EtcdCluster) -> bool {
     c.status.as_ref().is_some_and(|s| {
         s.observed_generation == c.metadata.generation
+            && s.phase == Some(ClusterPhase::Running)
+            && s.ready_members.is_some()
+            && s.ready_members == c.spec.size
             && s.conditions
                 .iter()
                 .any(|k| k.type_ == "Available" && k.status == "True")
@@ -353,7 +360,19 @@ where
                 anyhow::Ok(())
             }
             .await;
-            if let Err(e) = result {
+            let reset = result
+                .as_ref()
+                .err()
+                .and_then(|e| e.downcast_ref::<std::io::Error>())
+                .is_some_and(|e| {
+                    matches!(
+                        e.kind(),
+                        std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+                    )
+                });
+            if let Err(e) = result.as_ref()
+                && !reset
+            {
                 eprintln!("demo: forwarding: {e:#}");
             }
         });
@@ -413,6 +432,7 @@ impl ClientEndpoints {
 /// Files the demo leaves for the user's shell.
 struct StateFiles {
     env: PathBuf,
+    kubeconfig: PathBuf,
     pid: PathBuf,
 }
 
@@ -447,7 +467,6 @@ async fn write_state(args: &Args, cp: &ControlPlane, cluster: &str) -> anyhow::R
         format!(
             "# The etcd-operator demo (cluster {cluster}); source this file.\n\
              export KUBECONFIG={kubeconfig}\n\
-             export ETCDCTL_API=3\n\
              export ETCDCTL_ENDPOINTS={etcd}\n\
              export PATH={path}\"$PATH\"\n",
             kubeconfig = kubeconfig_path.display(),
@@ -456,7 +475,11 @@ async fn write_state(args: &Args, cp: &ControlPlane, cluster: &str) -> anyhow::R
     )?;
     let pid = dir.join("demo.pid");
     std::fs::write(&pid, std::process::id().to_string())?;
-    Ok(StateFiles { env, pid })
+    Ok(StateFiles {
+        env,
+        kubeconfig: kubeconfig_path,
+        pid,
+    })
 }
 
 async fn shutdown_signal() {
