@@ -1124,6 +1124,43 @@ webhook:
         m.of_kind("PodDisruptionBudget").next().is_none(),
         "no PDB for a single webhook replica"
     );
+
+    // bindPodIP: every server binds the pod IP from the downward API (off by default).
+    let m = helm
+        .template(release, ns, &["--set", "bindPodIP=true"])
+        .await?;
+    for (component, binds) in [
+        (
+            "controller",
+            &[
+                "--metrics-bind-address=$(POD_IP):8080",
+                "--health-probe-bind-address=$(POD_IP):8081",
+            ][..],
+        ),
+        (
+            "webhook",
+            &[
+                "--bind-address=$(POD_IP):9443",
+                "--metrics-bind-address=$(POD_IP):8080",
+                "--health-probe-bind-address=$(POD_IP):8081",
+            ][..],
+        ),
+    ] {
+        let c = container(
+            m.get("Deployment", &format!("{full}-{component}"))?,
+            component,
+        )?;
+        let args = strings(&c["args"]);
+        for flag in binds {
+            ensure!(args.iter().any(|a| a == flag), "{component} args {args:?}");
+        }
+        let env = c["env"].as_array().cloned().unwrap_or_default();
+        ensure!(
+            env.iter().any(|e| e["name"] == "POD_IP"
+                && e["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"),
+            "{component} env {env:?}"
+        );
+    }
     Ok(())
 }
 

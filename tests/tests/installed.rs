@@ -217,7 +217,7 @@ async fn the_installed_operator_runs_a_cluster(ctx: TestContext) -> anyhow::Resu
     duration("kubectl apply -> 3 members Available and Running", applied);
     println!(
         "cluster: phase {:?}, members {:?}",
-        done.status.as_ref().and_then(|s| s.phase.clone()),
+        done.status.as_ref().and_then(|s| s.phase),
         done.status.as_ref().and_then(|s| s.members.clone())
     );
 
