@@ -78,7 +78,7 @@ fn main() -> ExitCode {
         std::net::TcpListener::bind(args.apiserver_address),
         std::net::TcpListener::bind(args.etcd_address),
     ) {
-        (Ok(api), Ok(etcd)) => (api, etcd),
+        (Ok(apiserver), Ok(etcd)) => Listeners { apiserver, etcd },
         (Err(e), _) => {
             return fail(&format!(
                 "binding {}: {e} (pass --apiserver-address)",
@@ -113,10 +113,29 @@ fn fail(message: &str) -> ExitCode {
     ExitCode::FAILURE
 }
 
-async fn run(
+/// Host sockets forwarded into the pod network.
+struct Listeners {
+    apiserver: std::net::TcpListener,
+    etcd: std::net::TcpListener,
+}
+
+/// What the demo runs, read before anything starts.
+struct Plan {
     args: Args,
-    (api_listener, etcd_listener): (std::net::TcpListener, std::net::TcpListener),
-) -> anyhow::Result<()> {
+    cluster: EtcdCluster,
+    /// Why the example was changed, if it was.
+    note: Option<String>,
+    started: Instant,
+    listeners: Listeners,
+}
+
+impl Plan {
+    fn step(&self, what: &str) {
+        step(self.started, what);
+    }
+}
+
+async fn run(args: Args, listeners: Listeners) -> anyhow::Result<()> {
     let started = Instant::now();
     let tools = Tools::from_env()?;
     let binaries = OperatorBinaries::locate()?;
@@ -125,24 +144,19 @@ async fn run(
     let mut cluster: EtcdCluster = serde_yaml::from_str(&example)
         .with_context(|| format!("{} is not an EtcdCluster", args.example.display()))?;
     let note = runnable_version(&mut cluster, &tools);
-
-    step(
-        started,
-        "starting the control plane (etcd, kube-apiserver, kube-controller-manager)",
-    );
-    let mut options = control_plane_options();
-    options.tools = Some(tools.clone());
-    let cp = ControlPlane::start(options).await?;
-    let result = serve(
-        &args,
-        &cp,
-        &binaries,
+    let plan = Plan {
+        args,
         cluster,
         note,
         started,
-        (api_listener, etcd_listener),
-    )
-    .await;
+        listeners,
+    };
+
+    plan.step("starting the control plane (etcd, kube-apiserver, kube-controller-manager)");
+    let mut options = control_plane_options();
+    options.tools = Some(tools.clone());
+    let cp = ControlPlane::start(options).await?;
+    let result = serve(&cp, &binaries, plan).await;
     step(started, "tearing down");
     cp.shutdown();
     result
@@ -164,19 +178,8 @@ fn runnable_version(cluster: &mut EtcdCluster, tools: &Tools) -> Option<String> 
     ))
 }
 
-async fn serve(
-    args: &Args,
-    cp: &ControlPlane,
-    binaries: &OperatorBinaries,
-    cluster: EtcdCluster,
-    note: Option<String>,
-    started: Instant,
-    (api_listener, etcd_listener): (std::net::TcpListener, std::net::TcpListener),
-) -> anyhow::Result<()> {
-    step(
-        started,
-        "starting the process kubelet (pods run as local processes)",
-    );
+async fn serve(cp: &ControlPlane, binaries: &OperatorBinaries, plan: Plan) -> anyhow::Result<()> {
+    plan.step("starting the process kubelet (pods run as local processes)");
     let kubelet = Kubelet::start(
         cp.client(),
         KubeletOptions {
@@ -187,27 +190,20 @@ async fn serve(
     )
     .await?;
     binaries.register(&kubelet);
-    let result = demo(
-        args,
-        cp,
-        cluster,
-        note,
-        started,
-        (api_listener, etcd_listener),
-    )
-    .await;
+    let result = demo(cp, plan).await;
     kubelet.shutdown();
     result
 }
 
-async fn demo(
-    args: &Args,
-    cp: &ControlPlane,
-    mut cluster: EtcdCluster,
-    note: Option<String>,
-    started: Instant,
-    (api_listener, etcd_listener): (std::net::TcpListener, std::net::TcpListener),
-) -> anyhow::Result<()> {
+async fn demo(cp: &ControlPlane, plan: Plan) -> anyhow::Result<()> {
+    let Plan {
+        args,
+        mut cluster,
+        note,
+        started,
+        listeners,
+    } = plan;
+    let args = &args;
     step(
         started,
         "helm install etcd-operator charts/etcd-operator (waits for the operator pods)",
@@ -250,19 +246,19 @@ async fn demo(
     println!("\n$ kubectl get etcdclusters -A -o wide\n{table}");
 
     // Forward the host's loopback into the pod network.
-    api_listener.set_nonblocking(true)?;
-    etcd_listener.set_nonblocking(true)?;
+    listeners.apiserver.set_nonblocking(true)?;
+    listeners.etcd.set_nonblocking(true)?;
     let api_target: SocketAddr = cp
         .apiserver_url()
         .trim_start_matches("https://")
         .parse()
         .context("the API server URL is not https://IP:PORT")?;
     tokio::spawn(forward(
-        TcpListener::from_std(api_listener)?,
+        TcpListener::from_std(listeners.apiserver)?,
         move || async move { Ok(api_target) },
     ));
     let endpoints = ClientEndpoints::new(cp.client(), &args.namespace, &name);
-    tokio::spawn(forward(TcpListener::from_std(etcd_listener)?, move || {
+    tokio::spawn(forward(TcpListener::from_std(listeners.etcd)?, move || {
         let endpoints = endpoints.clone();
         async move { endpoints.next().await }
     }));
