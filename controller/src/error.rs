@@ -23,6 +23,9 @@ pub enum Error {
         #[source]
         source: etcd_client::Error,
     },
+    /// A member that must be called directly has no running pod with an IP.
+    #[error("member {0} has no client endpoint (no running pod with an IP)")]
+    NoEndpoint(String),
     /// The operator's client certificate Secret is missing or incomplete.
     #[error("operator TLS secret {secret}: {reason}")]
     OperatorTls {
@@ -49,6 +52,7 @@ impl Error {
             Error::Kube { .. } => "kube",
             Error::Etcd { .. } if self.is_etcd_not_ready() => "etcd_not_ready",
             Error::Etcd { .. } => "etcd",
+            Error::NoEndpoint(_) => "no_endpoint",
             Error::OperatorTls { .. } => "operator_tls",
             Error::Serialize { .. } => "serialize",
         }

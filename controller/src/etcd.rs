@@ -113,6 +113,17 @@ impl EtcdAccess {
         Ok(resp.member().map_or(0, |m| m.id()))
     }
 
+    /// Asks the leader at `leader_endpoint` to hand leadership to member `to`.
+    pub async fn move_leader(&self, leader_endpoint: &str, to: u64) -> Result<(), Error> {
+        let eps = [leader_endpoint.to_string()];
+        let mut client = self.connect(&eps).await.map_err(Error::etcd("connect"))?;
+        client
+            .move_leader(to)
+            .await
+            .map_err(Error::etcd(format!("move leader to {to:x}")))?;
+        Ok(())
+    }
+
     /// Removes a member.
     pub async fn remove_member(&self, endpoints: &[String], id: u64) -> Result<(), Error> {
         let mut client = self

@@ -24,10 +24,22 @@ pub struct Observation {
     pub model: Observed,
     /// Client endpoints of the members that have an IP.
     pub endpoints: Vec<String>,
+    /// The same endpoints by member name.
+    pub member_endpoints: Vec<(String, String)>,
     /// How to reach etcd.
     pub access: EtcdAccess,
     /// Members whose health check failed, with the reason.
     pub health_failures: Vec<(String, String)>,
+}
+
+impl Observation {
+    /// The client endpoint of one member's running pod.
+    pub fn endpoint_of(&self, member: &str) -> Option<&str> {
+        self.member_endpoints
+            .iter()
+            .find(|(name, _)| name == member)
+            .map(|(_, endpoint)| endpoint.as_str())
+    }
 }
 
 fn pod_state(pod: &Pod, now: Timestamp) -> Option<PodState> {
@@ -224,6 +236,7 @@ pub async fn observe(
             bootstrapped,
         },
         endpoints,
+        member_endpoints: by_ip,
         access,
         health_failures,
     })

@@ -462,6 +462,13 @@ async fn execute(
                 .map_err(Error::kube(format!("upgrade pod {name}")))?;
             ("MemberUpgraded", "upgrade")
         }
+        Step::TransferLeadership { from, to_id, .. } => {
+            let endpoint = obs
+                .endpoint_of(from)
+                .ok_or_else(|| Error::NoEndpoint(from.clone()))?;
+            obs.access.move_leader(endpoint, *to_id).await?;
+            ("LeadershipTransferred", "transfer_leadership")
+        }
         Step::Wait(_) | Step::Blocked(_) | Step::Done => return Ok(()),
     };
     let note = status::describe(step);

@@ -45,6 +45,9 @@ pub fn describe(step: &Step) -> String {
         Step::DeletePod(n) => format!("delete pod {n}"),
         Step::DeleteClaim(n) => format!("delete the data claim of {n}"),
         Step::UpgradeMember { name, version, .. } => format!("upgrade member {name} to {version}"),
+        Step::TransferLeadership { from, to, .. } => {
+            format!("hand leadership from {from} to {to} before upgrading {from}")
+        }
         Step::Wait(Waiting::MemberStarting(n)) => format!("wait for member {n} to start"),
         Step::Wait(Waiting::Unhealthy(ns)) => {
             format!("wait for unhealthy members {} to recover", ns.join(", "))
@@ -141,9 +144,9 @@ fn phase(obs: &Observed, step: &Step, previous: Option<ClusterPhase>) -> Cluster
         Step::Blocked(Blocked::UpgradeNotSupported(_)) => ClusterPhase::Degraded,
         Step::Done => ClusterPhase::Running,
         _ if creating => ClusterPhase::Creating,
-        Step::UpgradeMember { .. } | Step::Wait(Waiting::MemberUpgrading(_)) => {
-            ClusterPhase::Upgrading
-        }
+        Step::UpgradeMember { .. }
+        | Step::TransferLeadership { .. }
+        | Step::Wait(Waiting::MemberUpgrading(_)) => ClusterPhase::Upgrading,
         Step::RemoveMember {
             reason: RemovalReason::Replace,
             ..
@@ -235,7 +238,9 @@ pub fn compute(
             reason: RemovalReason::Replace,
             ..
         } => "ReplacingMember",
-        Step::UpgradeMember { .. } | Step::Wait(Waiting::MemberUpgrading(_)) => "Upgrading",
+        Step::UpgradeMember { .. }
+        | Step::TransferLeadership { .. }
+        | Step::Wait(Waiting::MemberUpgrading(_)) => "Upgrading",
         Step::Wait(_) => "WaitingForMembers",
         Step::Blocked(Blocked::Paused) => "Paused",
         Step::Blocked(_) => "Blocked",

@@ -401,6 +401,23 @@ async fn a_rolling_upgrade_moves_one_member_at_a_time(ctx: TestContext) -> anyho
         "{} members were down at once",
         trace.most_unready
     );
+    // The leader moved last, after handing leadership to an upgraded member.
+    let handovers: Vec<String> = ctx
+        .api::<k8s_openapi::api::events::v1::Event>()
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("LeadershipTransferred"))
+        .filter_map(|e| e.note)
+        .collect();
+    println!("upgrade: handovers {handovers:?}");
+    ensure!(
+        handovers.len() == 1
+            && handovers[0].starts_with(&format!("hand leadership from {}", trace.order[2])),
+        "expected one handover from the last member upgraded ({}): {handovers:?}",
+        trace.order[2]
+    );
     let status = done.status.context("status")?;
     ensure!(status.target_version.as_deref() == Some(TO), "{status:?}");
     let versions = reported_versions(&ctx.api(), "upgrade").await?;

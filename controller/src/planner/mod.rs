@@ -127,6 +127,16 @@ pub enum Step {
         /// Version it moves to.
         version: EtcdVersion,
     },
+    /// Hand raft leadership to another voter before the leader is restarted for an upgrade,
+    /// so clients see a planned handover instead of an election timeout.
+    TransferLeadership {
+        /// The leader.
+        from: String,
+        /// The voter that takes over.
+        to: String,
+        /// Its member ID.
+        to_id: u64,
+    },
     /// Nothing to change now; check again soon.
     Wait(Waiting),
     /// Nothing the operator may safely change.
@@ -466,9 +476,34 @@ fn plan_upgrade(view: &ClusterView, obs: &Observed, members: &[MemberState]) -> 
         )
     });
     let m = outdated[0];
+    if matches!(m.health, Health::Healthy { leader: true, .. })
+        && let Some(successor) = successor(obs, members, &m.name, &target_image)
+    {
+        return Step::TransferLeadership {
+            from: m.name.clone(),
+            to: successor.name.clone(),
+            to_id: successor.id,
+        };
+    }
     Step::UpgradeMember {
         name: m.name.clone(),
         image: target_image,
         version: view.version,
     }
+}
+
+/// The voter that should lead while `leader` restarts: a started, healthy voter with a Ready
+/// pod, one already on `target_image` first, then the lowest name.
+fn successor<'a>(
+    obs: &Observed,
+    members: &'a [MemberState],
+    leader: &str,
+    target_image: &str,
+) -> Option<&'a MemberState> {
+    members
+        .iter()
+        .filter(|m| m.name != leader && !m.learner && m.started && m.health.is_healthy())
+        .filter_map(|m| obs.pod(&m.name).filter(|p| p.ready).map(|p| (m, p)))
+        .min_by_key(|(m, p)| (p.image != target_image, m.name.clone()))
+        .map(|(m, _)| m)
 }

@@ -411,12 +411,70 @@ fn upgrades_followers_first_one_at_a_time() {
     );
     obs.pods[2].image = "quay.io/coreos/etcd:v3.7.3".into();
     obs.members.as_mut().unwrap()[2] = member(2, "3.7.3");
+    // The leader demo-0 is the only one left: it hands leadership to an upgraded voter first.
+    let leader = obs.members.as_ref().unwrap()[0].clone();
+    assert!(matches!(
+        leader.health,
+        Health::Healthy { leader: true, .. }
+    ));
+    let successor_id = obs.members.as_ref().unwrap()[1].id;
+    assert_eq!(
+        plan_for("version: 3.7.3", &obs),
+        Step::TransferLeadership {
+            from: "demo-0".into(),
+            to: "demo-1".into(),
+            to_id: successor_id,
+        }
+    );
+    // Once demo-1 leads, demo-0 is a follower and moves.
+    set_leader(&mut obs, 1);
     assert!(
         matches!(plan_for("version: 3.7.3", &obs), Step::UpgradeMember { name, .. } if name == "demo-0")
     );
     obs.pods[0].image = "quay.io/coreos/etcd:v3.7.3".into();
     obs.members.as_mut().unwrap()[0] = member(0, "3.7.3");
     assert_eq!(plan_for("version: 3.7.3", &obs), Step::Done);
+}
+
+/// Makes member `index` the leader and every other one a follower.
+fn set_leader(obs: &mut Observed, index: usize) {
+    for (i, m) in obs.members.as_mut().unwrap().iter_mut().enumerate() {
+        if let Health::Healthy { leader, .. } = &mut m.health {
+            *leader = i == index;
+        }
+    }
+}
+
+#[test]
+fn a_lone_leader_is_upgraded_without_a_handover() {
+    let obs = healthy(1, "3.6.16");
+    assert!(
+        matches!(plan_for("size: 1\nversion: 3.7.3", &obs), Step::UpgradeMember { name, .. } if name == "demo-0")
+    );
+}
+
+#[test]
+fn leadership_goes_to_a_ready_healthy_voter_on_the_new_image_first() {
+    let mut obs = healthy(4, "3.6.16");
+    let image = "quay.io/coreos/etcd:v3.7.3";
+    obs.pods[3].image = image.into();
+    let members = obs.members.clone().unwrap();
+    // demo-3 already runs the new image: it is preferred over the lower names.
+    assert_eq!(
+        successor(&obs, &members, "demo-0", image).map(|m| m.name.as_str()),
+        Some("demo-3")
+    );
+    // Not Ready, it is skipped; then the lowest name.
+    obs.pods[3].ready = false;
+    assert_eq!(
+        successor(&obs, &members, "demo-0", image).map(|m| m.name.as_str()),
+        Some("demo-1")
+    );
+    // Learners and unhealthy members never lead.
+    let mut members = members;
+    members[1].learner = true;
+    members[2] = unhealthy(members[2].clone());
+    assert_eq!(successor(&obs, &members, "demo-0", image), None);
 }
 
 #[test]
