@@ -165,10 +165,33 @@ async fn the_installed_operator_runs_a_cluster(ctx: TestContext) -> anyhow::Resu
     let release = Release::new(RELEASE, ctx.ns());
 
     let started = Instant::now();
-    release.install(cp, &[]).await?;
+    // The README's install for a real cluster: images from a registry of one's own (the
+    // kubelet maps any repository ending in /etcd-controller or /etcd-webhook).
+    release
+        .install(
+            cp,
+            &[
+                "controller.image.repository=registry.example.test/etcd-controller",
+                "webhook.image.repository=registry.example.test/etcd-webhook",
+            ],
+        )
+        .await?;
     duration("helm install --wait (3 operator pods Ready)", started);
     let controllers = component_pods(&ctx, "controller").await?;
     let webhooks = component_pods(&ctx, "webhook").await?;
+    for pod in controllers.iter().chain(&webhooks) {
+        let image = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.containers.first())
+            .and_then(|c| c.image.clone())
+            .unwrap_or_default();
+        ensure!(
+            image.starts_with("registry.example.test/"),
+            "{} runs {image}",
+            pod.name_any()
+        );
+    }
     ensure!(
         controllers.len() == 1 && webhooks.len() == 2,
         "expected 1 controller and 2 webhook pods, found {} and {}",
