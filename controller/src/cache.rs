@@ -62,7 +62,8 @@ where
     (store, stream)
 }
 
-/// Keeps of a pod what the planner reads: containers' names and images, phase, IP, conditions.
+/// Keeps of a pod what the planner reads: containers' names and images, phase, IP,
+/// conditions, containers' restart counts.
 fn strip_pod(pod: &mut Pod) {
     if let Some(spec) = pod.spec.as_mut() {
         let containers = std::mem::take(&mut spec.containers)
@@ -83,6 +84,15 @@ fn strip_pod(pod: &mut Pod) {
             phase: status.phase.take(),
             pod_ip: status.pod_ip.take(),
             conditions: status.conditions.take(),
+            container_statuses: status.container_statuses.take().map(|cs| {
+                cs.into_iter()
+                    .map(|c| k8s_openapi::api::core::v1::ContainerStatus {
+                        name: c.name,
+                        restart_count: c.restart_count,
+                        ..Default::default()
+                    })
+                    .collect()
+            }),
             ..Default::default()
         };
     }
@@ -177,4 +187,51 @@ pub fn content_hash(value: &serde_json::Value) -> String {
     let mut hasher = DefaultHasher::new();
     value.to_string().hash(&mut hasher);
     format!("{:016x}", hasher.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Container, ContainerStatus, PodSpec, PodStatus};
+
+    #[test]
+    fn stripped_pods_keep_what_the_planner_reads() {
+        let mut pod = Pod {
+            spec: Some(PodSpec {
+                containers: vec![Container {
+                    name: "etcd".into(),
+                    image: Some("quay.io/coreos/etcd:v3.6.16".into()),
+                    args: Some(vec!["--name=demo-0".into()]),
+                    ..Default::default()
+                }],
+                hostname: Some("demo-0".into()),
+                ..Default::default()
+            }),
+            status: Some(PodStatus {
+                phase: Some("Running".into()),
+                pod_ip: Some("10.0.0.1".into()),
+                container_statuses: Some(vec![ContainerStatus {
+                    name: "etcd".into(),
+                    image: "quay.io/coreos/etcd:v3.6.16".into(),
+                    restart_count: 2,
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        strip_pod(&mut pod);
+        let spec = pod.spec.as_ref().unwrap();
+        assert_eq!(spec.hostname, None);
+        assert_eq!(spec.containers[0].args, None);
+        assert_eq!(
+            spec.containers[0].image.as_deref(),
+            Some("quay.io/coreos/etcd:v3.6.16")
+        );
+        let status = pod.status.as_ref().unwrap();
+        assert_eq!(status.pod_ip.as_deref(), Some("10.0.0.1"));
+        let c = &status.container_statuses.as_ref().unwrap()[0];
+        assert_eq!((c.name.as_str(), c.restart_count), ("etcd", 2));
+        assert!(c.image.is_empty());
+    }
 }

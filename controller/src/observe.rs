@@ -62,6 +62,16 @@ fn pod_state(pod: &Pod, now: Timestamp) -> Option<PodState> {
         .as_ref()
         .and_then(|l| l.get(names::LABEL_VERSION))
         .and_then(|v| v.parse::<EtcdVersion>().ok());
+    let restarts = status
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.name == "etcd"))
+        .map_or(0, |c| c.restart_count);
+    let restarts_at_upgrade = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(names::ANNOTATION_RESTARTS_AT_UPGRADE))
+        .and_then(|n| n.parse().ok());
     let ready = status
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
@@ -69,6 +79,8 @@ fn pod_state(pod: &Pod, now: Timestamp) -> Option<PodState> {
         name,
         version,
         image,
+        restarts,
+        restarts_at_upgrade,
         phase: PodPhase::parse(status.and_then(|s| s.phase.as_deref())),
         ready,
         ip: status

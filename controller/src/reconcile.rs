@@ -453,8 +453,17 @@ async fn execute(
             image,
             version,
         } => {
+            // The restart count goes with the image, so the planner can tell the new
+            // container's readiness from the old one's.
+            let restarts = obs.model.pod(name).map_or(0, |p| p.restarts);
             let patch = serde_json::json!({
-                "metadata": { "labels": BTreeMap::from([(names::LABEL_VERSION, version.to_string())]) },
+                "metadata": {
+                    "labels": BTreeMap::from([(names::LABEL_VERSION, version.to_string())]),
+                    "annotations": BTreeMap::from([(
+                        names::ANNOTATION_RESTARTS_AT_UPGRADE,
+                        restarts.to_string(),
+                    )]),
+                },
                 "spec": { "containers": [ { "name": "etcd", "image": image } ] },
             });
             pods.patch(name, &PatchParams::default(), &Patch::Strategic(&patch))

@@ -38,6 +38,9 @@ pub const LABEL_COMPONENT: &str = "app.kubernetes.io/component";
 pub const LABEL_VERSION: &str = "app.kubernetes.io/version";
 /// Label: the etcd member name a pod or claim belongs to.
 pub const LABEL_MEMBER: &str = "etcd.database.coreos.com/member";
+/// Annotation of a member pod: the etcd container's restart count when the operator changed
+/// its image, so the upgrade waits for the container that runs the new image.
+pub const ANNOTATION_RESTARTS_AT_UPGRADE: &str = "etcd.database.coreos.com/restarts-at-upgrade";
 /// CoreOS' legacy label `etcd_cluster`, kept so existing selectors keep working.
 pub const LEGACY_LABEL_CLUSTER: &str = "etcd_cluster";
 /// CoreOS' legacy label `app=etcd`.

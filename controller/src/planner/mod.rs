@@ -431,9 +431,11 @@ fn plan_with_members(
 fn plan_upgrade(view: &ClusterView, obs: &Observed, members: &[MemberState]) -> Step {
     let target_image = view.image(&view.version);
     // A member whose pod already has the new image but still reports the old version, or
-    // whose pod is not Ready again yet, is restarting into it: wait for it before touching
-    // another. etcd answers before the kubelet's readiness probe does; moving on at that
-    // point would take a second endpoint out of the client Service.
+    // whose pod is not Ready again yet, or whose kubelet has not reported the restart yet,
+    // is restarting into it: wait for it before touching another. etcd answers before the
+    // kubelet's readiness probe does, and the Ready condition read right after the image
+    // patch is still the old container's; moving on at that point would take a second
+    // endpoint out of the client Service.
     for m in members {
         if let (
             Some(pod),
@@ -442,7 +444,7 @@ fn plan_upgrade(view: &ClusterView, obs: &Observed, members: &[MemberState]) -> 
             },
         ) = (obs.pod(&m.name), &m.health)
             && pod.image == target_image
-            && (*v != view.version || !pod.ready)
+            && (*v != view.version || !pod.ready || pod.restart_pending())
         {
             return Step::Wait(Waiting::MemberUpgrading(m.name.clone()));
         }

@@ -13,6 +13,11 @@ pub struct PodState {
     pub version: Option<EtcdVersion>,
     /// The pod's etcd image.
     pub image: String,
+    /// The etcd container's restart count (`containerStatuses`; 0 before the kubelet
+    /// reports it).
+    pub restarts: i32,
+    /// The restart count recorded when the operator last changed the image, if it did.
+    pub restarts_at_upgrade: Option<i32>,
     /// `status.phase`.
     pub phase: PodPhase,
     /// The Ready condition.
@@ -23,6 +28,15 @@ pub struct PodState {
     pub terminating: bool,
     /// Time since the pod was created.
     pub age: Duration,
+}
+
+impl PodState {
+    /// The operator changed the image and the kubelet has not yet reported the container
+    /// restarted on it: the pod's Ready condition still describes the old container.
+    pub fn restart_pending(&self) -> bool {
+        self.restarts_at_upgrade
+            .is_some_and(|before| self.restarts <= before)
+    }
 }
 
 /// `status.phase` of a pod.

@@ -18,6 +18,8 @@ fn pod(i: u32, version: &str) -> PodState {
         name: format!("demo-{i}"),
         version: Some(v(version)),
         image: format!("quay.io/coreos/etcd:v{version}"),
+        restarts: 0,
+        restarts_at_upgrade: None,
         phase: PodPhase::Running,
         ready: true,
         ip: Some(format!("10.0.0.{i}")),
@@ -404,8 +406,16 @@ fn upgrades_followers_first_one_at_a_time() {
         plan_for("version: 3.7.3", &obs),
         Step::Wait(Waiting::MemberUpgrading("demo-1".into()))
     );
-    // demo-1 done; demo-2 next, the leader demo-0 last.
+    // demo-1 answers on the new version and its pod reads Ready, but the kubelet has not
+    // reported the restart the image change causes: that Ready is the old container's.
     obs.members.as_mut().unwrap()[1] = member(1, "3.7.3");
+    obs.pods[1].restarts_at_upgrade = Some(0);
+    assert_eq!(
+        plan_for("version: 3.7.3", &obs),
+        Step::Wait(Waiting::MemberUpgrading("demo-1".into()))
+    );
+    // demo-1 done; demo-2 next, the leader demo-0 last.
+    obs.pods[1].restarts = 1;
     assert!(
         matches!(plan_for("version: 3.7.3", &obs), Step::UpgradeMember { name, .. } if name == "demo-2")
     );
