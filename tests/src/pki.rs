@@ -159,6 +159,27 @@ impl CertificateAuthority {
         self.sign(&params)
     }
 
+    /// Issues a certificate for `sans` valid for both ends of a TLS connection, as etcd's
+    /// peer certificates are (and its server certificate, which its gRPC gateway also
+    /// presents as a client).
+    pub fn issue_peer_cert<S: AsRef<str>>(&self, sans: &[S]) -> Result<IssuedCert, PkiError> {
+        let common_name = sans.first().map(AsRef::as_ref).unwrap_or("localhost");
+        let mut params = base_params(common_name);
+        params.subject_alt_names = sans
+            .iter()
+            .map(|name| san(name.as_ref()))
+            .collect::<Result<_, _>>()?;
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        self.sign(&params)
+    }
+
     /// Issues a client certificate; Kubernetes reads the user from the CN and the groups from
     /// the organizations (e.g. `("admin", &["system:masters"])`).
     pub fn issue_client_cert(

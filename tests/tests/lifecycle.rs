@@ -28,8 +28,8 @@ use etcd_tests::suite::TestContext;
 use support::operator::{Controller, create_cluster, install};
 use support::writer::Writer;
 use support::{
-    WAIT, check_every_member, client_service_urls, connect, member_list, member_pods, member_urls,
-    reported_versions, settled, wait_until,
+    ETCD_TIMEOUT, WAIT, check_every_member, client_service_urls, connect, member_list, member_pods,
+    member_urls, reported_versions, settled, wait_until,
 };
 
 fn main() -> std::process::ExitCode {
@@ -41,6 +41,7 @@ fn main() -> std::process::ExitCode {
         a_rolling_upgrade_moves_one_member_at_a_time,
         a_version_skip_is_refused_and_paused_freezes_the_cluster,
         deleting_the_cluster_removes_every_object_and_process,
+        a_tls_cluster_talks_mutual_tls_to_peers_and_clients,
     ])
 }
 
@@ -563,5 +564,145 @@ async fn deleting_the_cluster_removes_every_object_and_process(
         let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None).is_ok();
         ensure!(!alive, "etcd process {pid} still runs");
     }
+    Ok(())
+}
+
+/// Peer and client traffic over mutual TLS from the Secrets of `spec.TLS.static`: the members
+/// form a cluster over https peer URLs, the operator manages them with its client
+/// certificate, a client with a certificate of the same CA reads and writes, and a client
+/// without one is refused.
+async fn a_tls_cluster_talks_mutual_tls_to_peers_and_clients(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::core::v1::Secret;
+
+    const NAME: &str = "secure";
+    install(&ctx).await?;
+    let _controller = Controller::start(&ctx)?;
+    let ns = ctx.ns().to_owned();
+    let ca = etcd_tests::CertificateAuthority::new("etcd-test-ca")?;
+    let members = [
+        format!("*.{NAME}.{ns}.svc"),
+        format!("*.{NAME}.{ns}.svc.cluster.local"),
+    ];
+    let mut server_names = members.to_vec();
+    server_names.extend([
+        format!("{NAME}-client.{ns}.svc"),
+        format!("{NAME}-client.{ns}.svc.cluster.local"),
+    ]);
+    let peer = ca.issue_peer_cert(&members)?;
+    let server = ca.issue_peer_cert(&server_names)?;
+    let operator = ca.issue_client_cert("etcd-operator", &[])?;
+    let secrets: Api<Secret> = ctx.api();
+    for (secret, prefix, cert) in [
+        ("secure-peer", "peer", &peer),
+        ("secure-server", "server", &server),
+        ("secure-operator", "etcd-client", &operator),
+    ] {
+        let data = BTreeMap::from([
+            (
+                format!("{prefix}.crt"),
+                ByteString(cert.cert_pem.clone().into_bytes()),
+            ),
+            (
+                format!("{prefix}.key"),
+                ByteString(cert.key_pem.clone().into_bytes()),
+            ),
+            (
+                format!("{prefix}-ca.crt"),
+                ByteString(ca.cert_pem().as_bytes().to_vec()),
+            ),
+        ]);
+        let object = Secret {
+            metadata: kube::api::ObjectMeta {
+                name: Some(secret.into()),
+                ..Default::default()
+            },
+            data: Some(data),
+            ..Default::default()
+        };
+        secrets.create(&Default::default(), &object).await?;
+    }
+
+    let started = Instant::now();
+    let yaml = format!(
+        "{}  TLS:\n    static:\n      member:\n        peerSecret: secure-peer\n        serverSecret: secure-server\n      operatorSecret: secure-operator\n",
+        cluster_yaml(NAME, 3, None)
+    );
+    let created = create_cluster(&ctx, &yaml).await?;
+    let version = created
+        .spec
+        .version
+        .clone()
+        .context("version not defaulted")?;
+    wait_until(&ctx.api(), NAME, "3 healthy voters over TLS", |c| {
+        settled(c, 3, &version)
+    })
+    .await?;
+    duration("secure: 3-member TLS cluster Available", started);
+
+    // Every member is dialled by IP and checked against the member wildcard name.
+    let pods: Api<Pod> = ctx.api();
+    let ips: Vec<String> = member_urls(&pods, NAME)
+        .await?
+        .values()
+        .map(|u| u.replace("http://", "https://"))
+        .collect();
+    ensure!(ips.len() == 3, "member URLs {ips:?}");
+    // The operator's certificate, or none; members are named by the member wildcard.
+    let options = |identity: bool| {
+        let mut tls = TlsOptions::new()
+            .ca_certificate(Certificate::from_pem(ca.cert_pem()))
+            .domain_name(format!("member.{NAME}.{ns}.svc.cluster.local"));
+        if identity {
+            tls = tls.identity(Identity::from_pem(&operator.cert_pem, &operator.key_pem));
+        }
+        ConnectOptions::new()
+            .with_connect_timeout(ETCD_TIMEOUT)
+            .with_timeout(ETCD_TIMEOUT)
+            .with_tls(tls)
+    };
+    let mut client = etcd_client::Client::connect(ips.clone(), Some(options(true))).await?;
+    client.put("tls/hello", "world", None).await?;
+    let members = client.member_list().await?;
+    let peer_urls: Vec<String> = members
+        .members()
+        .iter()
+        .flat_map(|m| m.peer_urls().to_vec())
+        .collect();
+    ensure!(
+        peer_urls.len() == 3 && peer_urls.iter().all(|u| u.starts_with("https://")),
+        "peer URLs {peer_urls:?}"
+    );
+    for url in &ips {
+        let mut one = etcd_client::Client::connect([url.clone()], Some(options(true))).await?;
+        let got = one.get("tls/hello", None).await?;
+        ensure!(
+            got.kvs().first().map(|kv| kv.value()) == Some(b"world".as_slice()),
+            "{url} does not have tls/hello"
+        );
+    }
+
+    // Without a client certificate the members refuse the client.
+    let refused = match etcd_client::Client::connect(ips, Some(options(false))).await {
+        Err(e) => Some(e.to_string()),
+        Ok(mut c) => c
+            .put("tls/anonymous", "x", None)
+            .await
+            .err()
+            .map(|e| e.to_string()),
+    };
+    ensure!(
+        refused
+            .as_deref()
+            .is_some_and(|e| e.contains("CertificateRequired") || e.contains("certificate")),
+        "a client without a certificate was not refused for it: {refused:?}"
+    );
+    println!(
+        "secure: a client without a certificate is refused: {}",
+        refused.unwrap_or_default()
+    );
     Ok(())
 }
