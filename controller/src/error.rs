@@ -61,12 +61,16 @@ impl Error {
     /// etcd refused a membership change only for now: it wants every voter connected for its
     /// health window (about 5 s after a member joins or is promoted) before adding another
     /// (`etcdserver: unhealthy cluster`), or a learner to catch up before its promotion. Such
-    /// a change is retried soon, without growing the backoff.
+    /// a change is retried soon, without growing the backoff. So is a leadership handover
+    /// that raced an election.
     pub fn is_etcd_not_ready(&self) -> bool {
-        const NOT_READY: [&str; 3] = [
+        const NOT_READY: [&str; 5] = [
             "etcdserver: unhealthy cluster",
             "can only promote a learner member which is in sync with leader",
             "etcdserver: too many learner members in cluster",
+            // A leadership handover sent as the leader changed: the next plan sees the new one.
+            "etcdserver: not leader",
+            "etcdserver: leader changed",
         ];
         match self {
             Error::Etcd { source, .. } => {
@@ -110,6 +114,7 @@ mod tests {
             "etcdserver: can only promote a learner member which is in sync with leader",
         );
         assert!(behind.is_etcd_not_ready());
+        assert!(etcd_error("etcdserver: not leader").is_etcd_not_ready());
         let failed = etcd_error("etcdserver: member not found");
         assert!(!failed.is_etcd_not_ready());
         assert_eq!(failed.metric_label(), "etcd");
