@@ -145,24 +145,27 @@ impl CertificateAuthority {
     /// DNS SAN; Go ignores the CN, so every name a client dials must be listed). The first SAN is
     /// also the common name.
     pub fn issue_serving_cert<S: AsRef<str>>(&self, sans: &[S]) -> Result<IssuedCert, PkiError> {
-        let common_name = sans.first().map(AsRef::as_ref).unwrap_or("localhost");
-        let mut params = base_params(common_name);
-        params.subject_alt_names = sans
-            .iter()
-            .map(|name| san(name.as_ref()))
-            .collect::<Result<_, _>>()?;
-        params.key_usages = vec![
-            KeyUsagePurpose::DigitalSignature,
-            KeyUsagePurpose::KeyEncipherment,
-        ];
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        self.sign(&params)
+        self.issue_for_names(sans, vec![ExtendedKeyUsagePurpose::ServerAuth])
     }
 
     /// Issues a certificate for `sans` valid for both ends of a TLS connection, as etcd's
     /// peer certificates are (and its server certificate, which its gRPC gateway also
     /// presents as a client).
     pub fn issue_peer_cert<S: AsRef<str>>(&self, sans: &[S]) -> Result<IssuedCert, PkiError> {
+        self.issue_for_names(
+            sans,
+            vec![
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ],
+        )
+    }
+
+    fn issue_for_names<S: AsRef<str>>(
+        &self,
+        sans: &[S],
+        usages: Vec<ExtendedKeyUsagePurpose>,
+    ) -> Result<IssuedCert, PkiError> {
         let common_name = sans.first().map(AsRef::as_ref).unwrap_or("localhost");
         let mut params = base_params(common_name);
         params.subject_alt_names = sans
@@ -173,10 +176,7 @@ impl CertificateAuthority {
             KeyUsagePurpose::DigitalSignature,
             KeyUsagePurpose::KeyEncipherment,
         ];
-        params.extended_key_usages = vec![
-            ExtendedKeyUsagePurpose::ServerAuth,
-            ExtendedKeyUsagePurpose::ClientAuth,
-        ];
+        params.extended_key_usages = usages;
         self.sign(&params)
     }
 
