@@ -22,9 +22,7 @@ use crate::planner::{Health, MemberState, Observed, PodPhase, PodState};
 pub struct Observation {
     /// The planner's model.
     pub model: Observed,
-    /// Client endpoints of the members that have an IP.
-    pub endpoints: Vec<String>,
-    /// The same endpoints by member name.
+    /// Client endpoints of the member pods that run with an IP, by member name.
     pub member_endpoints: Vec<(String, String)>,
     /// How to reach etcd.
     pub access: EtcdAccess,
@@ -33,6 +31,14 @@ pub struct Observation {
 }
 
 impl Observation {
+    /// The client endpoints of every member pod that runs with an IP.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.member_endpoints
+            .iter()
+            .map(|(_, endpoint)| endpoint.clone())
+            .collect()
+    }
+
     /// The client endpoint of one member's running pod.
     pub fn endpoint_of(&self, member: &str) -> Option<&str> {
         self.member_endpoints
@@ -247,7 +253,6 @@ pub async fn observe(
             members,
             bootstrapped,
         },
-        endpoints,
         member_endpoints: by_ip,
         access,
         health_failures,

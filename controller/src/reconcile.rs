@@ -407,7 +407,7 @@ async fn execute(
             peer_url, learner, ..
         } => {
             obs.access
-                .add_member(&obs.endpoints, peer_url, *learner)
+                .add_member(&obs.endpoints(), peer_url, *learner)
                 .await?;
             ("MemberAdded", "add")
         }
@@ -416,14 +416,14 @@ async fn execute(
             ("MemberPodCreated", "start")
         }
         Step::PromoteLearner { id, name } => {
-            if !obs.access.promote_member(&obs.endpoints, *id).await? {
+            if !obs.access.promote_member(&obs.endpoints(), *id).await? {
                 info!(member = %name, "learner not caught up yet");
                 return Ok(());
             }
             ("MemberPromoted", "promote")
         }
         Step::RemoveMember { id, reason, .. } => {
-            obs.access.remove_member(&obs.endpoints, *id).await?;
+            obs.access.remove_member(&obs.endpoints(), *id).await?;
             match reason {
                 RemovalReason::ScaleDown => ("MemberRemoved", "remove"),
                 RemovalReason::Replace => ("MemberReplaced", "replace"),

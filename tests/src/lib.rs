@@ -13,6 +13,7 @@
 //!   members.
 //! - [`operator`]: the operator as its Helm chart installs it, its pods run by the kubelet
 //!   from the binaries built in this workspace (the demo and the `installed` suite).
+//! - [`endpoints`]: the ready addresses behind a Service.
 //! - [`process`], [`ports`], [`kubeconfig`]: plumbing.
 //!
 //! Run the harness's own tests with `cargo test -p etcd-tests --test control_plane`.
@@ -20,6 +21,7 @@
 #![warn(missing_docs)]
 
 pub mod control_plane;
+pub mod endpoints;
 pub mod kubeconfig;
 pub mod kubelet;
 pub mod namespace;

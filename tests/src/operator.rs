@@ -15,6 +15,9 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use etcd_shared::EtcdCluster;
+use etcd_shared::types::ClusterPhase;
+
 use crate::control_plane::{ControlPlane, ControlPlaneOptions};
 use crate::kubelet::{ImageMapping, Kubelet};
 
@@ -240,4 +243,38 @@ pub async fn helm(cp: &ControlPlane, args: &[String]) -> Result<String, InstallE
         });
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `kubectl apply -f -` of `yaml`, with `kubectl` as [`ControlPlane::kubectl`] gives it (plus
+/// any flags): kubectl's output, whether it succeeded or not.
+pub async fn kubectl_apply(
+    kubectl: std::process::Command,
+    yaml: &str,
+) -> std::io::Result<std::process::Output> {
+    use tokio::io::AsyncWriteExt as _;
+    let mut child = tokio::process::Command::from(kubectl)
+        .args(["apply", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(yaml.as_bytes()).await?;
+    }
+    child.wait_with_output().await
+}
+
+/// The cluster has settled on its spec: the controller has seen this generation, every member
+/// of `spec.size` is ready, the phase is `Running` and `Available` is true.
+pub fn is_settled(c: &EtcdCluster) -> bool {
+    c.status.as_ref().is_some_and(|s| {
+        s.observed_generation == c.metadata.generation
+            && s.phase == Some(ClusterPhase::Running)
+            && s.ready_members.is_some()
+            && s.ready_members == c.spec.size
+            && s.conditions
+                .iter()
+                .any(|k| k.type_ == "Available" && k.status == "True")
+    })
 }

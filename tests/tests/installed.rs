@@ -17,15 +17,16 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, ResourceExt};
 
 use etcd_shared::EtcdCluster;
-use etcd_shared::types::ClusterPhase;
 use etcd_shared::version::DEFAULT_VERSION;
-use etcd_tests::operator::{OperatorBinaries, Release, control_plane_options};
+use etcd_tests::endpoints::ready_addresses;
+use etcd_tests::operator::{
+    OperatorBinaries, Release, control_plane_options, is_settled, kubectl_apply,
+};
 use etcd_tests::suite::{Suite, TestContext};
 use etcd_tests::{KubeletOptions, await_condition, poll_until};
 
@@ -47,22 +48,12 @@ fn duration(what: &str, since: Instant) {
 
 /// `kubectl apply -f -` of `yaml` in the test's namespace: its stdout, or its stderr as the
 /// error.
-fn kubectl_apply(ctx: &TestContext, yaml: &str) -> anyhow::Result<String> {
-    use std::io::Write as _;
-    let mut child = ctx
-        .kubectl()
-        .args(["apply", "-n", ctx.ns(), "-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .context("starting kubectl")?;
-    child
-        .stdin
-        .take()
-        .context("kubectl stdin")?
-        .write_all(yaml.as_bytes())?;
-    let out = child.wait_with_output()?;
+async fn apply(ctx: &TestContext, yaml: &str) -> anyhow::Result<String> {
+    let mut kubectl = ctx.kubectl();
+    kubectl.args(["-n", ctx.ns()]);
+    let out = kubectl_apply(kubectl, yaml)
+        .await
+        .context("running kubectl apply")?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
@@ -75,19 +66,6 @@ fn cluster_yaml(size: i32, version: Option<&str>) -> String {
     format!(
         "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdCluster\nmetadata:\n  name: {CLUSTER}\nspec:\n  size: {size}\n{version}"
     )
-}
-
-fn available(c: &EtcdCluster, size: i32) -> bool {
-    let Some(status) = &c.status else {
-        return false;
-    };
-    status.observed_generation == c.metadata.generation
-        && status.phase == Some(ClusterPhase::Running)
-        && status.ready_members == Some(size)
-        && status
-            .conditions
-            .iter()
-            .any(|k| k.type_ == "Available" && k.status == "True")
 }
 
 /// The text a pod serves on `port` at `/metrics`, fetched through the API server's pod proxy
@@ -124,23 +102,6 @@ async fn component_pods(ctx: &TestContext, component: &str) -> anyhow::Result<Ve
         .list(&ListParams::default().labels(&selector))
         .await?
         .items)
-}
-
-/// The ready endpoint addresses of a Service.
-async fn ready_endpoints(ctx: &TestContext, service: &str) -> anyhow::Result<Vec<String>> {
-    let slices = ctx
-        .api::<EndpointSlice>()
-        .list(&ListParams::default().labels(&format!("kubernetes.io/service-name={service}")))
-        .await?;
-    let mut addresses: Vec<String> = slices
-        .items
-        .iter()
-        .flat_map(|s| s.endpoints.iter().flatten())
-        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
-        .flat_map(|e| e.addresses.iter().cloned())
-        .collect();
-    addresses.sort();
-    Ok(addresses)
 }
 
 async fn tls_secret(ctx: &TestContext) -> anyhow::Result<BTreeMap<String, Vec<u8>>> {
@@ -201,7 +162,7 @@ async fn the_installed_operator_runs_a_cluster(ctx: TestContext) -> anyhow::Resu
 
     // A size out of range is refused by the CRD's schema already; a version the operator
     // cannot run only by the installed webhook, called through its Service.
-    let refused = match kubectl_apply(&ctx, &cluster_yaml(9, None)) {
+    let refused = match apply(&ctx, &cluster_yaml(9, None)).await {
         Ok(out) => bail!("size 9 was accepted: {out}"),
         Err(e) => e.to_string(),
     };
@@ -209,7 +170,7 @@ async fn the_installed_operator_runs_a_cluster(ctx: TestContext) -> anyhow::Resu
         refused.contains("spec.size") && refused.contains("less than or equal to 7"),
         "unexpected refusal of size 9: {refused}"
     );
-    let refused = match kubectl_apply(&ctx, &cluster_yaml(3, Some("3.1.20"))) {
+    let refused = match apply(&ctx, &cluster_yaml(3, Some("3.1.20"))).await {
         Ok(out) => bail!("version 3.1.20 was accepted: {out}"),
         Err(e) => e.to_string(),
     };
@@ -221,7 +182,7 @@ async fn the_installed_operator_runs_a_cluster(ctx: TestContext) -> anyhow::Resu
 
     // A good one is defaulted by it and run by the installed controller.
     let applied = Instant::now();
-    kubectl_apply(&ctx, &cluster_yaml(3, None))?;
+    apply(&ctx, &cluster_yaml(3, None)).await?;
     let clusters: Api<EtcdCluster> = ctx.api();
     let created = clusters.get(CLUSTER).await?;
     ensure!(
@@ -232,7 +193,7 @@ async fn the_installed_operator_runs_a_cluster(ctx: TestContext) -> anyhow::Resu
     let done = await_condition(
         clusters.clone(),
         CLUSTER,
-        |c: Option<&EtcdCluster>| c.is_some_and(|c| available(c, 3)),
+        |c: Option<&EtcdCluster>| c.is_some_and(is_settled),
         WAIT,
     )
     .await?
@@ -266,7 +227,7 @@ async fn the_installed_operator_runs_a_cluster(ctx: TestContext) -> anyhow::Resu
             || {
                 let (ctx, service) = (&ctx, &service);
                 async move {
-                    let e = ready_endpoints(ctx, service).await?;
+                    let e = ready_addresses(&ctx.api(), service).await?;
                     anyhow::Ok((e.len() == expected).then_some(e))
                 }
             },
@@ -305,7 +266,7 @@ async fn the_installed_operator_runs_a_cluster(ctx: TestContext) -> anyhow::Resu
         tls_secret(&ctx).await? == before,
         "helm upgrade replaced the webhook certificate"
     );
-    let skipped = match kubectl_apply(&ctx, &cluster_yaml(3, Some("3.2.13"))) {
+    let skipped = match apply(&ctx, &cluster_yaml(3, Some("3.2.13"))).await {
         Ok(out) => bail!("a downgrade to 3.2.13 was accepted after the upgrade: {out}"),
         Err(e) => e.to_string(),
     };

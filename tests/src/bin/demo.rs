@@ -17,15 +17,16 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use clap::Parser;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::ListParams;
 use kube::{Api, Client};
 use tokio::net::{TcpListener, TcpStream};
 
 use etcd_shared::EtcdCluster;
-use etcd_shared::names::client_service_name;
-use etcd_shared::types::ClusterPhase;
+use etcd_shared::names::{CLIENT_PORT, client_service_name};
+use etcd_tests::endpoints::ready_addresses;
 use etcd_tests::kubelet::netns;
-use etcd_tests::operator::{OperatorBinaries, Release, control_plane_options};
+use etcd_tests::operator::{
+    OperatorBinaries, Release, control_plane_options, is_settled, kubectl_apply,
+};
 use etcd_tests::{ControlPlane, Kubelet, KubeletOptions, Tools, await_condition};
 
 /// Command-line flags of the demo.
@@ -64,6 +65,9 @@ fn default_state_dir() -> PathBuf {
         .unwrap_or_else(std::env::temp_dir)
         .join("etcd-operator-demo")
 }
+
+/// The client port, as a socket port.
+const CLIENT_PORT_U16: u16 = CLIENT_PORT as u16;
 
 fn step(started: Instant, what: &str) {
     println!("==> [{:>5.1}s] {what}", started.elapsed().as_secs_f64());
@@ -233,7 +237,7 @@ async fn demo(cp: &ControlPlane, plan: Plan) -> anyhow::Result<()> {
     let ready = await_condition(
         clusters,
         &name,
-        |c: Option<&EtcdCluster>| c.is_some_and(is_available),
+        |c: Option<&EtcdCluster>| c.is_some_and(is_settled),
         Duration::from_secs(args.timeout),
     )
     .await?;
@@ -280,34 +284,12 @@ async fn demo(cp: &ControlPlane, plan: Plan) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Every member of the spec is ready and the cluster is `Available` and `Running`.
-fn is_available(c: &EtcdCluster) -> bool {
-    c.status.as_ref().is_some_and(|s| {
-        s.observed_generation == c.metadata.generation
-            && s.phase == Some(ClusterPhase::Running)
-            && s.ready_members.is_some()
-            && s.ready_members == c.spec.size
-            && s.conditions
-                .iter()
-                .any(|k| k.type_ == "Available" && k.status == "True")
-    })
-}
-
-/// `kubectl apply -f -` of `cluster` (through the installed webhook).
+/// `kubectl apply -f -` of `cluster` (through the installed webhook), echoing kubectl.
 async fn apply(cp: &ControlPlane, cluster: &EtcdCluster) -> anyhow::Result<()> {
-    use tokio::io::AsyncWriteExt as _;
     let yaml = serde_yaml::to_string(cluster)?;
-    let mut child = tokio::process::Command::from(cp.kubectl())
-        .args(["apply", "-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .context("starting kubectl")?;
-    let mut stdin = child.stdin.take().context("kubectl's stdin")?;
-    stdin.write_all(yaml.as_bytes()).await?;
-    drop(stdin);
-    let out = child.wait_with_output().await?;
+    let out = kubectl_apply(cp.kubectl(), &yaml)
+        .await
+        .context("running kubectl apply")?;
     print!("    {}", String::from_utf8_lossy(&out.stdout));
     for line in String::from_utf8_lossy(&out.stderr).lines() {
         println!("    {line}");
@@ -393,30 +375,12 @@ impl ClientEndpoints {
     }
 
     async fn next(&self) -> anyhow::Result<SocketAddr> {
-        let selector = format!("kubernetes.io/service-name={}", self.service);
-        let slices = self
-            .slices
-            .list(&ListParams::default().labels(&selector))
-            .await?;
-        let mut ready = Vec::new();
-        for slice in &slices.items {
-            let port = slice
-                .ports
-                .iter()
-                .flatten()
-                .find_map(|p| p.port)
-                .unwrap_or(2379);
-            for endpoint in slice.endpoints.iter().flatten() {
-                if endpoint.conditions.as_ref().and_then(|c| c.ready) == Some(true) {
-                    for address in &endpoint.addresses {
-                        if let Ok(ip) = address.parse::<std::net::IpAddr>() {
-                            ready.push(SocketAddr::new(ip, u16::try_from(port).unwrap_or(2379)));
-                        }
-                    }
-                }
-            }
-        }
-        ready.sort();
+        let ready: Vec<SocketAddr> = ready_addresses(&self.slices, &self.service)
+            .await?
+            .iter()
+            .filter_map(|a| a.parse::<std::net::IpAddr>().ok())
+            .map(|ip| SocketAddr::new(ip, CLIENT_PORT_U16))
+            .collect();
         if ready.is_empty() {
             bail!("Service {} has no ready endpoint", self.service);
         }

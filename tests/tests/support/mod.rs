@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use etcd_client::{Client, ConnectOptions, GetOptions};
+use etcd_tests::endpoints::ready_addresses;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::ListParams;
@@ -95,23 +96,13 @@ pub async fn client_service_urls(
     slices: &Api<EndpointSlice>,
     cluster: &str,
 ) -> anyhow::Result<Vec<String>> {
-    let selector = format!(
-        "kubernetes.io/service-name={}",
-        names::client_service_name(cluster)
-    );
-    let mut urls: Vec<String> = slices
-        .list(&ListParams::default().labels(&selector))
-        .await?
-        .items
-        .iter()
-        .flat_map(|s| s.endpoints.iter().flatten())
-        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
-        .flat_map(|e| e.addresses.iter())
-        .map(|a| format!("http://{a}:{}", names::CLIENT_PORT))
-        .collect();
-    urls.sort();
-    urls.dedup();
-    Ok(urls)
+    Ok(
+        ready_addresses(slices, &names::client_service_name(cluster))
+            .await?
+            .iter()
+            .map(|a| format!("http://{a}:{}", names::CLIENT_PORT))
+            .collect(),
+    )
 }
 
 /// An etcd client for `endpoints`, with short timeouts.
