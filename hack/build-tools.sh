@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the pinned Go tools (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
-# etcd + etcdctl at several versions, helm) from the Go module proxy into a cache outside the
-# repo, keyed by version. Idempotent: a warm cache costs well under a second per tool.
+# etcd + etcdctl at several versions, helm) from the Go module proxy, and etcd 3.2-3.4 from
+# their upstream source archives, into a cache outside the repo, keyed by version. Idempotent: a warm cache costs well under a second per tool.
 #
 #   hack/build-tools.sh            build whatever is missing, then print each tool's version
 #   hack/build-tools.sh --check    exit 1 (building nothing) when something is missing
@@ -109,6 +109,60 @@ GO
   rm -rf "$work" "$out/bin"; mv "$out/bin.tmp" "$out/bin"; touch "$out/.complete"
 }
 
+# The archive of etcd tag v$1: from ../shared/third_party/etcd beside the repo when present,
+# else downloaded from upstream. Checked against its pinned SHA-256 either way.
+etcd_source_archive() {
+  local v="$1" dest="$2" key want got
+  key="ETCD_SOURCE_SHA256_${v//./_}"; want="${!key:-}"
+  [[ -n "$want" ]] || { log "hack/versions.env has no $key"; return 1; }
+  local local_archive="$here/../../shared/third_party/etcd/etcd-v$v.tar.gz"
+  if [[ -f "$local_archive" ]]; then
+    cp "$local_archive" "$dest"
+  else
+    local url="https://github.com/etcd-io/etcd/archive/refs/tags/v$v.tar.gz"
+    log "no ../shared/third_party/etcd beside the repo: downloading etcd v$v's source from $url"
+    curl -fsSL --retry 3 -o "$dest" "$url" || { log "download of $url failed"; return 1; }
+  fi
+  got="$(sha256sum "$dest" | awk '{ print $1 }')"
+  [[ "$got" == "$want" ]] || { log "etcd v$v archive: SHA-256 $got, expected $want"; return 1; }
+}
+
+# etcd 3.2-3.4 from source (recipe: ../shared/third_party/etcd/README.md). 3.2 and 3.3 build in
+# GOPATH mode from their vendored tree; 3.2's vendored ugorji codec needs one patch for Go
+# 1.22+ (a base64 alphabet with a duplicate symbol panics at start-up; upstream ugorji's fix);
+# 3.4 builds in module mode with dependencies from the Go module proxy.
+build_etcd_source() {
+  local v="$1" out="$TOOLS/etcd/v$1"
+  need "$out" || return 0
+  log "building etcd v$v (etcd, etcdctl) from its source archive; first build 2-5 min on 2 cores"
+  local work; work="$(mktemp -d)"
+  (
+    etcd_source_archive "$v" "$work/src.tar.gz"
+    # GitHub's archives unpack to etcd-X.Y.Z/, `git archive --prefix` ones to etcd-vX.Y.Z/.
+    mkdir "$work/src" && tar -xzf "$work/src.tar.gz" -C "$work/src" --strip-components=1
+    cd "$work/src"
+    case "$v" in
+      3.2.*)
+        local codec=cmd/vendor/github.com/ugorji/go/codec/gen.go
+        grep -q '0123456789__")' "$codec" || { log "$codec: expected alphabet not found"; exit 1; }
+        sed -i 's/0123456789__")/0123456789_.")/' "$codec"
+        GO111MODULE=off GOFLAGS= GO_LDFLAGS="-s -w" ./build 2>&1 | grep -v 'not a git repository' >&2 || true
+        ;;
+      3.3.*)
+        ETCD_SETUP_GOPATH=1 GO111MODULE=off GOFLAGS= GO_LDFLAGS="-s -w" bash ./build 2>&1 | grep -v 'not a git repository' >&2 || true
+        ;;
+      *)
+        GO111MODULE=on GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w" -o bin/etcd . &&
+          GO111MODULE=on GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w" -o bin/etcdctl ./etcdctl
+        ;;
+    esac
+    [[ -x bin/etcd && -x bin/etcdctl ]] || { log "etcd v$v: build produced no bin/etcd and bin/etcdctl"; exit 1; }
+    bin/etcd --version | grep -q "etcd Version: $v" || { log "etcd v$v: bin/etcd reports another version"; exit 1; }
+    mkdir -p "$out/bin.tmp" && cp bin/etcd bin/etcdctl "$out/bin.tmp/"
+  ) || { chmod -R u+w "$work" 2>/dev/null; rm -rf "$work" "$out/bin.tmp"; log "etcd v$v build failed"; return 1; }
+  chmod -R u+w "$work" 2>/dev/null; rm -rf "$work" "$out/bin"; mv "$out/bin.tmp" "$out/bin"; touch "$out/.complete"
+}
+
 build_helm() {
   local v="$HELM_VERSION" out="$TOOLS/helm/v$HELM_VERSION"
   need "$out" || return 0
@@ -124,11 +178,14 @@ only="${ONLY:-all}"
 case "$only" in all|etcd) build_etcd "$APISERVER_ETCD_VERSION" ;; esac
 case "$only" in all|kubernetes) build_kubernetes ;; esac
 case "$only" in all|etcd) for v in $ETCD_VERSIONS; do build_etcd "$v"; done ;; esac
+case "$only" in all|etcd|etcd-source) for v in $ETCD_SOURCE_VERSIONS; do build_etcd_source "$v"; done ;; esac
 case "$only" in all|helm) build_helm ;; esac
 
 if [[ "$mode" == "--check" ]]; then exit "$missing"; fi
 log "tools in $TOOLS:"
-"$TOOLS/kubernetes/v$KUBERNETES_VERSION/bin/kube-apiserver" --version >&2
-"$TOOLS/kubernetes/v$KUBERNETES_VERSION/bin/kubectl" version --client 2>/dev/null | sed -n 1p >&2
-for v in $ETCD_VERSIONS; do "$TOOLS/etcd/v$v/bin/etcd" --version | sed -n 1p >&2; done
-"$TOOLS/helm/v$HELM_VERSION/bin/helm" version --short >&2
+# With ONLY=... some tools may not be built yet: print those that are.
+show() { if [[ -x "$1" ]]; then "$@" 2>/dev/null | sed -n 1p >&2; else log "not built: $1"; fi; }
+show "$TOOLS/kubernetes/v$KUBERNETES_VERSION/bin/kube-apiserver" --version
+show "$TOOLS/kubernetes/v$KUBERNETES_VERSION/bin/kubectl" version --client
+for v in $ETCD_SOURCE_VERSIONS $ETCD_VERSIONS; do show "$TOOLS/etcd/v$v/bin/etcd" --version; done
+show "$TOOLS/helm/v$HELM_VERSION/bin/helm" version --short

@@ -33,7 +33,9 @@ case "${1:-up}" in
     echo "==> building the pinned Go tools that are missing (first run: about 10 minutes on 2 cores)"
     hack/build-tools.sh
     echo "==> building the operator and the demo (cargo build)"
-    cargo build -p etcd-controller -p etcd-webhook -p etcd-tests --bin demo
+    # The operator's two binaries (the kubelet runs the chart's pods from them) and the demo;
+    # `--bin` applies to every package named, so each package gets its own.
+    cargo build -p etcd-controller --bin etcd-controller -p etcd-webhook --bin etcd-webhook -p etcd-tests --bin demo
     exec target/debug/demo "$@"
     ;;
   *)

@@ -23,6 +23,26 @@ pub enum Error {
         #[source]
         source: etcd_client::Error,
     },
+    /// The member's etcd does not serve a call (gRPC `Unimplemented`): its release line
+    /// predates it (MoveLeader before 3.3, MemberPromote before 3.4). The planner does not plan
+    /// such calls; this is the clear error if one is made anyway.
+    #[error("etcd {action}: not served by this member's etcd release line ({message})")]
+    Unsupported {
+        /// What was being done.
+        action: String,
+        /// etcd's words.
+        message: String,
+    },
+    /// A member could not be reached over TLS: its certificate does not verify against the
+    /// operator's CA and the member name, or the handshake failed.
+    #[error("etcd over TLS: {source}")]
+    EtcdTls {
+        /// The member's endpoint.
+        endpoint: String,
+        /// What failed.
+        #[source]
+        source: crate::etcd_tls::EtcdTlsError,
+    },
     /// A member that must be called directly has no running pod with an IP.
     #[error("member {0} has no client endpoint (no running pod with an IP)")]
     NoEndpoint(String),
@@ -52,6 +72,8 @@ impl Error {
             Error::Kube { .. } => "kube",
             Error::Etcd { .. } if self.is_etcd_not_ready() => "etcd_not_ready",
             Error::Etcd { .. } => "etcd",
+            Error::Unsupported { .. } => "etcd_unsupported",
+            Error::EtcdTls { .. } => "etcd_tls",
             Error::NoEndpoint(_) => "no_endpoint",
             Error::OperatorTls { .. } => "operator_tls",
             Error::Serialize { .. } => "serialize",
@@ -87,10 +109,19 @@ impl Error {
         move |source| Error::Kube { action, source }
     }
 
-    /// Wraps an etcd error with what was being done.
+    /// Wraps an etcd error with what was being done; a call the server does not know
+    /// becomes [`Error::Unsupported`].
     pub fn etcd(action: impl Into<String>) -> impl FnOnce(etcd_client::Error) -> Error {
         let action = action.into();
-        move |source| Error::Etcd { action, source }
+        move |source| match source {
+            etcd_client::Error::GRpcStatus(s) if s.code() == tonic::Code::Unimplemented => {
+                Error::Unsupported {
+                    action,
+                    message: s.message().to_string(),
+                }
+            }
+            source => Error::Etcd { action, source },
+        }
     }
 }
 
@@ -118,5 +149,19 @@ mod tests {
         let failed = etcd_error("etcdserver: member not found");
         assert!(!failed.is_etcd_not_ready());
         assert_eq!(failed.metric_label(), "etcd");
+    }
+
+    /// What etcd 3.2 answers to MoveLeader (seen on the real 3.2.13 binary).
+    #[test]
+    fn a_call_the_server_does_not_know_is_unsupported() {
+        let status = tonic::Status::unimplemented("unknown method MoveLeader");
+        let err = Error::etcd("move leader")(etcd_client::Error::GRpcStatus(status));
+        assert_eq!(err.metric_label(), "etcd_unsupported");
+        assert!(!err.is_etcd_not_ready());
+        assert!(
+            err.to_string()
+                .contains("not served by this member's etcd release line"),
+            "{err}"
+        );
     }
 }

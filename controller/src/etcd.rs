@@ -2,15 +2,18 @@
 
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions, MemberAddOptions, TlsOptions};
+use std::sync::Arc;
+
+use etcd_client::{Client, ConnectOptions, MemberAddOptions};
 
 use crate::error::Error;
+use crate::etcd_tls::{self, MemberTls};
 
 /// How to reach the members of one cluster.
 #[derive(Clone, Debug)]
 pub struct EtcdAccess {
-    /// Client TLS, when the members serve clients over TLS.
-    pub tls: Option<TlsOptions>,
+    /// Client TLS, when the members serve clients over TLS (parsed once per reconcile).
+    pub tls: Option<Arc<MemberTls>>,
     /// Timeout of each call (also of connecting).
     pub timeout: Duration,
 }
@@ -26,6 +29,8 @@ pub struct MemberStatus {
     pub version: String,
     /// Errors it reports (alarms such as NOSPACE).
     pub errors: Vec<String>,
+    /// It is a learner (3.4+ report it; older lines have none).
+    pub is_learner: bool,
 }
 
 /// A member of the member list.
@@ -42,30 +47,49 @@ pub struct ListedMember {
 }
 
 impl EtcdAccess {
-    async fn connect(&self, endpoints: &[String]) -> Result<Client, etcd_client::Error> {
-        let mut options = ConnectOptions::new()
+    /// A client of the member at `endpoint`, over the operator's TLS where the members serve
+    /// clients over TLS. Connecting is bounded by the call timeout.
+    async fn connect(&self, endpoint: &str) -> Result<Client, Error> {
+        if let Some(tls) = &self.tls {
+            return etcd_tls::connect(endpoint, tls, self.timeout)
+                .await
+                .map_err(|source| Error::EtcdTls {
+                    endpoint: endpoint.to_string(),
+                    source,
+                });
+        }
+        let options = ConnectOptions::new()
             .with_timeout(self.timeout)
             .with_connect_timeout(self.timeout);
-        if let Some(tls) = &self.tls {
-            options = options.with_tls(tls.clone());
-        }
+        let endpoints = [endpoint];
         tokio::time::timeout(self.timeout, Client::connect(endpoints, Some(options)))
             .await
             .map_err(|_| {
-                etcd_client::Error::InvalidArgs(format!("connecting to {endpoints:?} timed out"))
-            })?
+                etcd_client::Error::InvalidArgs(format!("connecting to {endpoint} timed out"))
+            })
+            .and_then(|connected| connected)
+            .map_err(Error::etcd(format!("connect to {endpoint}")))
     }
 
-    /// The member list, from any of the endpoints.
+    /// The member list, from the first of `endpoints` that answers (in the order given: the
+    /// caller puts the leader first and leaves learners out).
     pub async fn member_list(&self, endpoints: &[String]) -> Result<Vec<ListedMember>, Error> {
-        let mut client = self
-            .connect(endpoints)
-            .await
-            .map_err(Error::etcd("connect"))?;
+        let mut last = Error::NoEndpoint("any voting member".into());
+        for endpoint in endpoints {
+            match self.member_list_at(endpoint).await {
+                Ok(members) => return Ok(members),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    async fn member_list_at(&self, endpoint: &str) -> Result<Vec<ListedMember>, Error> {
+        let mut client = self.connect(endpoint).await?;
         let resp = client
             .member_list()
             .await
-            .map_err(Error::etcd("member list"))?;
+            .map_err(Error::etcd(format!("member list at {endpoint}")))?;
         Ok(resp
             .members()
             .iter()
@@ -80,8 +104,7 @@ impl EtcdAccess {
 
     /// The status of the member at one endpoint.
     pub async fn status(&self, endpoint: &str) -> Result<MemberStatus, Error> {
-        let eps = [endpoint.to_string()];
-        let mut client = self.connect(&eps).await.map_err(Error::etcd("connect"))?;
+        let mut client = self.connect(endpoint).await?;
         let resp = client
             .status()
             .await
@@ -91,20 +114,18 @@ impl EtcdAccess {
             leader: resp.leader(),
             version: resp.version().to_string(),
             errors: resp.errors().to_vec(),
+            is_learner: resp.is_learner(),
         })
     }
 
     /// Adds a member (as a learner where asked); returns its ID.
     pub async fn add_member(
         &self,
-        endpoints: &[String],
+        endpoint: &str,
         peer_url: &str,
         learner: bool,
     ) -> Result<u64, Error> {
-        let mut client = self
-            .connect(endpoints)
-            .await
-            .map_err(Error::etcd("connect"))?;
+        let mut client = self.connect(endpoint).await?;
         let options = learner.then(|| MemberAddOptions::new().with_is_learner());
         let resp = client
             .member_add([peer_url], options)
@@ -115,8 +136,7 @@ impl EtcdAccess {
 
     /// Asks the leader at `leader_endpoint` to hand leadership to member `to`.
     pub async fn move_leader(&self, leader_endpoint: &str, to: u64) -> Result<(), Error> {
-        let eps = [leader_endpoint.to_string()];
-        let mut client = self.connect(&eps).await.map_err(Error::etcd("connect"))?;
+        let mut client = self.connect(leader_endpoint).await?;
         client
             .move_leader(to)
             .await
@@ -125,11 +145,8 @@ impl EtcdAccess {
     }
 
     /// Removes a member.
-    pub async fn remove_member(&self, endpoints: &[String], id: u64) -> Result<(), Error> {
-        let mut client = self
-            .connect(endpoints)
-            .await
-            .map_err(Error::etcd("connect"))?;
+    pub async fn remove_member(&self, endpoint: &str, id: u64) -> Result<(), Error> {
+        let mut client = self.connect(endpoint).await?;
         client
             .member_remove(id)
             .await
@@ -138,11 +155,8 @@ impl EtcdAccess {
     }
 
     /// Promotes a learner. `Ok(false)` when etcd says it has not caught up yet.
-    pub async fn promote_member(&self, endpoints: &[String], id: u64) -> Result<bool, Error> {
-        let mut client = self
-            .connect(endpoints)
-            .await
-            .map_err(Error::etcd("connect"))?;
+    pub async fn promote_member(&self, endpoint: &str, id: u64) -> Result<bool, Error> {
+        let mut client = self.connect(endpoint).await?;
         match client.member_promote(id).await {
             Ok(_) => Ok(true),
             Err(etcd_client::Error::GRpcStatus(s))

@@ -17,6 +17,7 @@ pub mod cache;
 pub mod context;
 pub mod error;
 pub mod etcd;
+pub mod etcd_tls;
 pub mod leader;
 pub mod metrics;
 pub mod observe;

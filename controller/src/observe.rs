@@ -1,6 +1,8 @@
 //! Observation: the member pods, data claims and etcd members of one cluster, turned into
 //! the planner's model.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
@@ -8,14 +10,14 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 
-use etcd_client::{Certificate, Identity, TlsOptions};
 use etcd_shared::names::{self, CLIENT_PORT};
 use etcd_shared::version::EtcdVersion;
 
 use crate::builders::ClusterView;
 use crate::cache::{self, Caches};
 use crate::error::Error;
-use crate::etcd::{EtcdAccess, ListedMember};
+use crate::etcd::{EtcdAccess, ListedMember, MemberStatus};
+use crate::etcd_tls::MemberTls;
 use crate::planner::{Health, MemberState, Observed, PodPhase, PodState};
 
 /// Everything observed, with the pods as read (the executor needs their IPs).
@@ -24,6 +26,9 @@ pub struct Observation {
     pub model: Observed,
     /// Client endpoints of the member pods that run with an IP, by member name.
     pub member_endpoints: Vec<(String, String)>,
+    /// Where member API calls go: the leader's endpoint first, then the other voters that
+    /// answered (see [`member_api_endpoints`]).
+    pub member_api: Vec<String>,
     /// How to reach etcd.
     pub access: EtcdAccess,
     /// Members whose health check failed, with the reason.
@@ -31,20 +36,77 @@ pub struct Observation {
 }
 
 impl Observation {
-    /// The client endpoints of every member pod that runs with an IP.
-    pub fn endpoints(&self) -> Vec<String> {
-        self.member_endpoints
-            .iter()
-            .map(|(_, endpoint)| endpoint.clone())
-            .collect()
-    }
-
     /// The client endpoint of one member's running pod.
     pub fn endpoint_of(&self, member: &str) -> Option<&str> {
         self.member_endpoints
             .iter()
             .find(|(name, _)| name == member)
             .map(|(_, endpoint)| endpoint.as_str())
+    }
+
+    /// The endpoint a membership change (add, remove, promote) is sent to: the leader's when
+    /// known, else a voter's. One endpoint, so a call that timed out is never sent twice.
+    pub fn member_change_endpoint(&self) -> Result<&str, Error> {
+        self.member_api
+            .first()
+            .map(String::as_str)
+            .ok_or_else(|| Error::NoEndpoint("any voting member".into()))
+    }
+}
+
+/// What the etcd behind one running member pod said of itself.
+#[derive(Debug, Clone)]
+pub struct PodStatus {
+    /// The pod (member) name.
+    pub pod: String,
+    /// Its client endpoint.
+    pub endpoint: String,
+    /// Its status, or why it could not be read.
+    pub status: Result<MemberStatus, String>,
+}
+
+/// Where member API calls go: the endpoint of the member the others name as leader first,
+/// then every other member that answered and is not a learner (a learner answers "rpc not
+/// supported for learner"). Falls back to every endpoint when none answered, so the call
+/// fails with etcd's own error.
+pub fn member_api_endpoints(statuses: &[PodStatus]) -> Vec<String> {
+    let answered: Vec<(&PodStatus, &MemberStatus)> = statuses
+        .iter()
+        .filter_map(|p| p.status.as_ref().ok().map(|s| (p, s)))
+        .filter(|(_, s)| !s.is_learner)
+        .collect();
+    if answered.is_empty() {
+        return statuses.iter().map(|p| p.endpoint.clone()).collect();
+    }
+    let mut leader_votes: BTreeMap<u64, usize> = BTreeMap::new();
+    for (_, s) in &answered {
+        if s.leader != 0 {
+            *leader_votes.entry(s.leader).or_default() += 1;
+        }
+    }
+    let leader = leader_votes
+        .into_iter()
+        .max_by_key(|(_, votes)| *votes)
+        .map(|(id, _)| id);
+    let mut ordered = answered;
+    ordered.sort_by_key(|(p, s)| (Some(s.member_id) != leader, p.pod.clone()));
+    ordered
+        .into_iter()
+        .map(|(p, _)| p.endpoint.clone())
+        .collect()
+}
+
+/// The health of member `name` from its pod's status.
+fn health_of(name: &str, statuses: &[PodStatus]) -> Health {
+    match statuses.iter().find(|p| p.pod == name).map(|p| &p.status) {
+        None => Health::Unhealthy("no running pod".into()),
+        Some(Err(e)) => Health::Unhealthy(e.clone()),
+        Some(Ok(s)) if s.leader == 0 => Health::Unhealthy("no leader".into()),
+        Some(Ok(s)) if !s.errors.is_empty() => Health::Unhealthy(s.errors.join("; ")),
+        Some(Ok(s)) => Health::Healthy {
+            version: s.version.parse().ok(),
+            leader: s.leader == s.member_id,
+        },
     }
 }
 
@@ -110,7 +172,7 @@ fn endpoint(view: &ClusterView, ip: &str) -> String {
 async fn operator_tls(
     client: &kube::Client,
     view: &ClusterView,
-) -> Result<Option<TlsOptions>, Error> {
+) -> Result<Option<Arc<MemberTls>>, Error> {
     let Some(secret_name) = &view.tls.operator_secret else {
         return Ok(None);
     };
@@ -138,16 +200,13 @@ async fn operator_tls(
         get("etcd-client-ca.crt")?,
     );
     // Members are dialled by IP; their certificates name the member DNS names.
-    let domain = view.member_host(&names::member_name(&view.name, 0));
-    let wildcard_domain = domain
-        .split_once('.')
-        .map_or(domain.clone(), |(_, rest)| format!("member.{rest}"));
-    Ok(Some(
-        TlsOptions::new()
-            .ca_certificate(Certificate::from_pem(ca))
-            .identity(Identity::from_pem(cert, key))
-            .domain_name(wildcard_domain),
-    ))
+    let tls = MemberTls::new(&ca, &cert, &key, &view.tls_server_name()).map_err(|e| {
+        Error::OperatorTls {
+            secret: secret_name.clone(),
+            reason: e.to_string(),
+        }
+    })?;
+    Ok(Some(Arc::new(tls)))
 }
 
 fn member_name(view: &ClusterView, m: &ListedMember) -> String {
@@ -193,42 +252,33 @@ pub async fn observe(
         .filter(|p| !p.terminating && p.phase == PodPhase::Running)
         .filter_map(|p| Some((p.name.clone(), endpoint(view, p.ip.as_deref()?))))
         .collect();
-    let endpoints: Vec<String> = by_ip.iter().map(|(_, e)| e.clone()).collect();
+
+    // Every running member says who it is, who leads and whether it is a learner first, so
+    // the member API is only asked where it is served: learners refuse it.
+    let statuses: Vec<PodStatus> = join_all(by_ip.iter().map(|(pod, endpoint)| {
+        let access = access.clone();
+        async move {
+            PodStatus {
+                pod: pod.clone(),
+                endpoint: endpoint.clone(),
+                status: access.status(endpoint).await.map_err(|e| e.to_string()),
+            }
+        }
+    }))
+    .await;
+    let member_api = member_api_endpoints(&statuses);
 
     let mut health_failures = Vec::new();
-    let members = if endpoints.is_empty() {
+    let members = if by_ip.is_empty() {
         Err("no member pod is running with an IP yet".to_string())
     } else {
-        match access.member_list(&endpoints).await {
+        match access.member_list(&member_api).await {
             Err(e) => Err(e.to_string()),
             Ok(listed) => {
-                let checks = listed.iter().map(|m| {
-                    let name = member_name(view, m);
-                    let ep = by_ip
-                        .iter()
-                        .find(|(n, _)| *n == name)
-                        .map(|(_, e)| e.clone());
-                    let access = access.clone();
-                    async move {
-                        let health = match ep {
-                            None => Health::Unhealthy("no running pod".into()),
-                            Some(ep) => match access.status(&ep).await {
-                                Err(e) => Health::Unhealthy(e.to_string()),
-                                Ok(s) if s.leader == 0 => Health::Unhealthy("no leader".into()),
-                                Ok(s) if !s.errors.is_empty() => {
-                                    Health::Unhealthy(s.errors.join("; "))
-                                }
-                                Ok(s) => Health::Healthy {
-                                    version: s.version.parse().ok(),
-                                    leader: s.leader == s.member_id,
-                                },
-                            },
-                        };
-                        (m, name, health)
-                    }
-                });
                 let mut states = Vec::new();
-                for (m, name, health) in join_all(checks).await {
+                for m in &listed {
+                    let name = member_name(view, m);
+                    let health = health_of(&name, &statuses);
                     if let Health::Unhealthy(why) = &health
                         && !m.name.is_empty()
                     {
@@ -254,7 +304,72 @@ pub async fn observe(
             bootstrapped,
         },
         member_endpoints: by_ip,
+        member_api,
         access,
         health_failures,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answered(pod: &str, id: u64, leader: u64, is_learner: bool) -> PodStatus {
+        PodStatus {
+            pod: pod.into(),
+            endpoint: format!("http://{pod}:2379"),
+            status: Ok(MemberStatus {
+                member_id: id,
+                leader,
+                version: "3.6.16".into(),
+                errors: vec![],
+                is_learner,
+            }),
+        }
+    }
+
+    fn down(pod: &str) -> PodStatus {
+        PodStatus {
+            pod: pod.into(),
+            endpoint: format!("http://{pod}:2379"),
+            status: Err("connection refused".into()),
+        }
+    }
+
+    /// Member API calls go to the leader first, then other voters; never to a learner or a
+    /// member that did not answer (issue 13, item 8).
+    #[test]
+    fn member_api_calls_go_to_the_leader_then_voters_never_learners() {
+        for (statuses, want) in [
+            (
+                vec![
+                    answered("a", 1, 2, false),
+                    answered("b", 2, 2, false),
+                    answered("c", 3, 2, true),
+                ],
+                vec!["http://b:2379", "http://a:2379"],
+            ),
+            // A learner listed first (newest pod) still comes last: it is left out.
+            (
+                vec![answered("z", 9, 1, true), answered("a", 1, 1, false)],
+                vec!["http://a:2379"],
+            ),
+            // No leader known: voters in name order.
+            (
+                vec![answered("b", 2, 0, false), answered("a", 1, 0, false)],
+                vec!["http://a:2379", "http://b:2379"],
+            ),
+            (
+                vec![down("a"), answered("b", 2, 2, false)],
+                vec!["http://b:2379"],
+            ),
+            // Nobody answered: every endpoint, so the error is etcd's own.
+            (
+                vec![down("a"), down("b")],
+                vec!["http://a:2379", "http://b:2379"],
+            ),
+        ] {
+            assert_eq!(member_api_endpoints(&statuses), want, "{statuses:?}");
+        }
+    }
 }

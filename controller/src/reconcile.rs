@@ -304,6 +304,13 @@ async fn write_status(
     )
     .await
     .map_err(Error::kube(format!("write status of {name}")))?;
+    // What another writer (CoreOS' operator) left beside our fields: server-side apply keeps
+    // it, so clear it explicitly.
+    if let Some(stale) = previous.and_then(|p| status::stale_fields(new, p)) {
+        api.patch_status(name, &PatchParams::default(), &Patch::Merge(&stale))
+            .await
+            .map_err(Error::kube(format!("clear stale status fields of {name}")))?;
+    }
     Ok(())
 }
 
@@ -407,7 +414,7 @@ async fn execute(
             peer_url, learner, ..
         } => {
             obs.access
-                .add_member(&obs.endpoints(), peer_url, *learner)
+                .add_member(obs.member_change_endpoint()?, peer_url, *learner)
                 .await?;
             ("MemberAdded", "add")
         }
@@ -416,14 +423,20 @@ async fn execute(
             ("MemberPodCreated", "start")
         }
         Step::PromoteLearner { id, name } => {
-            if !obs.access.promote_member(&obs.endpoints(), *id).await? {
+            if !obs
+                .access
+                .promote_member(obs.member_change_endpoint()?, *id)
+                .await?
+            {
                 info!(member = %name, "learner not caught up yet");
                 return Ok(());
             }
             ("MemberPromoted", "promote")
         }
         Step::RemoveMember { id, reason, .. } => {
-            obs.access.remove_member(&obs.endpoints(), *id).await?;
+            obs.access
+                .remove_member(obs.member_change_endpoint()?, *id)
+                .await?;
             match reason {
                 RemovalReason::ScaleDown => ("MemberRemoved", "remove"),
                 RemovalReason::Replace => ("MemberReplaced", "replace"),

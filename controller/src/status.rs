@@ -1,10 +1,18 @@
 //! The status of a cluster, computed from what was observed and the step chosen: phase,
 //! conditions (Available, Progressing, Degraded, Paused), members and versions.
+//!
+//! The fields CoreOS' clients read keep CoreOS' meaning: `targetVersion` is set only while an
+//! upgrade is in progress, `controlPaused` is true while `spec.paused` is set, and `reason`
+//! says in a word why the phase is a failure (and why a spec is not acted on), absent otherwise.
+//! Nothing CoreOS' operator left in the status (phase Failed, its reason, its conditions) is
+//! carried over: every field is computed anew.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
+use serde_json::{Map, Value, json};
 
 use etcd_shared::names::{self, CLIENT_PORT};
+use etcd_shared::types::status::is_unknown_time;
 use etcd_shared::types::{ClusterPhase, EtcdClusterStatus, MembersStatus};
 use etcd_shared::version::EtcdVersion;
 
@@ -92,11 +100,13 @@ fn condition(
     }
 }
 
-/// Keeps each condition's lastTransitionTime when its status did not change.
+/// Keeps each condition's lastTransitionTime when its status did not change and the old time
+/// is known (a condition CoreOS' operator wrote may have none).
 fn carry_transition_times(new: &mut [Condition], old: &[Condition]) {
     for c in new {
         if let Some(o) = old.iter().find(|o| o.type_ == c.type_)
             && o.status == c.status
+            && !is_unknown_time(&o.last_transition_time)
         {
             c.last_transition_time = o.last_transition_time.clone();
         }
@@ -154,6 +164,37 @@ fn phase(obs: &Observed, step: &Step, previous: Option<ClusterPhase>) -> Cluster
         Step::Wait(Waiting::Unhealthy(_)) => ClusterPhase::Degraded,
         _ => ClusterPhase::Scaling,
     }
+}
+
+/// Why a failure phase (QuorumLost, Degraded) is one: the step that the failure blocks or waits
+/// on, in a word.
+fn failure_reason(phase: ClusterPhase, step: &Step) -> Option<String> {
+    if !phase.is_failure() {
+        return None;
+    }
+    let reason = match step {
+        Step::Blocked(Blocked::QuorumLost { .. }) => "QuorumLost",
+        Step::Blocked(Blocked::AllMembersLost) => "AllMembersLost",
+        Step::Blocked(Blocked::UpgradeNotSupported(_)) => "UpgradeNotSupported",
+        Step::Wait(Waiting::Unhealthy(_)) => "MembersUnhealthy",
+        _ => phase.as_str(),
+    };
+    Some(reason.to_string())
+}
+
+/// Whether an upgrade is in progress: a member is being moved, or the members do not all run
+/// the spec's version yet (`current` is the oldest version a member runs).
+fn upgrading(view: &ClusterView, step: &Step, current: Option<&str>) -> bool {
+    let moving = matches!(
+        step,
+        Step::UpgradeMember { .. }
+            | Step::TransferLeadership { .. }
+            | Step::Wait(Waiting::MemberUpgrading(_))
+    );
+    moving
+        || current
+            .and_then(|v| v.parse::<EtcdVersion>().ok())
+            .is_some_and(|v| v != view.version)
 }
 
 /// The status of a reconciled cluster.
@@ -296,19 +337,25 @@ pub fn compute(
         carry_transition_times(&mut conditions, &prev.conditions);
     }
     let expected: Vec<String> = obs.pods.iter().map(|p| p.name.clone()).collect();
+    let phase = phase(obs, step, previous_phase);
+    let current_version = members
+        .and_then(|m| min_version(m))
+        .map(|v| v.to_string())
+        .or_else(|| previous.and_then(|s| s.current_version.clone()));
+    let target_version =
+        upgrading(view, step, current_version.as_deref()).then(|| view.version.to_string());
     EtcdClusterStatus {
-        phase: Some(phase(obs, step, previous_phase)),
+        phase: Some(phase),
+        reason: failure_reason(phase, step),
+        control_paused: view.paused,
         conditions,
         observed_generation: generation,
         size: members
             .map(|m| i32::try_from(m.len()).unwrap_or(i32::MAX))
             .or(previous.and_then(|s| s.size)),
         ready_members: Some(i32::try_from(ready).unwrap_or(i32::MAX)),
-        current_version: members
-            .and_then(|m| min_version(m))
-            .map(|v| v.to_string())
-            .or_else(|| previous.and_then(|s| s.current_version.clone())),
-        target_version: Some(view.version.to_string()),
+        current_version,
+        target_version,
         members: Some(members.map_or_else(
             || MembersStatus {
                 unready: expected.clone(),
@@ -322,7 +369,8 @@ pub fn compute(
     }
 }
 
-/// The status of a cluster whose spec is invalid: Degraded with the violations, nothing else changed.
+/// The status of a cluster whose spec is invalid: Degraded with the violations and the reason
+/// InvalidSpec, nothing else changed.
 pub fn invalid(
     error: &InvalidCluster,
     generation: Option<i64>,
@@ -355,10 +403,49 @@ pub fn invalid(
         .retain(|c| c.type_ != DEGRADED && c.type_ != PROGRESSING);
     status.conditions.extend(conditions);
     status.observed_generation = generation;
+    status.reason = Some("InvalidSpec".into());
     status
+}
+
+/// A JSON merge patch of the status subresource that removes what the stored status holds and
+/// `new` does not set, or `None` when there is nothing. Server-side apply removes only fields
+/// its own field manager applied before, so what CoreOS' operator (or anyone else) wrote with
+/// an update stays next to this controller's status: a `controlPaused: true`, a `reason`, a
+/// `targetVersion` or old member names. Sending this patch after the apply clears them.
+pub fn stale_fields(new: &EtcdClusterStatus, stored: &EtcdClusterStatus) -> Option<Value> {
+    let (Ok(new), Ok(stored)) = (serde_json::to_value(new), serde_json::to_value(stored)) else {
+        return None;
+    };
+    let removed = removed_fields(&new, &stored);
+    (!removed.is_empty()).then(|| json!({ "status": removed }))
+}
+
+/// The fields of `stored` that `new` lacks, as merge-patch nulls, nested objects included.
+fn removed_fields(new: &Value, stored: &Value) -> Map<String, Value> {
+    let mut out = Map::new();
+    let (Some(new), Some(stored)) = (new.as_object(), stored.as_object()) else {
+        return out;
+    };
+    for (key, old) in stored {
+        match new.get(key) {
+            None => {
+                out.insert(key.clone(), Value::Null);
+            }
+            Some(now) => {
+                let inner = removed_fields(now, old);
+                if !inner.is_empty() {
+                    out.insert(key.clone(), Value::Object(inner));
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Whether a newly computed status says anything the old one does not.
 pub fn changed(new: &EtcdClusterStatus, old: Option<&EtcdClusterStatus>) -> bool {
     old != Some(new)
 }
+
+#[cfg(test)]
+mod tests;

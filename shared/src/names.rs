@@ -85,12 +85,30 @@ pub fn data_claim_name(member: &str) -> String {
     format!("{member}-data")
 }
 
-/// The DNS name of a member inside the cluster: `MEMBER.NAME.NAMESPACE.svc.DOMAIN`.
-pub fn member_dns_name(member: &str, cluster: &str, namespace: &str, domain: &str) -> String {
-    format!(
-        "{member}.{}.{namespace}.svc.{domain}",
-        peer_service_name(cluster)
-    )
+/// The DNS name a member advertises, as CoreOS' operator wrote it: `MEMBER.NAME.NAMESPACE.svc`,
+/// followed by `.DOMAIN` only when `spec.pod.ClusterDomain` names one. Inside a pod the short
+/// form resolves through the search path, and it is the name CoreOS-layout certificates cover
+/// (`*.NAME.NAMESPACE.svc`).
+pub fn member_dns_name(
+    member: &str,
+    cluster: &str,
+    namespace: &str,
+    domain: Option<&str>,
+) -> String {
+    let base = format!("{member}.{}.{namespace}.svc", peer_service_name(cluster));
+    match domain {
+        Some(domain) => format!("{base}.{domain}"),
+        None => base,
+    }
+}
+
+/// The cluster domain a `spec.pod.ClusterDomain` value names: `None` when unset or empty
+/// (CoreOS' Go client always sends `""`), else the domain without CoreOS' documented leading
+/// dot (`.cluster.local` and `cluster.local` are the same domain).
+pub fn cluster_domain(value: Option<&str>) -> Option<&str> {
+    value
+        .map(|d| d.strip_prefix('.').unwrap_or(d))
+        .filter(|d| !d.is_empty())
 }
 
 /// Labels that select every object of one cluster.
@@ -102,15 +120,23 @@ pub fn selector_labels(cluster: &str) -> BTreeMap<String, String> {
     ])
 }
 
-/// Labels of a member pod: the selector labels, the legacy CoreOS labels, the component,
-/// the member name and its version.
-pub fn member_labels(cluster: &str, member: &str, version: &str) -> BTreeMap<String, String> {
+/// Labels of every object the operator makes for a cluster: the selector labels, the
+/// component, and CoreOS' `app=etcd` and `etcd_cluster=NAME`, so selectors written for CoreOS'
+/// operator (ServiceMonitors, NetworkPolicies, scripts) keep matching.
+pub fn object_labels(cluster: &str, component: &str) -> BTreeMap<String, String> {
     let mut labels = selector_labels(cluster);
-    labels.insert(LABEL_COMPONENT.into(), "member".into());
-    labels.insert(LABEL_MEMBER.into(), member.into());
-    labels.insert(LABEL_VERSION.into(), version.into());
+    labels.insert(LABEL_COMPONENT.into(), component.into());
     labels.insert(LEGACY_LABEL_APP.into(), "etcd".into());
     labels.insert(LEGACY_LABEL_CLUSTER.into(), cluster.into());
+    labels
+}
+
+/// Labels of a member pod: [`object_labels`] of component `member`, the member name and its
+/// version.
+pub fn member_labels(cluster: &str, member: &str, version: &str) -> BTreeMap<String, String> {
+    let mut labels = object_labels(cluster, "member");
+    labels.insert(LABEL_MEMBER.into(), member.into());
+    labels.insert(LABEL_VERSION.into(), version.into());
     labels
 }
 

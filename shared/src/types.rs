@@ -1,8 +1,15 @@
 //! The `EtcdCluster` custom resource (`etcd.database.coreos.com/v1beta2`).
 //!
-//! The spec keeps the field names of the original CoreOS etcd-operator so that existing
-//! manifests keep working (`size`, `version`, `repository`, `paused`, `pod`, `TLS`), and adds
-//! what a modern operator needs where it fits (storage medium, priority class, topology spread).
+//! The spec keeps every field of the original CoreOS etcd-operator's `v1beta2` API, under its
+//! name, so that existing manifests and CoreOS' Go clients keep working (`size`, `version`,
+//! `repository`, `paused`, `pod`, `TLS`; CoreOS-only fields such as `busyboxImage` and
+//! `DNSTimeoutInSecond` are accepted and ignored), and adds what a modern operator needs where
+//! it fits (storage medium, priority class, topology spread). The status ([`status`]) reads
+//! every status CoreOS' operator wrote as well as the one this controller writes.
+
+mod lenient;
+mod schema;
+pub mod status;
 
 use std::collections::BTreeMap;
 
@@ -10,10 +17,11 @@ use k8s_openapi::api::core::v1::{
     Affinity, EnvVar, PersistentVolumeClaimSpec, PodSecurityContext, ResourceRequirements,
     Toleration, TopologySpreadConstraint,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+pub use status::{ClusterPhase, EtcdClusterStatus, MembersStatus};
 
 /// The desired state of an etcd cluster.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -35,9 +43,14 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "camelCase")]
 pub struct EtcdClusterSpec {
     /// Number of etcd members, 1 to 7. An odd number is recommended: an even size tolerates no
-    /// more failures than the odd size below it. Defaulted to 3 when omitted.
+    /// more failures than the odd size below it. Defaulted to 3 when omitted. 0 is refused: it
+    /// is what CoreOS' Go client sends when its Size is left unset, so set the size.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 7))]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "self != 0",
+        "message": "size 0 is refused: set spec.size to the number of members, 1 to 7 (CoreOS' Go client sends 0 when Size is left unset)"
+    }]))]
     pub size: Option<i32>,
 
     /// etcd version of the members, as MAJOR.MINOR.PATCH (for example 3.6.16). A leading "v" is
@@ -107,6 +120,7 @@ pub struct PodPolicy {
     pub priority_class_name: Option<String>,
 
     /// CPU and memory requests and limits of the etcd container. Requests may not exceed limits.
+    /// `{}` (what CoreOS' Go client sends when none are set) sets none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
 
@@ -132,11 +146,26 @@ pub struct PodPolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage_medium: Option<String>,
 
-    /// Deprecated CoreOS field, ignored: members need no DNS wait container.
+    /// Deprecated CoreOS field, accepted and ignored: CoreOS' members waited in a busybox init
+    /// container until their DNS name resolved; this operator's members need no such container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub busybox_image: Option<String>,
 
-    /// Cluster domain used in member DNS names. Defaults to cluster.local when omitted.
+    /// Deprecated CoreOS field, accepted and ignored: CoreOS' busybox init container gave up
+    /// its reverse DNS lookup of the member's IP after this many seconds (0: never). This
+    /// operator's members need no DNS init container, so there is nothing to time out.
+    #[serde(
+        default,
+        rename = "DNSTimeoutInSecond",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub dns_timeout_in_second: Option<i64>,
+
+    /// Cluster domain appended to the member DNS names (MEMBER.NAME.NAMESPACE.svc.DOMAIN), such
+    /// as cluster.local. A leading dot, as CoreOS documented it (.cluster.local), is accepted.
+    /// Unset or "" (what CoreOS' Go client sends when none is set): no domain is appended and
+    /// the names resolve through the pods' DNS search path. Cannot change on a running cluster;
+    /// unset, "", cluster.local and .cluster.local count as the same domain.
     #[serde(
         default,
         rename = "ClusterDomain",
@@ -181,118 +210,4 @@ pub struct MemberSecrets {
     /// server-ca.crt). Its SANs must cover *.NAME.NAMESPACE.svc and NAME-client.NAMESPACE.svc.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_secret: Option<String>,
-}
-
-/// The observed state of an etcd cluster, written by the controller.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct EtcdClusterStatus {
-    /// Lifecycle phase: Creating, Running, Scaling, Upgrading, Recovering, Degraded,
-    /// QuorumLost or Paused.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<ClusterPhase>,
-
-    /// Conditions of the cluster: Available, Progressing, Degraded and Paused.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
-
-    /// The metadata.generation the controller last acted on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-
-    /// Number of members in the etcd cluster's member list.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub size: Option<i32>,
-
-    /// Number of members that answer their health check.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ready_members: Option<i32>,
-
-    /// The etcd version every member runs; during an upgrade, the version being left.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub current_version: Option<String>,
-
-    /// The version the cluster is moving to (the spec's version).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target_version: Option<String>,
-
-    /// Members by health.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub members: Option<MembersStatus>,
-
-    /// Name of the client Service that fronts the cluster.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub service_name: Option<String>,
-
-    /// Port of the client Service.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub client_port: Option<i32>,
-
-    /// The next member change the controller will make, in words; empty when none is due.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub next_step: Option<String>,
-}
-
-/// Member names by health.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct MembersStatus {
-    /// Members that are healthy.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ready: Vec<String>,
-    /// Members that are not healthy, or expected but missing.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub unready: Vec<String>,
-    /// Members that are learners, not yet promoted to voters.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub learners: Vec<String>,
-}
-
-/// Lifecycle phase of a cluster.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
-pub enum ClusterPhase {
-    /// The first members are being created.
-    Creating,
-    /// Every member is healthy and the cluster matches its spec.
-    Running,
-    /// Members are being added or removed.
-    Scaling,
-    /// Members are being moved to another version.
-    Upgrading,
-    /// A failed member is being replaced.
-    Recovering,
-    /// Quorum holds but some members are unhealthy and cannot be replaced now.
-    Degraded,
-    /// Fewer than a majority of members are healthy: the operator makes no change.
-    QuorumLost,
-    /// `spec.paused` is set: the operator makes no change.
-    Paused,
-}
-
-impl ClusterPhase {
-    /// Every phase, for metrics that report clusters by phase.
-    pub const ALL: [ClusterPhase; 8] = [
-        ClusterPhase::Creating,
-        ClusterPhase::Running,
-        ClusterPhase::Scaling,
-        ClusterPhase::Upgrading,
-        ClusterPhase::Recovering,
-        ClusterPhase::Degraded,
-        ClusterPhase::QuorumLost,
-        ClusterPhase::Paused,
-    ];
-
-    /// The phase as written in the status.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ClusterPhase::Creating => "Creating",
-            ClusterPhase::Running => "Running",
-            ClusterPhase::Scaling => "Scaling",
-            ClusterPhase::Upgrading => "Upgrading",
-            ClusterPhase::Recovering => "Recovering",
-            ClusterPhase::Degraded => "Degraded",
-            ClusterPhase::QuorumLost => "QuorumLost",
-            ClusterPhase::Paused => "Paused",
-        }
-    }
 }

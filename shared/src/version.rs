@@ -110,6 +110,14 @@ pub struct LineCapabilities {
     pub zap_logger: bool,
     /// `--enable-v2` still exists on this line (removed in 3.6).
     pub v2_flag: bool,
+    /// `/health` checks through a v3 read (3.4+). On 3.2 and 3.3 it is a v2 quorum read
+    /// (`QGET`) that goes through raft into the WAL, and etcd 3.6 refuses to replay v2 entries
+    /// ("detected disallowed v2 WAL"): a readiness probe on it would block the upgrade to 3.6
+    /// until 100,000 more entries bring a snapshot. Such lines are probed over TCP instead.
+    pub v3_health: bool,
+    /// The maintenance API has `MoveLeader` (3.3+), so a leader can hand over before it
+    /// restarts; on older lines the restart costs an election.
+    pub move_leader: bool,
     /// What etcd requires of the previous line before an upgrade to this one.
     pub upgrade_prerequisite: Option<UpgradePrerequisite>,
 }
@@ -124,6 +132,8 @@ pub const LINES: &[LineCapabilities] = &[
         metrics_urls: false,
         zap_logger: false,
         v2_flag: true,
+        v3_health: false,
+        move_leader: false,
         upgrade_prerequisite: None,
     },
     LineCapabilities {
@@ -134,6 +144,8 @@ pub const LINES: &[LineCapabilities] = &[
         metrics_urls: true,
         zap_logger: false,
         v2_flag: true,
+        v3_health: false,
+        move_leader: true,
         upgrade_prerequisite: None,
     },
     LineCapabilities {
@@ -144,6 +156,8 @@ pub const LINES: &[LineCapabilities] = &[
         metrics_urls: true,
         zap_logger: true,
         v2_flag: true,
+        v3_health: true,
+        move_leader: true,
         upgrade_prerequisite: None,
     },
     LineCapabilities {
@@ -154,6 +168,8 @@ pub const LINES: &[LineCapabilities] = &[
         metrics_urls: true,
         zap_logger: true,
         v2_flag: true,
+        v3_health: true,
+        move_leader: true,
         upgrade_prerequisite: None,
     },
     LineCapabilities {
@@ -164,6 +180,8 @@ pub const LINES: &[LineCapabilities] = &[
         metrics_urls: true,
         zap_logger: true,
         v2_flag: false,
+        v3_health: true,
+        move_leader: true,
         upgrade_prerequisite: Some(UpgradePrerequisite {
             minimum_from: EtcdVersion::new(3, 5, 26),
             reason: "etcd's 3.6 upgrade guide requires every 3.5 member to run 3.5.26 or later first (3.5.24 to 3.5.26 fix upgrade blockers)",
@@ -177,6 +195,8 @@ pub const LINES: &[LineCapabilities] = &[
         metrics_urls: true,
         zap_logger: true,
         v2_flag: false,
+        v3_health: true,
+        move_leader: true,
         upgrade_prerequisite: Some(UpgradePrerequisite {
             minimum_from: EtcdVersion::new(3, 6, 11),
             reason: "etcd's 3.7 upgrade guide requires every 3.6 member to run 3.6.11 or later first (earlier 3.6 patches may not roll to 3.7)",

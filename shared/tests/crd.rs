@@ -66,3 +66,102 @@ fn the_users_example_parses_and_is_unchanged() {
     assert_eq!(c.metadata.name.as_deref(), Some("example-etcd-cluster"));
     assert_eq!(c.spec.size, Some(3));
 }
+
+/// The schema node at `path` (dot-separated properties, `[]` for array items) under the root.
+fn schema_at<'a>(root: &'a serde_json::Value, path: &str) -> Option<&'a serde_json::Value> {
+    path.split('.').try_fold(root, |node, key| match key {
+        "[]" => node.get("items"),
+        _ => node.get("properties")?.get(key),
+    })
+}
+
+/// Every field of CoreOS' `etcd.database.coreos.com/v1beta2` EtcdCluster (pkg/apis/etcd/v1beta2
+/// cluster.go, cluster_tls.go and status.go), so `kubectl apply --validate=strict` and strict
+/// field validation accept whatever its manifests and Go clients send.
+#[test]
+fn every_coreos_v1beta2_field_is_in_the_schema() {
+    let crd: serde_json::Value =
+        serde_yaml::from_str(&crd_yaml().expect("CRD renders")).expect("YAML");
+    let root = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+    let spec = [
+        "size",
+        "repository",
+        "version",
+        "paused",
+        "pod",
+        "TLS",
+        "pod.labels",
+        "pod.nodeSelector",
+        "pod.affinity",
+        "pod.antiAffinity",
+        "pod.resources",
+        "pod.tolerations",
+        "pod.etcdEnv",
+        "pod.persistentVolumeClaimSpec",
+        "pod.annotations",
+        "pod.busyboxImage",
+        "pod.securityContext",
+        "pod.DNSTimeoutInSecond",
+        "pod.ClusterDomain",
+        "TLS.static",
+        "TLS.static.member",
+        "TLS.static.member.peerSecret",
+        "TLS.static.member.serverSecret",
+        "TLS.static.operatorSecret",
+    ];
+    let status = [
+        "phase",
+        "reason",
+        "controlPaused",
+        "conditions",
+        "conditions.[].type",
+        "conditions.[].status",
+        "conditions.[].lastUpdateTime",
+        "conditions.[].lastTransitionTime",
+        "conditions.[].reason",
+        "conditions.[].message",
+        "size",
+        "serviceName",
+        "clientPort",
+        "members",
+        "members.ready",
+        "members.unready",
+        "currentVersion",
+        "targetVersion",
+    ];
+    let missing: Vec<String> = spec
+        .iter()
+        .map(|p| format!("spec.{p}"))
+        .chain(status.iter().map(|p| format!("status.{p}")))
+        .filter(|p| schema_at(root, p).is_none())
+        .collect();
+    assert!(missing.is_empty(), "not in the CRD schema: {missing:?}");
+
+    let timeout = schema_at(root, "spec.pod.DNSTimeoutInSecond").expect("present");
+    assert_eq!(timeout["format"], "int64");
+    assert!(
+        timeout["description"]
+            .as_str()
+            .is_some_and(|d| d.contains("accepted and ignored")),
+        "kubectl explain says it is ignored: {timeout}"
+    );
+    // CoreOS' phases, "" included, and its conditions, which lack observedGeneration and may
+    // lack lastTransitionTime and message.
+    let phases = &schema_at(root, "status.phase").expect("present")["enum"];
+    for phase in ["", "Creating", "Running", "Failed"] {
+        assert!(
+            phases.as_array().is_some_and(|a| a.contains(&phase.into())),
+            "{phase:?} not in {phases}"
+        );
+    }
+    let condition = schema_at(root, "status.conditions.[]").expect("present");
+    assert_eq!(condition["required"], serde_json::json!(["status", "type"]));
+    // Size 0 is refused with a message that says why a Go client sent it.
+    let size = schema_at(root, "spec.size").expect("present");
+    assert!(
+        size["x-kubernetes-validations"][0]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("CoreOS' Go client sends 0")),
+        "{size}"
+    );
+}

@@ -53,6 +53,8 @@ pub struct Versions {
     pub kubernetes: String,
     /// `ETCD_VERSIONS`: the etcd member versions the operator tests against, in file order.
     pub etcd: Vec<String>,
+    /// `ETCD_SOURCE_VERSIONS`: the etcd lines built from source archives (3.2-3.4), oldest first.
+    pub etcd_source: Vec<String>,
     /// `APISERVER_ETCD_VERSION`: the etcd that backs the test kube-apiserver.
     pub apiserver_etcd: String,
     /// `HELM_VERSION`.
@@ -104,9 +106,26 @@ impl Versions {
                 .split_whitespace()
                 .map(|v| v.trim_start_matches('v').to_owned())
                 .collect(),
+            etcd_source: get("ETCD_SOURCE_VERSIONS")?
+                .split_whitespace()
+                .map(|v| v.trim_start_matches('v').to_owned())
+                .collect(),
             apiserver_etcd: get("APISERVER_ETCD_VERSION")?,
             helm: get("HELM_VERSION")?,
         })
+    }
+
+    /// Every etcd member version built here, one per release line, oldest first: the
+    /// source-built lines and the module-built ones.
+    pub fn every_etcd(&self) -> Vec<String> {
+        let mut all: Vec<String> = self.etcd_source.iter().chain(&self.etcd).cloned().collect();
+        all.sort_by_key(|v| {
+            v.split('.')
+                .map(|p| p.parse::<u64>().unwrap_or(0))
+                .collect::<Vec<_>>()
+        });
+        all.dedup();
+        all
     }
 
     /// The versions compiled in from `hack/versions.env` (parsed once).
@@ -257,6 +276,23 @@ mod tests {
         assert!(v.kubernetes.starts_with("1."), "{v:?}");
         assert!(!v.etcd.is_empty());
         assert!(v.etcd.iter().all(|e| e.starts_with("3.")));
+    }
+
+    /// One built etcd per line the operator supports, 3.2 to the newest, oldest first: the
+    /// lifecycle suite runs a member of each.
+    #[test]
+    fn every_supported_line_has_a_pinned_etcd() {
+        let v = Versions::pinned().expect("parse");
+        let lines: Vec<String> = v
+            .every_etcd()
+            .iter()
+            .map(|e| e.rsplit_once('.').map_or(e.clone(), |(l, _)| l.to_string()))
+            .collect();
+        let supported: Vec<String> = etcd_shared::version::LINES
+            .iter()
+            .map(|l| format!("{}.{}", l.major, l.minor))
+            .collect();
+        assert_eq!(lines, supported);
     }
 
     #[test]

@@ -29,7 +29,7 @@ use support::operator::{Controller, create_cluster, install};
 use support::writer::Writer;
 use support::{
     ETCD_TIMEOUT, WAIT, check_every_member, client_service_urls, connect, member_list, member_pods,
-    member_urls, reported_versions, settled, wait_until,
+    member_urls, pinned_etcd, reported_versions, settled, wait_until,
 };
 
 fn main() -> std::process::ExitCode {
@@ -42,6 +42,10 @@ fn main() -> std::process::ExitCode {
         a_version_skip_is_refused_and_paused_freezes_the_cluster,
         deleting_the_cluster_removes_every_object_and_process,
         a_tls_cluster_talks_mutual_tls_to_peers_and_clients,
+        the_users_example_lives_on_etcd_3_2,
+        a_cluster_lives_on_etcd_3_3,
+        the_upgrade_chain_walks_every_line_from_3_2,
+        a_member_of_every_line_starts_plain_and_with_tls,
     ])
 }
 
@@ -148,38 +152,66 @@ async fn scaling_three_five_three_keeps_every_acknowledged_write(
 ) -> anyhow::Result<()> {
     install(&ctx).await?;
     let _controller = Controller::start(&ctx)?;
-    let api: Api<EtcdCluster> = ctx.api();
     let version = create_settled(&ctx, "scale", 3, None).await?;
-    let before = names_in(&api.get("scale").await?);
+    scale_three_five_three(&ctx, "scale", &version).await
+}
 
-    let writer = Writer::start(ctx.api(), "scale", "w/");
+/// Scales a settled 3-member cluster to 5 and back to 3 under writes. Members join one at a
+/// time: at no point are two members in the member list unstarted or not yet promoted.
+async fn scale_three_five_three(
+    ctx: &TestContext,
+    name: &str,
+    version: &str,
+) -> anyhow::Result<()> {
+    let api: Api<EtcdCluster> = ctx.api();
+    let before = names_in(&api.get(name).await?);
+
+    let writer = Writer::start(ctx.api(), name, "w/");
     writer.wait_for_writes(20).await?;
+    let joins = JoinWatch::start(ctx.api(), name);
 
     let up = Instant::now();
-    patch_spec(&api, "scale", serde_json::json!({ "size": 5 })).await?;
-    let five = wait_until(&api, "scale", "5 healthy voters", |c| {
-        settled(c, 5, &version)
-    })
-    .await?;
-    duration("scale: 3 -> 5", up);
+    patch_spec(&api, name, serde_json::json!({ "size": 5 })).await?;
+    let five = wait_until(&api, name, "5 healthy voters", |c| settled(c, 5, version)).await?;
+    duration(&format!("{name}: 3 -> 5"), up);
     writer.wait_for_writes(20).await?;
 
     let down = Instant::now();
-    patch_spec(&api, "scale", serde_json::json!({ "size": 3 })).await?;
-    let three = wait_until(&api, "scale", "3 healthy voters", |c| {
-        settled(c, 3, &version)
-    })
-    .await?;
-    duration("scale: 5 -> 3", down);
+    patch_spec(&api, name, serde_json::json!({ "size": 3 })).await?;
+    let three = wait_until(&api, name, "3 healthy voters", |c| settled(c, 3, version)).await?;
+    duration(&format!("{name}: 5 -> 3"), down);
     writer.wait_for_writes(20).await?;
+
+    let joins = joins.stop().await?;
+    println!(
+        "{name}: member-list samples {}, most joining at once {}, learners seen {}",
+        joins.samples, joins.most_joining, joins.learners_seen
+    );
+    ensure!(
+        joins.samples > 0,
+        "the member list was never read during the scale-up"
+    );
+    ensure!(
+        joins.most_joining <= 1,
+        "{} members were joining at once",
+        joins.most_joining
+    );
+    let learners = version
+        .parse::<etcd_shared::version::EtcdVersion>()?
+        .capabilities()
+        .is_some_and(|c| c.learners);
+    ensure!(
+        learners || !joins.learners_seen,
+        "etcd {version} has no learners, yet one was listed"
+    );
 
     let report = writer.stop().await?;
     println!(
-        "scale: {} writes acknowledged, {} failed or unknown",
+        "{name}: {} writes acknowledged, {} failed or unknown",
         report.acked.len(),
         report.failed
     );
-    check_every_member(&ctx.api(), "scale", "w/", &report.acked, 3).await?;
+    check_every_member(&ctx.api(), name, "w/", &report.acked, 3).await?;
     // The members added for the scale-up are the ones removed again (newest first).
     ensure!(
         names_in(&three) == before,
@@ -187,13 +219,70 @@ async fn scaling_three_five_three_keeps_every_acknowledged_write(
         names_in(&three),
         names_in(&five)
     );
-    let pods = member_pods(&ctx.api(), "scale").await?;
+    let pods = member_pods(&ctx.api(), name).await?;
     ensure!(
         pods.keys().cloned().collect::<BTreeSet<_>>() == before,
         "pods left: {:?}",
         pods.keys()
     );
     Ok(())
+}
+
+/// What a [`JoinWatch`] saw of the member list.
+#[derive(Debug, Default)]
+struct Joins {
+    /// Member lists read.
+    samples: usize,
+    /// The most members that were unstarted or learners in one list.
+    most_joining: usize,
+    /// Whether any list had a learner.
+    learners_seen: bool,
+}
+
+/// Reads the member list of a cluster from any member every 100 ms until stopped.
+struct JoinWatch {
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<Joins>,
+}
+
+impl JoinWatch {
+    fn start(pods: Api<Pod>, cluster: &str) -> Self {
+        let stop = tokio_util::sync::CancellationToken::new();
+        let token = stop.clone();
+        let cluster = cluster.to_string();
+        let task = tokio::spawn(async move {
+            let mut joins = Joins::default();
+            let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
+            while !token.is_cancelled() {
+                tokio::select! {
+                    _ = token.cancelled() => break,
+                    _ = tick.tick() => {}
+                }
+                let Ok(urls) = member_urls(&pods, &cluster).await else {
+                    continue;
+                };
+                for url in urls.values() {
+                    if let Ok(list) = member_list(url).await {
+                        let joining = list
+                            .values()
+                            .filter(|(name, learner)| name.is_empty() || *learner)
+                            .count();
+                        joins.samples += 1;
+                        joins.most_joining = joins.most_joining.max(joining);
+                        joins.learners_seen |= list.values().any(|(_, l)| *l);
+                        break;
+                    }
+                }
+            }
+            joins
+        });
+        Self { stop, task }
+    }
+
+    async fn stop(self) -> anyhow::Result<Joins> {
+        self.stop.cancel();
+        Ok(self.task.await?)
+    }
 }
 
 fn restart_count(p: &Pod) -> i32 {
@@ -216,18 +305,28 @@ fn is_ready(p: &Pod) -> bool {
 async fn a_killed_member_process_comes_back(ctx: TestContext) -> anyhow::Result<()> {
     install(&ctx).await?;
     let controller = Controller::start(&ctx)?;
+    let version = create_settled(&ctx, "crash", 3, None).await?;
+    kill_a_member(&ctx, &controller, "crash", &version).await
+}
+
+/// SIGKILLs member 1 of a settled 3-member cluster under writes and waits for it to be back.
+async fn kill_a_member(
+    ctx: &TestContext,
+    controller: &Controller,
+    name: &str,
+    version: &str,
+) -> anyhow::Result<()> {
     let api: Api<EtcdCluster> = ctx.api();
     let pods: Api<Pod> = ctx.api();
-    let version = create_settled(&ctx, "crash", 3, None).await?;
     let changes_before = controller.member_changes();
-    let writer = Writer::start(ctx.api(), "crash", "w/");
+    let writer = Writer::start(ctx.api(), name, "crash/");
     writer.wait_for_writes(20).await?;
 
-    let victim = names::member_name("crash", 1);
+    let victim = names::member_name(name, 1);
     let restarts = restart_count(&pods.get(&victim).await?);
     let killed = Instant::now();
     let pid = ctx.kubelet()?.kill_container(ctx.ns(), &victim)?;
-    println!("crash: killed {victim} (pid {pid})");
+    println!("{name}: killed {victim} (pid {pid})");
     poll_until(
         "the killed member to restart and be ready",
         WAIT,
@@ -237,23 +336,23 @@ async fn a_killed_member_process_comes_back(ctx: TestContext) -> anyhow::Result<
         },
     )
     .await?;
-    wait_until(&api, "crash", "3 healthy voters again", |c| {
-        settled(c, 3, &version)
+    wait_until(&api, name, "3 healthy voters again", |c| {
+        settled(c, 3, version)
     })
     .await?;
-    let secs = duration("crash: killed member healthy again", killed);
+    let secs = duration(&format!("{name}: killed member healthy again"), killed);
     if secs > 30.0 {
         println!("note: longer than the 30 s aim");
     }
     writer.wait_for_writes(20).await?;
     let report = writer.stop().await?;
-    check_every_member(&ctx.api(), "crash", "w/", &report.acked, 3).await?;
+    check_every_member(&ctx.api(), name, "crash/", &report.acked, 3).await?;
     ensure!(
         controller.member_changes() == changes_before,
         "the controller changed membership for a member that only crashed"
     );
     ensure!(
-        names_in(&api.get("crash").await?).contains(&victim),
+        names_in(&api.get(name).await?).contains(&victim),
         "{victim} is no longer a member"
     );
     Ok(())
@@ -264,25 +363,35 @@ async fn a_killed_member_process_comes_back(ctx: TestContext) -> anyhow::Result<
 async fn a_member_that_lost_its_data_is_replaced(ctx: TestContext) -> anyhow::Result<()> {
     install(&ctx).await?;
     let _controller = Controller::start(&ctx)?;
+    let version = create_settled(&ctx, "lost", 3, None).await?;
+    replace_a_member_that_lost_its_data(&ctx, "lost", &version).await
+}
+
+/// Wipes the data of member 2 of a settled 3-member cluster under writes, deletes its pod,
+/// and waits until a new member (a new ID) holds every acknowledged write.
+async fn replace_a_member_that_lost_its_data(
+    ctx: &TestContext,
+    name: &str,
+    version: &str,
+) -> anyhow::Result<()> {
     let api: Api<EtcdCluster> = ctx.api();
     let pods: Api<Pod> = ctx.api();
-    let version = create_settled(&ctx, "lost", 3, None).await?;
-    let writer = Writer::start(ctx.api(), "lost", "w/");
+    let writer = Writer::start(ctx.api(), name, "lost/");
     writer.wait_for_writes(20).await?;
 
-    let victim = names::member_name("lost", 2);
-    let survivor_url = member_urls(&pods, "lost")
+    let victim = names::member_name(name, 2);
+    let survivor_url = member_urls(&pods, name)
         .await?
-        .remove(&names::member_name("lost", 0))
-        .context("lost-0 has no IP")?;
+        .remove(&names::member_name(name, 0))
+        .context("member 0 has no IP")?;
     let before = member_list(&survivor_url).await?;
     let (victim_id, _) = before
         .iter()
-        .find(|(_, (name, _))| *name == victim)
+        .find(|(_, (member, _))| *member == victim)
         .context("victim not in the member list")?;
     let victim_id = *victim_id;
     let wiped = ctx.kubelet()?.wipe_data(ctx.ns(), &victim, "data")?;
-    println!("lost: wiped {}", wiped.display());
+    println!("{name}: wiped {}", wiped.display());
     let lost = Instant::now();
     pods.delete(&victim, &DeleteParams::default()).await?;
     // Replaced means a new member ID: a member that forgot its log must never vote under
@@ -295,16 +404,16 @@ async fn a_member_that_lost_its_data_is_replaced(ctx: TestContext) -> anyhow::Re
                 && !list.contains_key(&victim_id)
                 && list
                     .values()
-                    .all(|(name, learner)| !name.is_empty() && !learner);
+                    .all(|(member, learner)| !member.is_empty() && !learner);
             anyhow::Ok(done.then_some(list))
         }
     })
     .await?;
-    wait_until(&api, "lost", "the cluster settled again", |c| {
-        settled(c, 3, &version)
+    wait_until(&api, name, "the cluster settled again", |c| {
+        settled(c, 3, version)
     })
     .await?;
-    let secs = duration("lost: member replaced", lost);
+    let secs = duration(&format!("{name}: member replaced"), lost);
     if secs > 30.0 {
         println!("note: longer than the 30 s aim");
     }
@@ -312,10 +421,10 @@ async fn a_member_that_lost_its_data_is_replaced(ctx: TestContext) -> anyhow::Re
         .iter()
         .find(|(id, _)| !before.contains_key(id))
         .context("no new member ID")?;
-    println!("lost: member {victim_id:x} ({victim}) replaced by {new_id:x} ({new_name})");
+    println!("{name}: member {victim_id:x} ({victim}) replaced by {new_id:x} ({new_name})");
     writer.wait_for_writes(20).await?;
     let report = writer.stop().await?;
-    check_every_member(&ctx.api(), "lost", "w/", &report.acked, 3).await?;
+    check_every_member(&ctx.api(), name, "lost/", &report.acked, 3).await?;
     Ok(())
 }
 
@@ -420,7 +529,11 @@ async fn a_rolling_upgrade_moves_one_member_at_a_time(ctx: TestContext) -> anyho
         trace.order[2]
     );
     let status = done.status.context("status")?;
-    ensure!(status.target_version.as_deref() == Some(TO), "{status:?}");
+    // CoreOS' semantics: targetVersion only while an upgrade runs.
+    ensure!(
+        status.current_version.as_deref() == Some(TO) && status.target_version.is_none(),
+        "{status:?}"
+    );
     let versions = reported_versions(&ctx.api(), "upgrade").await?;
     ensure!(
         versions.values().all(|v| v == TO),
@@ -530,11 +643,17 @@ async fn deleting_the_cluster_removes_every_object_and_process(
 ) -> anyhow::Result<()> {
     install(&ctx).await?;
     let _controller = Controller::start(&ctx)?;
+    create_settled(&ctx, "doomed", 3, None).await?;
+    delete_and_check_gone(&ctx, "doomed").await
+}
+
+/// Deletes a 3-member cluster (foreground) and checks that everything it owned and every etcd
+/// process is gone.
+async fn delete_and_check_gone(ctx: &TestContext, name: &str) -> anyhow::Result<()> {
     let api: Api<EtcdCluster> = ctx.api();
     let pods: Api<Pod> = ctx.api();
-    create_settled(&ctx, "doomed", 3, None).await?;
     let kubelet = ctx.kubelet()?;
-    let pids: Vec<u32> = member_pods(&pods, "doomed")
+    let pids: Vec<u32> = member_pods(&pods, name)
         .await?
         .keys()
         .filter_map(|p| kubelet.container_pid(ctx.ns(), p))
@@ -542,8 +661,8 @@ async fn deleting_the_cluster_removes_every_object_and_process(
     ensure!(pids.len() == 3, "etcd pids: {pids:?}");
 
     let started = Instant::now();
-    api.delete("doomed", &DeleteParams::foreground()).await?;
-    let selector = format!("{}=doomed", names::LABEL_INSTANCE);
+    api.delete(name, &DeleteParams::foreground()).await?;
+    let selector = format!("{}={name}", names::LABEL_INSTANCE);
     let services: Api<Service> = ctx.api();
     let budgets: Api<PodDisruptionBudget> = ctx.api();
     poll_until(
@@ -551,7 +670,7 @@ async fn deleting_the_cluster_removes_every_object_and_process(
         WAIT,
         || async {
             let lp = ListParams::default().labels(&selector);
-            let gone = api.get_opt("doomed").await?.is_none()
+            let gone = api.get_opt(name).await?.is_none()
                 && pods.list(&lp).await?.items.is_empty()
                 && services.list(&lp).await?.items.is_empty()
                 && budgets.list(&lp).await?.items.is_empty();
@@ -559,7 +678,10 @@ async fn deleting_the_cluster_removes_every_object_and_process(
         },
     )
     .await?;
-    duration("doomed: cluster deleted with everything it owned", started);
+    duration(
+        &format!("{name}: cluster deleted with everything it owned"),
+        started,
+    );
     for pid in pids {
         let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None).is_ok();
         ensure!(!alive, "etcd process {pid} still runs");
@@ -567,39 +689,34 @@ async fn deleting_the_cluster_removes_every_object_and_process(
     Ok(())
 }
 
-/// Peer and client traffic over mutual TLS from the Secrets of `spec.TLS.static`: the members
-/// form a cluster over https peer URLs, the operator manages them with its client
-/// certificate, a client with a certificate of the same CA reads and writes, and a client
-/// without one is refused.
-async fn a_tls_cluster_talks_mutual_tls_to_peers_and_clients(
-    ctx: TestContext,
-) -> anyhow::Result<()> {
-    use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
+/// The Secrets `NAME-peer`, `NAME-server` and `NAME-operator` of `spec.TLS.static`, laid out as
+/// CoreOS' TLS guide says: peer certificates for `*.NAME.NS.svc` and `*.NAME.NS.svc.cluster.local`,
+/// server certificates for `*.NAME.NS.svc`, `NAME-client.NS.svc` and `localhost` only, one CA.
+/// Returns the CA and the operator's client certificate.
+async fn coreos_tls_secrets(
+    ctx: &TestContext,
+    name: &str,
+) -> anyhow::Result<(etcd_tests::CertificateAuthority, etcd_tests::IssuedCert)> {
     use k8s_openapi::ByteString;
     use k8s_openapi::api::core::v1::Secret;
 
-    const NAME: &str = "secure";
-    install(&ctx).await?;
-    let _controller = Controller::start(&ctx)?;
-    let ns = ctx.ns().to_owned();
+    let ns = ctx.ns();
     let ca = etcd_tests::CertificateAuthority::new("etcd-test-ca")?;
-    let members = [
-        format!("*.{NAME}.{ns}.svc"),
-        format!("*.{NAME}.{ns}.svc.cluster.local"),
-    ];
-    let mut server_names = members.to_vec();
-    server_names.extend([
-        format!("{NAME}-client.{ns}.svc"),
-        format!("{NAME}-client.{ns}.svc.cluster.local"),
-    ]);
-    let peer = ca.issue_peer_cert(&members)?;
-    let server = ca.issue_peer_cert(&server_names)?;
+    let peer = ca.issue_peer_cert(&[
+        format!("*.{name}.{ns}.svc"),
+        format!("*.{name}.{ns}.svc.cluster.local"),
+    ])?;
+    let server = ca.issue_peer_cert(&[
+        format!("*.{name}.{ns}.svc"),
+        format!("{name}-client.{ns}.svc"),
+        "localhost".to_string(),
+    ])?;
     let operator = ca.issue_client_cert("etcd-operator", &[])?;
     let secrets: Api<Secret> = ctx.api();
-    for (secret, prefix, cert) in [
-        ("secure-peer", "peer", &peer),
-        ("secure-server", "server", &server),
-        ("secure-operator", "etcd-client", &operator),
+    for (suffix, prefix, cert) in [
+        ("peer", "peer", &peer),
+        ("server", "server", &server),
+        ("operator", "etcd-client", &operator),
     ] {
         let data = BTreeMap::from([
             (
@@ -617,7 +734,7 @@ async fn a_tls_cluster_talks_mutual_tls_to_peers_and_clients(
         ]);
         let object = Secret {
             metadata: kube::api::ObjectMeta {
-                name: Some(secret.into()),
+                name: Some(format!("{name}-{suffix}")),
                 ..Default::default()
             },
             data: Some(data),
@@ -625,12 +742,33 @@ async fn a_tls_cluster_talks_mutual_tls_to_peers_and_clients(
         };
         secrets.create(&Default::default(), &object).await?;
     }
+    Ok((ca, operator))
+}
+
+/// The `TLS:` section of a cluster whose Secrets [`coreos_tls_secrets`] made.
+fn tls_section(name: &str) -> String {
+    format!(
+        "  TLS:\n    static:\n      member:\n        peerSecret: {name}-peer\n        serverSecret: {name}-server\n      operatorSecret: {name}-operator\n"
+    )
+}
+
+/// Peer and client traffic over mutual TLS from the Secrets of `spec.TLS.static`: the members
+/// form a cluster over https peer URLs, the operator manages them with its client
+/// certificate, a client with a certificate of the same CA reads and writes, and a client
+/// without one is refused.
+async fn a_tls_cluster_talks_mutual_tls_to_peers_and_clients(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
+
+    const NAME: &str = "secure";
+    install(&ctx).await?;
+    let _controller = Controller::start(&ctx)?;
+    let ns = ctx.ns().to_owned();
+    let (ca, operator) = coreos_tls_secrets(&ctx, NAME).await?;
 
     let started = Instant::now();
-    let yaml = format!(
-        "{}  TLS:\n    static:\n      member:\n        peerSecret: secure-peer\n        serverSecret: secure-server\n      operatorSecret: secure-operator\n",
-        cluster_yaml(NAME, 3, None)
-    );
+    let yaml = format!("{}{}", cluster_yaml(NAME, 3, None), tls_section(NAME));
     let created = create_cluster(&ctx, &yaml).await?;
     let version = created
         .spec
@@ -655,7 +793,7 @@ async fn a_tls_cluster_talks_mutual_tls_to_peers_and_clients(
     let options = |identity: bool| {
         let mut tls = TlsOptions::new()
             .ca_certificate(Certificate::from_pem(ca.cert_pem()))
-            .domain_name(format!("member.{NAME}.{ns}.svc.cluster.local"));
+            .domain_name(format!("member.{NAME}.{ns}.svc"));
         if identity {
             tls = tls.identity(Identity::from_pem(&operator.cert_pem, &operator.key_pem));
         }
@@ -710,5 +848,282 @@ async fn a_tls_cluster_talks_mutual_tls_to_peers_and_clients(
         "secure: a client without a certificate is refused: {}",
         refused.unwrap_or_default()
     );
+    Ok(())
+}
+
+/// Issue 13, items 2 and 3: the users' example as it is (etcd 3.2.13, 3 members) through the
+/// webhook, then its whole life on real 3.2 members: scale 3 -> 5 -> 3 under writes (voters
+/// join one at a time, no learners on 3.2), a killed member back, a member that lost its data
+/// replaced, delete.
+async fn the_users_example_lives_on_etcd_3_2(ctx: TestContext) -> anyhow::Result<()> {
+    const EXAMPLE: &str = include_str!("../../examples/example-etcd-cluster.yaml");
+    install(&ctx).await?;
+    let controller = Controller::start(&ctx)?;
+    let started = Instant::now();
+    let created = create_cluster(&ctx, EXAMPLE).await?;
+    let name = created.name_any();
+    let version = created.spec.version.clone().context("no version")?;
+    ensure!(
+        version == "3.2.13",
+        "the example's version became {version}"
+    );
+    wait_until(&ctx.api(), &name, "3 healthy voters on 3.2.13", |c| {
+        settled(c, 3, &version)
+    })
+    .await?;
+    duration(&format!("{name}: the example Running on 3.2.13"), started);
+    let versions = reported_versions(&ctx.api(), &name).await?;
+    ensure!(versions.values().all(|v| v == "3.2.13"), "{versions:?}");
+    old_line_life(&ctx, &controller, &name, &version).await
+}
+
+/// Issue 13, item 3 on the 3.3 line (it has a metrics listener and MoveLeader, 3.2 has not).
+async fn a_cluster_lives_on_etcd_3_3(ctx: TestContext) -> anyhow::Result<()> {
+    install(&ctx).await?;
+    let controller = Controller::start(&ctx)?;
+    let version = pinned_etcd("3.3")?;
+    create_settled(&ctx, "line33", 3, Some(&version)).await?;
+    old_line_life(&ctx, &controller, "line33", &version).await
+}
+
+async fn old_line_life(
+    ctx: &TestContext,
+    controller: &Controller,
+    name: &str,
+    version: &str,
+) -> anyhow::Result<()> {
+    scale_three_five_three(ctx, name, version).await?;
+    kill_a_member(ctx, controller, name, version).await?;
+    replace_a_member_that_lost_its_data(ctx, name, version).await?;
+    delete_and_check_gone(ctx, name).await
+}
+
+/// The LeadershipTransferred events of the test's namespace, oldest first.
+async fn handovers(ctx: &TestContext) -> anyhow::Result<Vec<String>> {
+    let mut events: Vec<k8s_openapi::api::events::v1::Event> = ctx
+        .api::<k8s_openapi::api::events::v1::Event>()
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("LeadershipTransferred"))
+        .collect();
+    events.sort_by_key(|e| e.metadata.creation_timestamp.clone().map(|t| t.0));
+    Ok(events.into_iter().filter_map(|e| e.note).collect())
+}
+
+/// Issue 13, item 4: one 3-member cluster under continuous writes walks every line the
+/// operator supports, 3.2.13 -> 3.3 -> 3.4 -> 3.5 -> 3.6 -> 3.7, one minor line per spec
+/// change, each applied through the webhook once the previous line has settled. One member
+/// restarts at a time; the leader hands over first wherever its line has MoveLeader (3.3+);
+/// no acknowledged write is lost.
+async fn the_upgrade_chain_walks_every_line_from_3_2(ctx: TestContext) -> anyhow::Result<()> {
+    const NAME: &str = "chain";
+    install(&ctx).await?;
+    let _controller = Controller::start(&ctx)?;
+    let api: Api<EtcdCluster> = ctx.api();
+    let lines = etcd_tests::Versions::pinned()?.every_etcd();
+    let (first, hops) = lines.split_first().context("no etcd versions pinned")?;
+    create_settled(&ctx, NAME, 3, Some(first)).await?;
+    let writer = Writer::start(ctx.api(), NAME, "chain/");
+    writer.wait_for_writes(20).await?;
+
+    let mut from = first.clone();
+    let mut figures = Vec::new();
+    for to in hops {
+        let (acked, failed) = (writer.acked(), writer.failed());
+        let handovers_before = handovers(&ctx).await?.len();
+        let stop = tokio_util::sync::CancellationToken::new();
+        let trace = trace_upgrade(ctx.api(), NAME, to, stop.clone());
+        let started = Instant::now();
+        patch_spec(&api, NAME, serde_json::json!({ "version": to }))
+            .await
+            .with_context(|| format!("the webhook refused {from} -> {to}"))?;
+        wait_until(&api, NAME, &format!("every member on {to}"), |c| {
+            settled(c, 3, to)
+        })
+        .await?;
+        let secs = started.elapsed().as_secs_f64();
+        stop.cancel();
+        let trace = trace.await?;
+        writer.wait_for_writes(10).await?;
+        let (hop_acked, hop_failed) = (writer.acked() - acked, writer.failed() - failed);
+        let line = format!(
+            "chain: {from} -> {to}: {secs:.1} s, {hop_failed} of {} writes failed or timed out",
+            hop_acked + hop_failed
+        );
+        println!("{line}");
+        figures.push(line);
+        ensure!(
+            trace.order.len() == 3,
+            "{from} -> {to}: moved {:?}",
+            trace.order
+        );
+        ensure!(
+            trace.most_unready <= 1,
+            "{from} -> {to}: {} members were down at once",
+            trace.most_unready
+        );
+        let new_handovers: Vec<String> = handovers(&ctx).await?.split_off(handovers_before);
+        let leader_can_hand_over = from
+            .parse::<etcd_shared::version::EtcdVersion>()?
+            .capabilities()
+            .is_some_and(|c| c.move_leader);
+        if leader_can_hand_over {
+            ensure!(
+                new_handovers.len() == 1
+                    && new_handovers[0]
+                        .starts_with(&format!("hand leadership from {}", trace.order[2])),
+                "{from} -> {to}: expected one handover from the last member moved ({}): {new_handovers:?}",
+                trace.order[2]
+            );
+        } else {
+            ensure!(
+                new_handovers.is_empty(),
+                "{from} has no MoveLeader, yet: {new_handovers:?}"
+            );
+        }
+        let versions = reported_versions(&ctx.api(), NAME).await?;
+        ensure!(versions.values().all(|v| v == to), "{versions:?}");
+        from = to.clone();
+    }
+    let report = writer.stop().await?;
+    println!(
+        "chain: {} writes acknowledged over {} hops, {} failed or unknown",
+        report.acked.len(),
+        figures.len(),
+        report.failed
+    );
+    check_every_member(&ctx.api(), NAME, "chain/", &report.acked, 3).await?;
+    Ok(())
+}
+
+/// `GET /health` over plain HTTP; the body etcd answers.
+async fn http_health(ip: &str, port: i32) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut stream = tokio::time::timeout(
+        ETCD_TIMEOUT,
+        tokio::net::TcpStream::connect(format!("{ip}:{port}")),
+    )
+    .await??;
+    stream
+        .write_all(format!("GET /health HTTP/1.0\r\nHost: {ip}\r\n\r\n").as_bytes())
+        .await?;
+    let mut response = String::new();
+    tokio::time::timeout(ETCD_TIMEOUT, stream.read_to_string(&mut response)).await??;
+    ensure!(
+        response.starts_with("HTTP/1.") && response.contains(" 200 "),
+        "GET /health on {ip}:{port}: {response}"
+    );
+    Ok(response
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string())
+}
+
+/// One member of `version`, plain or with `spec.TLS.static`, from the pod builder's spec:
+/// it starts without a restart (a flag its line does not know would crash it), becomes Ready
+/// by the probe the builder chose, and serves `/health` where that probe looks.
+async fn one_member_starts(ctx: &TestContext, version: &str, tls: bool) -> anyhow::Result<()> {
+    let line = version
+        .rsplit_once('.')
+        .map_or(version, |(l, _)| l)
+        .replace('.', "");
+    let name = format!("flags{line}{}", if tls { "t" } else { "p" });
+    let mut yaml = cluster_yaml(&name, 1, Some(version));
+    let tls_material = if tls {
+        yaml.push_str(&tls_section(&name));
+        Some(coreos_tls_secrets(ctx, &name).await?)
+    } else {
+        None
+    };
+    create_cluster(ctx, &yaml).await?;
+    wait_until(&ctx.api(), &name, "its member Running", |c| {
+        settled(c, 1, version)
+    })
+    .await?;
+    let pods: Api<Pod> = ctx.api();
+    let member = names::member_name(&name, 0);
+    let pod = pods.get(&member).await?;
+    ensure!(is_ready(&pod), "{member} is not Ready");
+    ensure!(
+        restart_count(&pod) == 0,
+        "{member} restarted {} times: a flag its line does not know?",
+        restart_count(&pod)
+    );
+    let ip = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .context("no pod IP")?;
+    let probe = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.first())
+        .and_then(|c| c.readiness_probe.clone())
+        .context("no readiness probe")?;
+    let chosen = match (&probe.http_get, &probe.tcp_socket) {
+        (Some(get), _) => {
+            let port = match &get.port {
+                k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(p) => *p,
+                other => bail!("named probe port {other:?}"),
+            };
+            let body = http_health(&ip, port).await?;
+            ensure!(body.contains("true"), "{member} /health: {body}");
+            format!("GET /health on {port}: {}", body.trim())
+        }
+        (None, Some(tcp)) => format!("TCP {:?}", tcp.port),
+        (None, None) => bail!("{member}: probe neither HTTP nor TCP: {probe:?}"),
+    };
+    if let Some((ca, operator)) = tls_material {
+        use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
+        let options = ConnectOptions::new()
+            .with_connect_timeout(ETCD_TIMEOUT)
+            .with_timeout(ETCD_TIMEOUT)
+            .with_tls(
+                TlsOptions::new()
+                    .ca_certificate(Certificate::from_pem(ca.cert_pem()))
+                    .identity(Identity::from_pem(&operator.cert_pem, &operator.key_pem))
+                    .domain_name(format!("member.{name}.{}.svc", ctx.ns())),
+            );
+        let url = format!("https://{ip}:{}", names::CLIENT_PORT);
+        let mut client = etcd_client::Client::connect([url], Some(options)).await?;
+        let status = client.status().await?;
+        ensure!(
+            status.version() == version,
+            "{member} reports {}",
+            status.version()
+        );
+    }
+    println!(
+        "flags: etcd {version} {}: Ready by {chosen}",
+        if tls { "TLS" } else { "plain" }
+    );
+    Ok(())
+}
+
+/// Issue 13, item 5: a member of every line 3.2-3.7, plain and with `spec.TLS.static`, starts
+/// from the pod builder's own spec.
+async fn a_member_of_every_line_starts_plain_and_with_tls(ctx: TestContext) -> anyhow::Result<()> {
+    install(&ctx).await?;
+    let _controller = Controller::start(&ctx)?;
+    let versions = etcd_tests::Versions::pinned()?.every_etcd();
+    let runs = versions
+        .iter()
+        .flat_map(|v| [(v.clone(), false), (v.clone(), true)])
+        .map(|(v, tls)| {
+            let ctx = &ctx;
+            async move {
+                let result = one_member_starts(ctx, &v, tls).await;
+                (format!("{v} {}", if tls { "TLS" } else { "plain" }), result)
+            }
+        });
+    let failed: Vec<String> = futures::future::join_all(runs)
+        .await
+        .into_iter()
+        .filter_map(|(what, r)| r.err().map(|e| format!("{what}: {e:#}")))
+        .collect();
+    ensure!(failed.is_empty(), "{}", failed.join("\n"));
     Ok(())
 }

@@ -2,11 +2,12 @@
 //! request body, without HTTP or I/O.
 //!
 //! The request's `object` and `oldObject` are kept as the raw JSON the API server sent. Typed
-//! [`EtcdCluster`] copies are made from them for the rules, but the defaulting patch is a diff
-//! against the raw object, so fields this crate does not know and fields that are absent never
-//! turn into spurious patch operations.
+//! [`EtcdCluster`] copies of their metadata and spec are made from them for the rules (never of
+//! their status: see the `decode` module), but the defaulting patch is a diff against the raw object, so
+//! fields this crate does not know and fields that are absent never turn into spurious patch
+//! operations.
 
-use std::borrow::Cow;
+mod decode;
 
 use base64::Engine as _;
 use etcd_shared::EtcdCluster;
@@ -19,6 +20,8 @@ use kube::core::response::{StatusCause, StatusDetails, StatusSummary};
 use kube::core::{DynamicObject, Status};
 use serde::Deserialize;
 use serde_json::{Map, Value};
+
+use decode::decode;
 
 /// The two admission endpoints.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -234,8 +237,8 @@ impl Reviewer {
                 let message = format!("the object is not a valid EtcdCluster: {e}");
                 let cause = StatusCause {
                     reason: "FieldValueInvalid".into(),
-                    message: e.inner().to_string(),
-                    field: e.path().to_string(),
+                    message: e.reason(),
+                    field: e.field().to_string(),
                 };
                 let details = details(request, vec![cause]);
                 return Ok(Decision::Deny(Box::new(failure(
@@ -418,24 +421,6 @@ fn parse(body: &[u8]) -> Result<Parsed, ReviewError> {
     })
 }
 
-/// Reads an EtcdCluster from raw JSON; an object without `spec` (or with `spec: null`) reads as
-/// one with an empty spec, which defaulting fills.
-fn decode(raw: &Value) -> Result<EtcdCluster, serde_path_to_error::Error<serde_json::Error>> {
-    let raw: Cow<'_, Value> = match raw.as_object() {
-        Some(fields) if fields.get("spec").is_none_or(Value::is_null) => {
-            let mut fields = fields.clone();
-            fields.insert("spec".into(), Value::Object(Default::default()));
-            Cow::Owned(Value::Object(fields))
-        }
-        _ => Cow::Borrowed(raw),
-    };
-    // The plain decoder first (the path tracker costs); on failure, again for the path.
-    match EtcdCluster::deserialize(raw.as_ref()) {
-        Ok(cluster) => Ok(cluster),
-        Err(_) => serde_path_to_error::deserialize(raw.as_ref()),
-    }
-}
-
 fn is_etcd_cluster(request: &AdmissionRequest<DynamicObject>) -> bool {
     request.kind.group == EtcdCluster::group(&())
         && request.kind.version == EtcdCluster::version(&())
@@ -557,7 +542,7 @@ mod tests {
             Default::default()
         );
         let e = decode(&cluster(json!({"size": "three"}))).unwrap_err();
-        assert_eq!(e.path().to_string(), "spec.size");
+        assert_eq!(e.field(), "spec.size");
     }
 
     #[test]
@@ -645,5 +630,104 @@ mod tests {
             ),
             Err(ReviewError::MissingObject { .. })
         ));
+    }
+
+    /// A CoreOS-client object: its Go structs always write `status`, and `resources: {}` and
+    /// `ClusterDomain: ""` whenever `pod` is set.
+    fn coreos(spec: Value, status: Value) -> Value {
+        let mut c = cluster(spec);
+        c["metadata"]["creationTimestamp"] = Value::Null;
+        c["status"] = status;
+        c
+    }
+
+    fn allowed(r: &Reviewer, endpoint: Endpoint, op: &str, object: Value, old: Value) -> Value {
+        let a = r
+            .review(endpoint, &review_body(op, object, old))
+            .expect("answered");
+        let resp = response(&a);
+        assert_eq!(resp["allowed"], true, "{resp}");
+        resp
+    }
+
+    #[test]
+    fn coreos_statuses_are_never_judged() {
+        let r = Reviewer::default();
+        let spec = json!({"size": 3, "version": "3.6.16", "pod": {"resources": {}, "ClusterDomain": "", "persistentVolumeClaimSpec": {"resources": {"requests": {"storage": "1Gi"}}}}});
+        for status in [
+            json!({"phase": "", "size": 0, "members": {}, "currentVersion": "", "targetVersion": ""}),
+            json!({"phase": "Failed", "reason": "boom", "conditions": [{"type": "Recovering", "status": "True", "lastUpdateTime": "2018-03-01T10:00:00Z", "reason": "Disaster recovery"}], "size": 0, "members": {}, "currentVersion": "", "targetVersion": ""}),
+            json!({"phase": 1, "conditions": "garbage"}),
+        ] {
+            let object = coreos(spec.clone(), status.clone());
+            let resp = allowed(
+                &r,
+                Endpoint::Validate,
+                "CREATE",
+                object.clone(),
+                Value::Null,
+            );
+            assert!(resp.get("warnings").is_none(), "{status}: {resp}");
+            let resp = allowed(&r, Endpoint::Mutate, "CREATE", object.clone(), Value::Null);
+            let patch = base64::engine::general_purpose::STANDARD
+                .decode(resp["patch"].as_str().expect("a patch"))
+                .expect("base64");
+            let patch: Value = serde_json::from_slice(&patch).expect("JSON");
+            assert_eq!(
+                patch,
+                json!([{"op": "add", "path": "/spec/repository", "value": "quay.io/coreos/etcd"}]),
+                "only the missing repository, nothing in status: {status}"
+            );
+            // An update as CoreOS' client makes it: the whole object, status included, on both
+            // sides.
+            let mut paused = object.clone();
+            paused["spec"]["paused"] = json!(true);
+            let resp = allowed(
+                &r,
+                Endpoint::Validate,
+                "UPDATE",
+                paused.clone(),
+                object.clone(),
+            );
+            assert!(resp.get("warnings").is_none(), "{status}: {resp}");
+            allowed(&r, Endpoint::Mutate, "UPDATE", paused, object);
+        }
+    }
+
+    #[test]
+    fn a_stored_status_of_any_shape_leaves_the_update_rules_on() {
+        let r = Reviewer::default();
+        let at = |v: &str, status: Value| coreos(json!({"size": 3, "version": v}), status);
+        for status in [
+            json!({"phase": "", "currentVersion": ""}),
+            json!({"phase": 1, "currentVersion": ["3.5.35"], "conditions": "garbage"}),
+            json!("garbage"),
+        ] {
+            let a = r
+                .review(
+                    Endpoint::Validate,
+                    &review_body(
+                        "UPDATE",
+                        at("3.7.3", json!({})),
+                        at("3.5.35", status.clone()),
+                    ),
+                )
+                .expect("answered");
+            let resp = response(&a);
+            assert_eq!(resp["allowed"], false, "{status}: {resp}");
+            assert_eq!(a.verdict.rules, vec!["version-skip"], "{status}");
+        }
+        // A readable currentVersion still guards an upgrade in progress.
+        let mid = at(
+            "3.6.16",
+            json!({"phase": "Running", "reason": "", "currentVersion": "3.5.35", "targetVersion": ""}),
+        );
+        let a = r
+            .review(
+                Endpoint::Validate,
+                &review_body("UPDATE", at("3.7.3", json!({})), mid),
+            )
+            .expect("answered");
+        assert_eq!(a.verdict.rules, vec!["version-upgrade-in-progress"]);
     }
 }

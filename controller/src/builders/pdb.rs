@@ -14,8 +14,7 @@ use super::ClusterView;
 pub fn disruption_budget(view: &ClusterView) -> PodDisruptionBudget {
     let mut selector = names::selector_labels(&view.name);
     selector.insert(names::LABEL_COMPONENT.into(), "member".into());
-    let mut labels = names::selector_labels(&view.name);
-    labels.insert(names::LABEL_COMPONENT.into(), "disruption-budget".into());
+    let labels = names::object_labels(&view.name, "disruption-budget");
     let quorum = i32::try_from(ClusterView::quorum(view.size)).unwrap_or(i32::MAX);
     PodDisruptionBudget {
         metadata: ObjectMeta {

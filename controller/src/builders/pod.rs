@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use etcd_shared::names::{self, CLIENT_PORT, METRICS_PORT, PEER_PORT};
-use etcd_shared::version::EtcdVersion;
+use etcd_shared::version::{EtcdVersion, LineCapabilities};
 
 use super::ClusterView;
 use super::claim::claim_name_if_durable;
@@ -151,10 +151,7 @@ pub fn member_pod(view: &ClusterView, plan: &MemberPlan) -> Pod {
         ports: Some(ports),
         volume_mounts: Some(mounts),
         resources: view.pod.resources.clone(),
-        readiness_probe: Some(readiness_probe(
-            caps.metrics_urls,
-            view.tls.server_secret.is_some(),
-        )),
+        readiness_probe: Some(readiness_probe(caps, view.tls.server_secret.is_some())),
         ..Container::default()
     };
 
@@ -183,10 +180,16 @@ pub fn member_pod(view: &ClusterView, plan: &MemberPlan) -> Pod {
     }
 }
 
-/// Readiness: etcd's `/health` (which fails without a leader). There is deliberately no
-/// liveness probe: a probe that kills a busy member turns load into an outage (CoreOS #2110);
-/// a crashed etcd exits and is restarted by the kubelet.
-fn readiness_probe(metrics_port: bool, client_tls: bool) -> Probe {
+/// Readiness: etcd's `/health` (which fails without a leader), on the plain metrics port
+/// where the line has one, else on the client port when it is plain HTTP. A TCP check of the
+/// client port instead where `/health` cannot be asked without a client certificate, and on
+/// 3.2 and 3.3, whose `/health` writes a v2 entry to the raft log that etcd 3.6 cannot
+/// replay (see [`LineCapabilities::v3_health`]); the controller checks those members' health
+/// itself through the maintenance API.
+///
+/// There is deliberately no liveness probe: a probe that kills a busy member turns load into
+/// an outage (CoreOS #2110); a crashed etcd exits and is restarted by the kubelet.
+fn readiness_probe(caps: &LineCapabilities, client_tls: bool) -> Probe {
     let base = Probe {
         initial_delay_seconds: Some(1),
         period_seconds: Some(5),
@@ -194,34 +197,25 @@ fn readiness_probe(metrics_port: bool, client_tls: bool) -> Probe {
         failure_threshold: Some(3),
         ..Probe::default()
     };
-    if metrics_port {
-        Probe {
-            http_get: Some(HTTPGetAction {
-                path: Some("/health".into()),
-                port: IntOrString::Int(METRICS_PORT),
-                scheme: Some("HTTP".into()),
-                ..HTTPGetAction::default()
-            }),
-            ..base
-        }
-    } else if client_tls {
-        Probe {
+    let health_on = |port: i32| Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some("/health".into()),
+            port: IntOrString::Int(port),
+            scheme: Some("HTTP".into()),
+            ..HTTPGetAction::default()
+        }),
+        ..base.clone()
+    };
+    match (caps.v3_health, caps.metrics_urls, client_tls) {
+        (true, true, _) => health_on(METRICS_PORT),
+        (true, false, false) => health_on(CLIENT_PORT),
+        _ => Probe {
             tcp_socket: Some(TCPSocketAction {
                 port: IntOrString::Int(CLIENT_PORT),
                 ..TCPSocketAction::default()
             }),
             ..base
-        }
-    } else {
-        Probe {
-            http_get: Some(HTTPGetAction {
-                path: Some("/health".into()),
-                port: IntOrString::Int(CLIENT_PORT),
-                scheme: Some("HTTP".into()),
-                ..HTTPGetAction::default()
-            }),
-            ..base
-        }
+        },
     }
 }
 
@@ -351,9 +345,9 @@ mod tests {
         assert_eq!(c.image.as_deref(), Some("quay.io/coreos/etcd:v3.2.13"));
         let a = args(&pod);
         assert!(a.contains(&"--initial-cluster-state=new".to_string()));
-        assert!(a.contains(
-            &"--initial-cluster=demo-0=http://demo-0.demo.ns1.svc.cluster.local:2380".to_string()
-        ));
+        assert!(
+            a.contains(&"--initial-cluster=demo-0=http://demo-0.demo.ns1.svc:2380".to_string())
+        );
         assert!(a.contains(&"--listen-client-urls=http://$(POD_IP):2379".to_string()));
         assert!(a.contains(&"--initial-cluster-token=demo-uid-1".to_string()));
         // 3.2 has neither the metrics listener nor zap.
@@ -361,14 +355,13 @@ mod tests {
             !a.iter()
                 .any(|x| x.starts_with("--listen-metrics-urls") || x == "--logger=zap")
         );
-        let probe = c
-            .readiness_probe
-            .as_ref()
-            .unwrap()
-            .http_get
-            .as_ref()
-            .unwrap();
-        assert_eq!(probe.port, IntOrString::Int(CLIENT_PORT));
+        // 3.2's /health is a v2 quorum read through raft: probed over TCP instead.
+        let probe = c.readiness_probe.as_ref().unwrap();
+        assert!(probe.http_get.is_none());
+        assert_eq!(
+            probe.tcp_socket.as_ref().unwrap().port,
+            IntOrString::Int(CLIENT_PORT)
+        );
         assert!(c.liveness_probe.is_none());
         let labels = pod.metadata.labels.as_ref().unwrap();
         assert_eq!(labels.get("etcd_cluster").map(String::as_str), Some("demo"));
@@ -389,9 +382,9 @@ mod tests {
         assert!(a.contains(&"--initial-cluster-state=existing".to_string()));
         assert!(a.contains(&"--listen-metrics-urls=http://$(POD_IP):2381".to_string()));
         assert!(a.contains(&"--logger=zap".to_string()));
-        assert!(a.contains(
-            &"--advertise-client-urls=https://demo-0.demo.ns1.svc.cluster.local:2379".to_string()
-        ));
+        assert!(
+            a.contains(&"--advertise-client-urls=https://demo-0.demo.ns1.svc:2379".to_string())
+        );
         assert!(a.contains(&"--peer-client-cert-auth=true".to_string()));
         assert!(a.contains(&"--client-cert-auth=true".to_string()));
         let spec = pod.spec.as_ref().unwrap();
@@ -456,5 +449,51 @@ mod tests {
             .as_ref()
             .unwrap();
         assert_eq!(probe.port, IntOrString::Int(METRICS_PORT));
+    }
+
+    /// The readiness probe of every line, plain and with client TLS: `/health` only where it
+    /// is a v3 read, on the plain metrics port where there is one.
+    #[test]
+    fn readiness_probe_per_line() {
+        for (version, tls, want) in [
+            ("3.2.13", false, "tcp 2379"),
+            ("3.2.13", true, "tcp 2379"),
+            ("3.3.27", false, "tcp 2379"),
+            ("3.3.27", true, "tcp 2379"),
+            ("3.4.45", false, "http 2381"),
+            ("3.4.45", true, "http 2381"),
+            ("3.6.16", false, "http 2381"),
+            ("3.7.3", true, "http 2381"),
+        ] {
+            let tls_spec = if tls {
+                "\nTLS:\n  static:\n    member:\n      peerSecret: p\n      serverSecret: s\n    operatorSecret: o"
+            } else {
+                ""
+            };
+            let view = view_of(&format!("version: {version}{tls_spec}"));
+            let pod = member_pod(&view, &plan(&view, InitialState::New));
+            let probe = pod.spec.unwrap().containers[0]
+                .readiness_probe
+                .clone()
+                .unwrap();
+            let got = match (probe.http_get, probe.tcp_socket) {
+                (Some(h), None) => format!(
+                    "http {}",
+                    match h.port {
+                        IntOrString::Int(p) => p,
+                        _ => 0,
+                    }
+                ),
+                (None, Some(t)) => format!(
+                    "tcp {}",
+                    match t.port {
+                        IntOrString::Int(p) => p,
+                        _ => 0,
+                    }
+                ),
+                other => panic!("{other:?}"),
+            };
+            assert_eq!(got, want, "{version} tls={tls}");
+        }
     }
 }

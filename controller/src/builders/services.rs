@@ -17,8 +17,7 @@ fn member_selector(view: &ClusterView) -> BTreeMap<String, String> {
 }
 
 fn meta(view: &ClusterView, name: String, component: &str) -> ObjectMeta {
-    let mut labels = names::selector_labels(&view.name);
-    labels.insert(names::LABEL_COMPONENT.into(), component.into());
+    let labels = names::object_labels(&view.name, component);
     ObjectMeta {
         name: Some(name),
         namespace: Some(view.namespace.clone()),
@@ -108,5 +107,17 @@ mod tests {
         let ports = s.spec.unwrap().ports.unwrap();
         assert_eq!(ports.len(), 1);
         assert_eq!(ports[0].port, 2379);
+    }
+
+    /// Selectors written for CoreOS' operator (`app=etcd,etcd_cluster=NAME`) match our
+    /// Services as they matched CoreOS' (issue 13, item 7).
+    #[test]
+    fn services_carry_coreos_labels() {
+        let view = view_of("size: 3");
+        for s in [peer_service(&view), client_service(&view)] {
+            let labels = s.metadata.labels.unwrap();
+            assert_eq!(labels.get("app").map(String::as_str), Some("etcd"));
+            assert_eq!(labels.get("etcd_cluster").map(String::as_str), Some("demo"));
+        }
     }
 }

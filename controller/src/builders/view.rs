@@ -10,9 +10,6 @@ use etcd_shared::names::{self, CLIENT_PORT, PEER_PORT};
 use etcd_shared::types::PodPolicy;
 use etcd_shared::version::{EtcdVersion, LineCapabilities};
 
-/// Cluster domain used when the spec names none.
-pub const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
-
 /// Why a cluster cannot be reconciled as it stands.
 #[derive(Debug, thiserror::Error)]
 pub enum InvalidCluster {
@@ -60,8 +57,9 @@ pub struct ClusterView {
     pub pod: PodPolicy,
     /// TLS secrets.
     pub tls: TlsMode,
-    /// Cluster DNS domain.
-    pub domain: String,
+    /// The cluster DNS domain member names end in, when the spec names one
+    /// (`MEMBER.NAME.NS.svc` without it, as CoreOS' operator did).
+    pub domain: Option<String>,
     /// Owner reference that makes every derived object garbage-collected with the cluster.
     pub owner: OwnerReference,
 }
@@ -108,10 +106,7 @@ impl ClusterView {
             )]))
         })?;
         let pod = spec.pod.clone().unwrap_or_default();
-        let domain = pod
-            .cluster_domain
-            .clone()
-            .unwrap_or_else(|| DEFAULT_CLUSTER_DOMAIN.to_string());
+        let domain = names::cluster_domain(pod.cluster_domain.as_deref()).map(str::to_string);
         let st = spec.tls.as_ref().and_then(|t| t.static_tls.as_ref());
         let tls = TlsMode {
             peer_secret: st
@@ -155,7 +150,14 @@ impl ClusterView {
 
     /// DNS name of a member.
     pub fn member_host(&self, member: &str) -> String {
-        names::member_dns_name(member, &self.name, &self.namespace, &self.domain)
+        names::member_dns_name(member, &self.name, &self.namespace, self.domain.as_deref())
+    }
+
+    /// The name the operator verifies a member's serving certificate against: a name under
+    /// `*.NAME.NAMESPACE.svc`, which CoreOS-layout server certificates cover. Members are
+    /// dialled by pod IP, so one name stands for all of them.
+    pub fn tls_server_name(&self) -> String {
+        names::member_dns_name("member", &self.name, &self.namespace, None)
     }
 
     /// Peer URL a member registers with.
@@ -186,22 +188,73 @@ impl ClusterView {
         }
     }
 
-    /// The member name a peer URL belongs to, if it is one of this cluster's.
+    /// The member name a peer URL belongs to, if it is one of this cluster's: `MEMBER.NAME.NS.svc`
+    /// with or without a domain after it, so members that joined before the cluster domain
+    /// changed, or under an earlier operator's address layout, are still recognised.
     pub fn member_of_peer_url(&self, url: &str) -> Option<String> {
         let host = url.split("://").nth(1)?.split([':', '/']).next()?;
         let (member, rest) = host.split_once('.')?;
-        let expected_rest = format!(
-            "{}.{}.svc.{}",
+        let service = format!(
+            "{}.{}.svc",
             names::peer_service_name(&self.name),
-            self.namespace,
-            self.domain
+            self.namespace
         );
-        (rest == expected_rest && names::member_index(&self.name, member).is_some())
-            .then(|| member.to_string())
+        let ours = rest
+            .strip_prefix(service.as_str())
+            .is_some_and(|domain| domain.is_empty() || domain.starts_with('.'));
+        (ours && names::member_index(&self.name, member).is_some()).then(|| member.to_string())
     }
 
     /// Number of voters that make a majority of `voters`.
     pub fn quorum(voters: usize) -> usize {
         voters / 2 + 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::builders::fixtures::view_of;
+
+    /// Member addresses follow CoreOS' layout: `.svc` unless a cluster domain is named; `""`
+    /// (what CoreOS' Go client always sends) is unset, and CoreOS' leading dot is accepted.
+    #[test]
+    fn member_addresses_follow_the_coreos_layout() {
+        for (pod, peer_url) in [
+            ("", "http://demo-1.demo.ns1.svc:2380"),
+            (
+                "pod:\n  ClusterDomain: \"\"",
+                "http://demo-1.demo.ns1.svc:2380",
+            ),
+            (
+                "pod:\n  ClusterDomain: .cluster.local",
+                "http://demo-1.demo.ns1.svc.cluster.local:2380",
+            ),
+            (
+                "pod:\n  ClusterDomain: corp.example",
+                "http://demo-1.demo.ns1.svc.corp.example:2380",
+            ),
+        ] {
+            let view = view_of(&format!("size: 3\n{pod}"));
+            assert_eq!(view.peer_url("demo-1"), peer_url, "{pod:?}");
+            assert_eq!(view.tls_server_name(), "member.demo.ns1.svc");
+        }
+    }
+
+    #[test]
+    fn peer_urls_of_either_layout_name_their_member() {
+        let view = view_of("size: 3");
+        for (url, member) in [
+            ("http://demo-1.demo.ns1.svc:2380", Some("demo-1")),
+            (
+                "https://demo-2.demo.ns1.svc.cluster.local:2380",
+                Some("demo-2"),
+            ),
+            ("http://demo-1.demo.ns1.svcx:2380", None),
+            ("http://demo-1.other.ns1.svc:2380", None),
+            ("http://demo-x.demo.ns1.svc:2380", None),
+            ("http://10.0.0.1:2380", None),
+        ] {
+            assert_eq!(view.member_of_peer_url(url).as_deref(), member, "{url}");
+        }
     }
 }

@@ -18,7 +18,7 @@ mod tests;
 use std::time::Duration;
 
 use etcd_shared::names;
-use etcd_shared::version::{EtcdVersion, check_upgrade};
+use etcd_shared::version::{EtcdVersion, LineCapabilities, check_upgrade};
 
 use crate::builders::{ClusterView, InitialState, MemberPlan};
 pub use model::{Health, MemberState, Observed, PodPhase, PodState};
@@ -205,6 +205,20 @@ fn running_version(obs: &Observed, members: &[MemberState]) -> Option<EtcdVersio
             _ => obs.pod(&m.name).and_then(|p| p.version),
         })
         .min()
+}
+
+/// What every member can serve: the capabilities of the oldest line among the versions the
+/// members run and the spec's. A call one member's line lacks (learners before 3.4,
+/// MoveLeader before 3.3) is never planned, also while an upgrade is half done.
+fn member_capabilities(
+    view: &ClusterView,
+    obs: &Observed,
+    members: &[MemberState],
+) -> &'static LineCapabilities {
+    running_version(obs, members)
+        .and_then(|v| v.capabilities())
+        .filter(|running| running.minor < view.capabilities.minor)
+        .unwrap_or(view.capabilities)
 }
 
 /// The single next step for a cluster.
@@ -420,7 +434,7 @@ fn plan_with_members(
         return Step::AddMember {
             peer_url: view.peer_url(&name),
             name,
-            learner: view.capabilities.learners && !members.is_empty(),
+            learner: member_capabilities(view, obs, members).learners && !members.is_empty(),
         };
     }
 
@@ -478,7 +492,15 @@ fn plan_upgrade(view: &ClusterView, obs: &Observed, members: &[MemberState]) -> 
         )
     });
     let m = outdated[0];
+    // MoveLeader is served by the leader, which still runs the old version.
+    let leader_can_hand_over = match &m.health {
+        Health::Healthy {
+            version: Some(v), ..
+        } => v.capabilities().is_some_and(|c| c.move_leader),
+        _ => member_capabilities(view, obs, members).move_leader,
+    };
     if matches!(m.health, Health::Healthy { leader: true, .. })
+        && leader_can_hand_over
         && let Some(successor) = successor(obs, members, &m.name, &target_image)
     {
         return Step::TransferLeadership {

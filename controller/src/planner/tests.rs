@@ -87,10 +87,7 @@ fn bootstraps_a_new_cluster_with_one_seed() {
     assert_eq!(p.state, InitialState::New);
     assert_eq!(
         p.initial_cluster,
-        vec![(
-            "demo-0".into(),
-            "http://demo-0.demo.ns1.svc.cluster.local:2380".into()
-        )]
+        vec![("demo-0".into(), "http://demo-0.demo.ns1.svc:2380".into())]
     );
 }
 
@@ -115,7 +112,7 @@ fn scales_up_one_learner_at_a_time() {
         plan_for("size: 3\nversion: 3.6.16", &obs),
         Step::AddMember {
             name: "demo-1".into(),
-            peer_url: "http://demo-1.demo.ns1.svc.cluster.local:2380".into(),
+            peer_url: "http://demo-1.demo.ns1.svc:2380".into(),
             learner: true
         }
     );
@@ -605,4 +602,50 @@ fn member_names_are_never_reused() {
     obs.pods[1].name = "demo-7".into();
     obs.members.as_mut().unwrap()[1].name = "demo-7".into();
     assert!(matches!(plan_for("size: 3", &obs), Step::AddMember { name, .. } if name == "demo-8"));
+}
+
+/// The member API calls a line lacks are never planned: learners need every member on 3.4+,
+/// a handover needs the leader on 3.3+. Table: (running, spec, expect a learner, expect a
+/// handover before the leader restarts).
+#[test]
+fn calls_follow_the_oldest_running_line() {
+    for (running, spec, learner, handover) in [
+        ("3.2.13", "3.2.13", false, None),
+        ("3.3.27", "3.3.27", false, None),
+        ("3.4.45", "3.4.45", true, None),
+        // Upgrades in progress: the old line decides.
+        ("3.2.13", "3.3.27", false, Some(false)),
+        ("3.3.27", "3.4.45", false, Some(true)),
+        ("3.4.45", "3.5.35", true, Some(true)),
+    ] {
+        // Scale-up (2 -> 3) of a healthy cluster whose members run `running`.
+        let obs = healthy(2, running);
+        let step = plan_for(&format!("size: 3\nversion: {spec}"), &obs);
+        assert!(
+            matches!(&step, Step::AddMember { learner: l, .. } if *l == learner),
+            "{running}: {step:?}"
+        );
+        // An upgrade whose last outdated member is the leader.
+        let Some(handover) = handover else { continue };
+        let image = format!("quay.io/coreos/etcd:v{spec}");
+        let mut obs = healthy(3, running);
+        for i in 1..3 {
+            obs.pods[i].image = image.clone();
+            obs.pods[i].restarts = 1;
+            obs.pods[i].version = Some(v(spec));
+            obs.members.as_mut().unwrap()[i] = member(i as u32, spec);
+        }
+        let step = plan_for(&format!("size: 3\nversion: {spec}"), &obs);
+        if handover {
+            assert!(
+                matches!(&step, Step::TransferLeadership { from, .. } if from == "demo-0"),
+                "{running} -> {spec}: {step:?}"
+            );
+        } else {
+            assert!(
+                matches!(&step, Step::UpgradeMember { name, .. } if name == "demo-0"),
+                "{running} -> {spec}: {step:?}"
+            );
+        }
+    }
 }

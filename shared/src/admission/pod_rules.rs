@@ -109,15 +109,14 @@ pub(crate) fn check(cluster: &EtcdCluster, defaults: &Defaults, report: &mut Rep
             "is ignored: this operator needs no DNS wait container",
         );
     }
-    if let Some(domain) = &pod.cluster_domain
-        && !is_dns1123_subdomain(domain)
-    {
-        report.refuse(
-            "cluster-domain-syntax",
-            "spec.pod.ClusterDomain",
-            format!("must be a DNS domain such as cluster.local, got {domain:?}"),
+    // CoreOS' Go client leaves it out when 0 (omitempty): only a timeout someone chose is news.
+    if pod.dns_timeout_in_second.is_some_and(|t| t != 0) {
+        report.warn(
+            "spec.pod.DNSTimeoutInSecond",
+            "is ignored: this operator's members need no DNS init container to time out",
         );
     }
+    check_cluster_domain(pod.cluster_domain.as_deref(), report);
     if let Some(class) = &pod.priority_class_name
         && !is_dns1123_subdomain(class)
     {
@@ -125,6 +124,24 @@ pub(crate) fn check(cluster: &EtcdCluster, defaults: &Defaults, report: &mut Rep
             "priority-class-syntax",
             "spec.pod.priorityClassName",
             format!("must be a valid PriorityClass name, got {class:?}"),
+        );
+    }
+}
+
+/// `""` is unset (CoreOS' Go client always sends the field); CoreOS' documented leading dot
+/// (`.cluster.local`) is accepted; what remains must be a DNS subdomain.
+fn check_cluster_domain(domain: Option<&str>, report: &mut Report) {
+    let Some(domain) = domain.filter(|d| !d.is_empty()) else {
+        return;
+    };
+    let bare = domain.strip_prefix('.').unwrap_or(domain);
+    if !is_dns1123_subdomain(bare) {
+        report.refuse(
+            "cluster-domain-syntax",
+            "spec.pod.ClusterDomain",
+            format!(
+                "must be a DNS domain such as cluster.local (a leading dot is accepted, \"\" means none), got {domain:?}"
+            ),
         );
     }
 }

@@ -671,3 +671,187 @@ fn defaulting_an_update_keeps_the_stored_values() {
         Some(crate::version::DEFAULT_VERSION)
     );
 }
+
+/// `spec.pod.ClusterDomain` as CoreOS' clients send it: `""` is unset, a leading dot is
+/// accepted, anything else must be a DNS domain.
+#[test]
+fn cluster_domain_values() {
+    let cases = [
+        ("\"\"", None),
+        ("cluster.local", None),
+        (".cluster.local", None),
+        ("corp.example", None),
+        (".corp.example", None),
+        (
+            "\"bad domain\"",
+            Some("spec.pod.ClusterDomain: must be a DNS domain"),
+        ),
+        ("\".\"", Some("must be a DNS domain")),
+        ("..cluster.local", Some("must be a DNS domain")),
+        ("cluster.local.", Some("must be a DNS domain")),
+        ("-x.local", Some("must be a DNS domain")),
+        ("Cluster.Local", Some("must be a DNS domain")),
+    ];
+    for (value, want) in cases {
+        let c = cluster(&format!("{QUIET}  ClusterDomain: {value}"));
+        match want {
+            None => assert!(warnings(&c, None).is_empty(), "{value}"),
+            Some(msg) => assert_refused(&c, None, msg),
+        }
+    }
+}
+
+/// Unset, `""`, `cluster.local` and `.cluster.local` are the same domain for the immutability
+/// rule, in every direction; a leading dot never makes another domain.
+#[test]
+fn cluster_domain_spellings_of_the_same_domain_are_no_change() {
+    let with = |domain: Option<&str>| match domain {
+        None => quiet("size: 3"),
+        Some(d) => cluster(&format!("size: 3\n{QUIET}  ClusterDomain: \"{d}\"")),
+    };
+    let same = [
+        None,
+        Some(""),
+        Some("cluster.local"),
+        Some(".cluster.local"),
+    ];
+    for old in same {
+        for new in same {
+            assert!(
+                warnings(&with(new), Some(&with(old))).is_empty(),
+                "{old:?} -> {new:?} was judged a change"
+            );
+        }
+    }
+    warnings(
+        &with(Some("corp.example")),
+        Some(&with(Some(".corp.example"))),
+    );
+    for (old, new) in [
+        (None, Some("corp.example")),
+        (Some(""), Some(".corp.example")),
+        (Some("corp.example"), Some("")),
+        (Some(".corp.example"), None),
+        (Some("corp.example"), Some("cluster.local")),
+    ] {
+        assert_refused(
+            &with(new),
+            Some(&with(old)),
+            "spec.pod.ClusterDomain: cannot change on a running cluster",
+        );
+    }
+    assert_refused(
+        &with(Some("corp.example")),
+        Some(&with(None)),
+        "(from cluster.local to corp.example)",
+    );
+}
+
+/// Every spec field of CoreOS' v1beta2 PodPolicy, as its Go client writes them
+/// (`resources: {}` always, `ClusterDomain: ""` always, `DNSTimeoutInSecond` when set).
+#[test]
+fn a_coreos_pod_policy_with_every_field_is_accepted() {
+    let c = cluster(
+        "size: 3
+version: 3.5.35
+repository: quay.io/coreos/etcd
+paused: false
+pod:
+  labels:
+    team: storage
+  nodeSelector:
+    disk: ssd
+  affinity:
+    nodeAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        nodeSelectorTerms:
+        - matchExpressions:
+          - {key: disk, operator: In, values: [ssd]}
+  antiAffinity: false
+  resources: {}
+  tolerations:
+  - {key: dedicated, operator: Equal, value: etcd, effect: NoSchedule}
+  etcdEnv:
+  - {name: ETCD_QUOTA_BACKEND_BYTES, value: \"4294967296\"}
+  persistentVolumeClaimSpec:
+    accessModes: [ReadWriteOnce]
+    resources:
+      requests:
+        storage: 1Gi
+  annotations:
+    example.com/owner: me
+  busyboxImage: busybox:1.28.0-glibc
+  securityContext:
+    runAsUser: 1000
+    runAsNonRoot: true
+    fsGroup: 1000
+  DNSTimeoutInSecond: 10
+  ClusterDomain: \"\"
+TLS:
+  static:
+    member:
+      peerSecret: peer
+      serverSecret: server
+    operatorSecret: operator",
+    );
+    let pod = c.spec.pod.as_ref().expect("pod");
+    assert_eq!(pod.dns_timeout_in_second, Some(10));
+    assert_eq!(pod.resources, Some(Default::default()));
+    let w = warnings(&AdmissionPolicy::default().defaulted(&c), None);
+    assert_eq!(
+        w,
+        [
+            "spec.pod.busyboxImage: is ignored: this operator needs no DNS wait container",
+            "spec.pod.DNSTimeoutInSecond: is ignored: this operator's members need no DNS init container to time out",
+        ]
+    );
+    // 0 is what the Go client leaves out: nothing to warn about.
+    let zero = cluster(&format!(
+        "{QUIET}  DNSTimeoutInSecond: 0\n  resources: {{}}"
+    ));
+    assert!(warnings(&zero, None).is_empty());
+}
+
+/// An EtcdCluster with the given spec and a status (YAML) as CoreOS' operator wrote it.
+fn with_status(spec: &str, status: &str) -> EtcdCluster {
+    let mut c = quiet(spec);
+    c.status = Some(serde_yaml::from_str(status).expect("status reads"));
+    c
+}
+
+/// Nothing in `status` is judged: not CoreOS' phases, not its conditions, not a currentVersion
+/// that says nothing. The stored status's currentVersion still guards an upgrade in progress.
+#[test]
+fn status_is_never_judged() {
+    let statuses = [
+        "phase: \"\"\nsize: 0\nmembers: {}\ncurrentVersion: \"\"\ntargetVersion: \"\"",
+        "phase: Failed\nreason: boom\nconditions:\n- {type: Available, status: \"False\", lastUpdateTime: \"2018-03-01T10:00:00Z\"}",
+        "phase: Exploded\ncurrentVersion: latest\nconditions: [{type: X, status: \"True\"}]",
+        "{}",
+    ];
+    for status in statuses {
+        let c = with_status("version: 3.6.16", status);
+        assert!(
+            warnings(&c, None).is_empty(),
+            "create with status {status:?}"
+        );
+        let moved = with_status("version: 3.6.15", status);
+        warnings(&moved, Some(&c));
+        // The spec's own upgrade path is checked whatever the stored status says.
+        assert_refused(
+            &with_status("version: 3.4.37", status),
+            Some(&c),
+            "spec.version: cannot move from 3.6.16 back to 3.4.37",
+        );
+    }
+    // A real currentVersion keeps its meaning next to CoreOS' other fields.
+    let mid_upgrade = with_status(
+        "version: 3.6.16",
+        "phase: Running\nreason: \"\"\ncontrolPaused: false\ncurrentVersion: 3.5.35\ntargetVersion: \"\"",
+    );
+    assert_refused(
+        &quiet("version: 3.7.3"),
+        Some(&mid_upgrade),
+        "cannot move to 3.7.3 while the members still run 3.5.35",
+    );
+}

@@ -4,6 +4,7 @@
 use super::quantity::parse_quantity;
 use super::{Defaults, Report};
 use crate::EtcdCluster;
+use crate::names;
 use crate::types::PodPolicy;
 use crate::version::{EtcdVersion, check_upgrade};
 
@@ -17,12 +18,33 @@ pub(crate) fn check(
     check_upgrade_path(new, old, defaults, report);
     check_storage_immutable(new, old, report);
     check_tls_mode(new, old, report);
-    let domain = |c: &EtcdCluster| c.spec.pod.as_ref().and_then(|p| p.cluster_domain.clone());
-    if domain(new) != domain(old) {
+    check_cluster_domain(new, old, report);
+}
+
+/// The domain the pods' DNS resolves names in when none is named.
+const KUBERNETES_DEFAULT_DOMAIN: &str = "cluster.local";
+
+/// The domain a `spec.pod.ClusterDomain` stands for: unset, `""` (what CoreOS' Go client sends
+/// when none is set), `cluster.local` and `.cluster.local` are all the cluster's default
+/// domain, under which the members' `.svc` names resolve.
+fn domain_identity(cluster: &EtcdCluster) -> &str {
+    let value = cluster
+        .spec
+        .pod
+        .as_ref()
+        .and_then(|p| p.cluster_domain.as_deref());
+    names::cluster_domain(value).unwrap_or(KUBERNETES_DEFAULT_DOMAIN)
+}
+
+fn check_cluster_domain(new: &EtcdCluster, old: &EtcdCluster, report: &mut Report) {
+    let (from, to) = (domain_identity(old), domain_identity(new));
+    if from != to {
         report.refuse(
             "immutable-cluster-domain",
             "spec.pod.ClusterDomain",
-            "cannot change on a running cluster: every member's peer URL is registered under it",
+            format!(
+                "cannot change on a running cluster (from {from} to {to}): every member's peer URL is registered under it"
+            ),
         );
     }
 }
@@ -48,7 +70,9 @@ fn check_upgrade_path(
         return;
     }
     // The members may still run an older version than the old spec asks for (an upgrade in
-    // progress): the path must hold from what they run too.
+    // progress): the path must hold from what they run too. The status is read for nothing
+    // else, and leniently: a missing or unreadable currentVersion (CoreOS writes "") only skips
+    // this check, never the spec's own path above, and never refuses by itself.
     let running: Option<EtcdVersion> = old
         .status
         .as_ref()

@@ -125,9 +125,10 @@ struct Listeners {
 /// What the demo runs, read before anything starts.
 struct Plan {
     args: Args,
-    cluster: EtcdCluster,
-    /// Why the example was changed, if it was.
-    note: Option<String>,
+    /// The example's text, applied as it is.
+    example: String,
+    /// Its name.
+    name: String,
     started: Instant,
     listeners: Listeners,
 }
@@ -144,13 +145,25 @@ async fn run(args: Args, listeners: Listeners) -> anyhow::Result<()> {
     let binaries = OperatorBinaries::locate()?;
     let example = std::fs::read_to_string(&args.example)
         .with_context(|| format!("reading {}", args.example.display()))?;
-    let mut cluster: EtcdCluster = serde_yaml::from_str(&example)
+    let cluster: EtcdCluster = serde_yaml::from_str(&example)
         .with_context(|| format!("{} is not an EtcdCluster", args.example.display()))?;
-    let note = runnable_version(&mut cluster, &tools);
+    let name = cluster
+        .metadata
+        .name
+        .clone()
+        .context("the example has no metadata.name")?;
+    if let Some(version) = &cluster.spec.version {
+        // The process kubelet runs the etcd that hack/build-tools.sh built for the version.
+        tools
+            .etcd(version.trim_start_matches('v'))
+            .with_context(|| {
+                format!("the example asks for etcd {version}, which this machine has not built")
+            })?;
+    }
     let plan = Plan {
         args,
-        cluster,
-        note,
+        example,
+        name,
         started,
         listeners,
     };
@@ -163,22 +176,6 @@ async fn run(args: Args, listeners: Listeners) -> anyhow::Result<()> {
     step(started, "tearing down");
     cp.shutdown();
     result
-}
-
-/// Leaves the cluster's version alone when the kubelet has an etcd binary for it; otherwise
-/// drops it (the webhook then defaults it) and says why.
-fn runnable_version(cluster: &mut EtcdCluster, tools: &Tools) -> Option<String> {
-    let version = cluster.spec.version.clone()?;
-    let bare = version.trim_start_matches('v');
-    if tools.etcd(bare).is_ok() {
-        return None;
-    }
-    cluster.spec.version = None;
-    Some(format!(
-        "etcd {version} is not built on this machine (hack/versions.env lists the versions the \
-         demo builds), so the example is applied without spec.version and the webhook defaults \
-         it; on a real cluster the example runs unchanged"
-    ))
 }
 
 async fn serve(cp: &ControlPlane, binaries: &OperatorBinaries, plan: Plan) -> anyhow::Result<()> {
@@ -201,8 +198,8 @@ async fn serve(cp: &ControlPlane, binaries: &OperatorBinaries, plan: Plan) -> an
 async fn demo(cp: &ControlPlane, plan: Plan) -> anyhow::Result<()> {
     let Plan {
         args,
-        mut cluster,
-        note,
+        example,
+        name,
         started,
         listeners,
     } = plan;
@@ -214,20 +211,15 @@ async fn demo(cp: &ControlPlane, plan: Plan) -> anyhow::Result<()> {
     let release = Release::new("etcd-operator", "etcd-operator");
     release.install(cp, &[]).await?;
 
-    let name = cluster
-        .metadata
-        .name
-        .clone()
-        .context("the example has no metadata.name")?;
-    if let Some(note) = &note {
-        println!("    note: {note}");
-    }
     step(
         started,
-        &format!("kubectl apply -f {}", args.example.display()),
+        &format!(
+            "kubectl apply -n {} -f {}",
+            args.namespace,
+            args.example.display()
+        ),
     );
-    cluster.metadata.namespace = Some(args.namespace.clone());
-    apply(cp, &cluster).await?;
+    apply(cp, &args.namespace, &example).await?;
 
     step(
         started,
@@ -284,10 +276,12 @@ async fn demo(cp: &ControlPlane, plan: Plan) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `kubectl apply -f -` of `cluster` (through the installed webhook), echoing kubectl.
-async fn apply(cp: &ControlPlane, cluster: &EtcdCluster) -> anyhow::Result<()> {
-    let yaml = serde_yaml::to_string(cluster)?;
-    let out = kubectl_apply(cp.kubectl(), &yaml)
+/// `kubectl apply` of the example as written, in `namespace` (through the installed webhook),
+/// echoing kubectl.
+async fn apply(cp: &ControlPlane, namespace: &str, example: &str) -> anyhow::Result<()> {
+    let mut kubectl = cp.kubectl();
+    kubectl.args(["--namespace", namespace]);
+    let out = kubectl_apply(kubectl, example)
         .await
         .context("running kubectl apply")?;
     print!("    {}", String::from_utf8_lossy(&out.stdout));

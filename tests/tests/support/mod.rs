@@ -19,6 +19,16 @@ use etcd_shared::types::ClusterPhase;
 use etcd_shared::{EtcdCluster, names};
 use etcd_tests::await_condition;
 
+/// The etcd version pinned in `hack/versions.env` for release line `line` (`"3.2"`).
+pub fn pinned_etcd(line: &str) -> anyhow::Result<String> {
+    let versions = etcd_tests::Versions::pinned()?;
+    versions
+        .every_etcd()
+        .into_iter()
+        .find(|v| v.rsplit_once('.').is_some_and(|(l, _)| l == line))
+        .with_context(|| format!("hack/versions.env pins no etcd {line}.x"))
+}
+
 /// The longest any single step of a test may take.
 pub const WAIT: Duration = Duration::from_secs(150);
 

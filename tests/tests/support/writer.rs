@@ -33,6 +33,7 @@ pub struct WriteReport {
 pub struct Writer {
     stop: CancellationToken,
     acked: Arc<AtomicUsize>,
+    failed: Arc<AtomicUsize>,
     task: JoinHandle<WriteReport>,
 }
 
@@ -41,19 +42,34 @@ impl Writer {
     pub fn start(slices: Api<EndpointSlice>, cluster: &str, prefix: &str) -> Self {
         let stop = CancellationToken::new();
         let acked = Arc::new(AtomicUsize::new(0));
+        let failed = Arc::new(AtomicUsize::new(0));
+        let counters = Counters {
+            acked: acked.clone(),
+            failed: failed.clone(),
+        };
         let task = tokio::spawn(write_loop(
             slices,
             cluster.to_string(),
             prefix.to_string(),
             stop.clone(),
-            acked.clone(),
+            counters,
         ));
-        Self { stop, acked, task }
+        Self {
+            stop,
+            acked,
+            failed,
+            task,
+        }
     }
 
     /// Acknowledged writes so far.
     pub fn acked(&self) -> usize {
         self.acked.load(Ordering::Relaxed)
+    }
+
+    /// Writes that failed or timed out so far.
+    pub fn failed(&self) -> usize {
+        self.failed.load(Ordering::Relaxed)
     }
 
     /// Waits until `more` writes beyond the current count are acknowledged: the cluster
@@ -78,12 +94,18 @@ impl Writer {
     }
 }
 
+/// The live counts a [`Writer`] shares with its task.
+struct Counters {
+    acked: Arc<AtomicUsize>,
+    failed: Arc<AtomicUsize>,
+}
+
 async fn write_loop(
     slices: Api<EndpointSlice>,
     cluster: String,
     prefix: String,
     stop: CancellationToken,
-    acked: Arc<AtomicUsize>,
+    counters: Counters,
 ) -> WriteReport {
     let mut report = WriteReport::default();
     let mut client = None;
@@ -110,10 +132,11 @@ async fn write_loop(
         match tokio::time::timeout(ETCD_TIMEOUT, c.put(key.clone(), value.clone(), None)).await {
             Ok(Ok(_)) => {
                 report.acked.insert(key, value);
-                acked.fetch_add(1, Ordering::Relaxed);
+                counters.acked.fetch_add(1, Ordering::Relaxed);
             }
             _ => {
                 report.failed += 1;
+                counters.failed.fetch_add(1, Ordering::Relaxed);
                 client = None;
                 tokio::time::sleep(RECONNECT_DELAY).await;
             }

@@ -1,0 +1,380 @@
+//! Table tests of the status fields CoreOS' clients read: `targetVersion` only during an
+//! upgrade, `controlPaused` while paused, `reason` only with a failure phase.
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+
+use etcd_shared::admission::{Refusal, Violation};
+use etcd_shared::types::status::unknown_time;
+
+use super::*;
+use crate::builders::fixtures::view_of;
+use crate::planner::{PodPhase, PodState};
+
+fn v(s: &str) -> EtcdVersion {
+    s.parse().expect("version")
+}
+
+fn now() -> Timestamp {
+    Timestamp::from_second(1_800_000_000).expect("a valid second")
+}
+
+fn pod(i: u32, version: &str) -> PodState {
+    PodState {
+        name: format!("demo-{i}"),
+        version: Some(v(version)),
+        image: format!("quay.io/coreos/etcd:v{version}"),
+        restarts: 0,
+        restarts_at_upgrade: None,
+        phase: PodPhase::Running,
+        ready: true,
+        ip: Some(format!("10.0.0.{i}")),
+        terminating: false,
+        age: Duration::from_secs(3600),
+    }
+}
+
+fn member(i: u32, version: &str, healthy: bool) -> MemberState {
+    MemberState {
+        id: 100 + u64::from(i),
+        name: format!("demo-{i}"),
+        learner: false,
+        started: true,
+        health: if healthy {
+            Health::Healthy {
+                version: Some(v(version)),
+                leader: i == 0,
+            }
+        } else {
+            Health::Unhealthy("connection refused".into())
+        },
+    }
+}
+
+/// Three bootstrapped members at the given versions; `None` is an unhealthy member.
+fn three(versions: [Option<&str>; 3]) -> Observed {
+    Observed {
+        pods: (0..3u32)
+            .map(|i| pod(i, versions[i as usize].unwrap_or("3.6.16")))
+            .collect(),
+        claims: vec![],
+        members: Ok((0..3u32)
+            .map(|i| {
+                let v = versions[i as usize];
+                member(i, v.unwrap_or("3.6.16"), v.is_some())
+            })
+            .collect()),
+        bootstrapped: true,
+    }
+}
+
+const AT_3_6: [Option<&str>; 3] = [Some("3.6.16"), Some("3.6.16"), Some("3.6.16")];
+const AT_3_5: [Option<&str>; 3] = [Some("3.5.35"), Some("3.5.35"), Some("3.5.35")];
+const MIXED: [Option<&str>; 3] = [Some("3.6.16"), Some("3.5.35"), Some("3.5.35")];
+
+struct Row {
+    what: &'static str,
+    spec: &'static str,
+    obs: Observed,
+    step: Step,
+    phase: ClusterPhase,
+    reason: Option<&'static str>,
+    target: Option<&'static str>,
+    paused: bool,
+}
+
+fn rows() -> Vec<Row> {
+    let upgrade = Step::UpgradeMember {
+        name: "demo-2".into(),
+        image: "quay.io/coreos/etcd:v3.6.16".into(),
+        version: v("3.6.16"),
+    };
+    vec![
+        Row {
+            what: "running at the spec's version",
+            spec: "size: 3\nversion: 3.6.16",
+            obs: three(AT_3_6),
+            step: Step::Done,
+            phase: ClusterPhase::Running,
+            reason: None,
+            target: None,
+            paused: false,
+        },
+        Row {
+            what: "creating: no member list yet",
+            spec: "size: 3\nversion: 3.6.16",
+            obs: Observed::default(),
+            step: Step::Wait(Waiting::MemberStarting("demo-0".into())),
+            phase: ClusterPhase::Creating,
+            reason: None,
+            target: None,
+            paused: false,
+        },
+        Row {
+            what: "the first member is upgraded",
+            spec: "size: 3\nversion: 3.6.16",
+            obs: three(AT_3_5),
+            step: upgrade,
+            phase: ClusterPhase::Upgrading,
+            reason: None,
+            target: Some("3.6.16"),
+            paused: false,
+        },
+        Row {
+            what: "waiting for an upgraded member",
+            spec: "size: 3\nversion: 3.6.16",
+            obs: three(MIXED),
+            step: Step::Wait(Waiting::MemberUpgrading("demo-0".into())),
+            phase: ClusterPhase::Upgrading,
+            reason: None,
+            target: Some("3.6.16"),
+            paused: false,
+        },
+        Row {
+            what: "paused in the middle of an upgrade",
+            spec: "size: 3\nversion: 3.6.16\npaused: true",
+            obs: three(MIXED),
+            step: Step::Blocked(Blocked::Paused),
+            phase: ClusterPhase::Paused,
+            reason: None,
+            target: Some("3.6.16"),
+            paused: true,
+        },
+        Row {
+            what: "paused at the spec's version",
+            spec: "size: 3\nversion: 3.6.16\npaused: true",
+            obs: three(AT_3_6),
+            step: Step::Blocked(Blocked::Paused),
+            phase: ClusterPhase::Paused,
+            reason: None,
+            target: None,
+            paused: true,
+        },
+        Row {
+            what: "an upgrade etcd does not support",
+            spec: "size: 3\nversion: 3.6.16",
+            obs: three(AT_3_5),
+            step: Step::Blocked(Blocked::UpgradeNotSupported(
+                "3.5.20 cannot move to 3.6".into(),
+            )),
+            phase: ClusterPhase::Degraded,
+            reason: Some("UpgradeNotSupported"),
+            target: Some("3.6.16"),
+            paused: false,
+        },
+        Row {
+            what: "quorum lost",
+            spec: "size: 3\nversion: 3.6.16",
+            obs: three([Some("3.6.16"), None, None]),
+            step: Step::Blocked(Blocked::QuorumLost {
+                missing: vec!["demo-1".into(), "demo-2".into()],
+                voters: 3,
+            }),
+            phase: ClusterPhase::QuorumLost,
+            reason: Some("QuorumLost"),
+            target: None,
+            paused: false,
+        },
+        Row {
+            what: "every member lost",
+            spec: "size: 3\nversion: 3.6.16",
+            obs: three([None, None, None]),
+            step: Step::Blocked(Blocked::AllMembersLost),
+            phase: ClusterPhase::QuorumLost,
+            reason: Some("AllMembersLost"),
+            target: None,
+            paused: false,
+        },
+        Row {
+            what: "an unhealthy member the kubelet restarts",
+            spec: "size: 3\nversion: 3.6.16",
+            obs: three([Some("3.6.16"), Some("3.6.16"), None]),
+            step: Step::Wait(Waiting::Unhealthy(vec!["demo-2".into()])),
+            phase: ClusterPhase::Degraded,
+            reason: Some("MembersUnhealthy"),
+            target: None,
+            paused: false,
+        },
+        Row {
+            what: "scaling is no failure",
+            spec: "size: 5\nversion: 3.6.16",
+            obs: three(AT_3_6),
+            step: Step::AddMember {
+                name: "demo-3".into(),
+                peer_url: "http://demo-3.demo.ns1.svc:2380".into(),
+                learner: true,
+            },
+            phase: ClusterPhase::Scaling,
+            reason: None,
+            target: None,
+            paused: false,
+        },
+    ]
+}
+
+#[test]
+fn coreos_fields_follow_the_phase_the_version_and_the_pause() {
+    for row in rows() {
+        // Past creation (a cluster is Creating until it first matches its spec).
+        let previous = EtcdClusterStatus {
+            phase: row.obs.bootstrapped.then_some(ClusterPhase::Running),
+            ..EtcdClusterStatus::default()
+        };
+        let s = compute(
+            &view_of(row.spec),
+            &row.obs,
+            &row.step,
+            Some(&previous),
+            now(),
+        );
+        assert_eq!(s.phase, Some(row.phase), "{}", row.what);
+        assert_eq!(s.reason.as_deref(), row.reason, "{}: reason", row.what);
+        assert_eq!(
+            s.target_version.as_deref(),
+            row.target,
+            "{}: targetVersion",
+            row.what
+        );
+        assert_eq!(s.control_paused, row.paused, "{}: controlPaused", row.what);
+        // A failure phase has a reason and any other phase has none.
+        assert_eq!(s.reason.is_some(), row.phase.is_failure(), "{}", row.what);
+    }
+}
+
+#[test]
+fn the_serialized_status_says_only_what_holds() {
+    let running = compute(
+        &view_of("size: 3\nversion: 3.6.16"),
+        &three(AT_3_6),
+        &Step::Done,
+        None,
+        now(),
+    );
+    let json = serde_json::to_value(&running).expect("serializes");
+    for absent in ["targetVersion", "reason", "controlPaused"] {
+        assert!(json.get(absent).is_none(), "{absent} in {json}");
+    }
+    assert_eq!(json["currentVersion"], "3.6.16");
+    let paused = compute(
+        &view_of("size: 3\nversion: 3.6.16\npaused: true"),
+        &three(AT_3_6),
+        &Step::Blocked(Blocked::Paused),
+        None,
+        now(),
+    );
+    assert_eq!(
+        serde_json::to_value(&paused).expect("serializes")["controlPaused"],
+        true
+    );
+}
+
+/// A status CoreOS' operator left behind (phase Failed, its reason, controlPaused, a
+/// targetVersion, its conditions) is not carried over; only known transition times are.
+#[test]
+fn a_coreos_status_left_behind_is_replaced() {
+    let coreos: EtcdClusterStatus = serde_json::from_value(serde_json::json!({
+        "phase": "Failed",
+        "reason": "Fail to create seed member",
+        "controlPaused": true,
+        "conditions": [
+            {"type": "Available", "status": "True", "lastUpdateTime": "2018-03-01T10:00:00Z",
+             "lastTransitionTime": "2018-03-01T09:00:00Z", "reason": "Cluster available"},
+            {"type": "Scaling", "status": "True", "reason": "Scaling up"}
+        ],
+        "size": 3, "members": {}, "currentVersion": "3.2.13", "targetVersion": "3.3.27"
+    }))
+    .expect("CoreOS status reads");
+    let s = compute(
+        &view_of("size: 3\nversion: 3.6.16"),
+        &three(AT_3_6),
+        &Step::Done,
+        Some(&coreos),
+        now(),
+    );
+    assert_eq!(s.phase, Some(ClusterPhase::Running));
+    assert_eq!(s.reason, None);
+    assert!(!s.control_paused);
+    assert_eq!(s.target_version, None);
+    assert_eq!(s.current_version.as_deref(), Some("3.6.16"));
+    let types: Vec<&str> = s.conditions.iter().map(|c| c.type_.as_str()).collect();
+    assert_eq!(types, [AVAILABLE, PROGRESSING, DEGRADED, PAUSED]);
+    let available = &s.conditions[0];
+    assert_eq!(
+        available.last_transition_time,
+        Time("2018-03-01T09:00:00Z".parse().expect("time")),
+        "available since CoreOS said so"
+    );
+}
+
+#[test]
+fn an_unknown_transition_time_is_not_carried() {
+    let previous = EtcdClusterStatus {
+        conditions: vec![Condition {
+            type_: AVAILABLE.into(),
+            status: "True".into(),
+            reason: String::new(),
+            message: String::new(),
+            observed_generation: None,
+            last_transition_time: unknown_time(),
+        }],
+        ..EtcdClusterStatus::default()
+    };
+    let s = compute(
+        &view_of("size: 3\nversion: 3.6.16"),
+        &three(AT_3_6),
+        &Step::Done,
+        Some(&previous),
+        now(),
+    );
+    assert_eq!(s.conditions[0].last_transition_time, Time(now()));
+}
+
+#[test]
+fn an_invalid_spec_gives_the_reason() {
+    let error = InvalidCluster::Spec(Refusal(vec![Violation::new(
+        "version-unsupported",
+        "spec.version",
+        "3.1.0 is older than the operator supports",
+    )]));
+    let previous = EtcdClusterStatus {
+        phase: Some(ClusterPhase::Running),
+        ..EtcdClusterStatus::default()
+    };
+    let s = invalid(&error, Some(2), Some(&previous), now());
+    assert_eq!(s.reason.as_deref(), Some("InvalidSpec"));
+    assert_eq!(
+        s.phase,
+        Some(ClusterPhase::Running),
+        "the phase is left alone"
+    );
+}
+
+/// What CoreOS' operator left in the status and this controller does not write is removed by
+/// a merge patch (server-side apply would leave it: another manager owns it).
+#[test]
+fn stale_fields_of_another_writer_are_nulled() {
+    let stored: EtcdClusterStatus = serde_json::from_value(serde_json::json!({
+        "phase": "Running", "reason": "leftover", "controlPaused": true,
+        "size": 3, "serviceName": "demo-client", "clientPort": 2379,
+        "members": {"ready": ["demo-0000"], "unready": ["demo-0001"]},
+        "currentVersion": "3.5.35", "targetVersion": "3.6.16"
+    }))
+    .expect("reads");
+    let new = compute(
+        &view_of("size: 3\nversion: 3.6.16"),
+        &three(AT_3_6),
+        &Step::Done,
+        Some(&stored),
+        now(),
+    );
+    assert_eq!(
+        stale_fields(&new, &stored),
+        Some(serde_json::json!({"status": {
+            "reason": null, "controlPaused": null, "targetVersion": null,
+            "members": {"unready": null}
+        }}))
+    );
+    assert_eq!(stale_fields(&new, &new), None, "nothing left over");
+}

@@ -1,0 +1,237 @@
+//! The observed state of an etcd cluster: what this controller writes, and what it reads back.
+//!
+//! Reading is lenient so that every status CoreOS' operator wrote reads too: `phase: ""` (its
+//! "no phase yet") and unknown phases read as none, `Failed` is a phase, empty strings read as
+//! absent, and conditions in CoreOS' own shape (no `observedGeneration`, `lastTransitionTime`
+//! and `message` optional, an extra `lastUpdateTime`) read as [`Condition`]s. Writing always
+//! uses this operator's shape.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{lenient, schema};
+
+/// The observed state of an etcd cluster, written by the controller.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdClusterStatus {
+    /// Lifecycle phase: Creating, Running, Scaling, Upgrading, Recovering, Degraded,
+    /// QuorumLost or Paused. Failed appears only on a status CoreOS' operator wrote; "" (CoreOS'
+    /// "no phase yet") reads as no phase.
+    #[serde(
+        default,
+        deserialize_with = "lenient::phase",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(schema_with = "schema::phase")]
+    pub phase: Option<ClusterPhase>,
+
+    /// Why the cluster is failing, in a word: set with the phases QuorumLost and Degraded
+    /// (QuorumLost, AllMembersLost, MembersUnhealthy, UpgradeNotSupported) and while an invalid
+    /// spec is not acted on (InvalidSpec); absent otherwise. CoreOS' operator wrote a sentence
+    /// here with the phase Failed.
+    #[serde(
+        default,
+        deserialize_with = "lenient::non_empty",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub reason: Option<String>,
+
+    /// True while spec.paused is set: the operator makes no change to the cluster.
+    #[serde(
+        default,
+        deserialize_with = "lenient::flag",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub control_paused: bool,
+
+    /// Conditions of the cluster: Available, Progressing, Degraded and Paused. Entries CoreOS'
+    /// operator wrote (Available, Scaling, Recovering, Upgrading, with lastUpdateTime and no
+    /// observedGeneration) are accepted too.
+    #[serde(
+        default,
+        deserialize_with = "lenient::conditions",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    #[schemars(schema_with = "schema::conditions")]
+    pub conditions: Vec<Condition>,
+
+    /// The metadata.generation the controller last acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// Number of members in the etcd cluster's member list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<i32>,
+
+    /// Number of members that answer their health check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_members: Option<i32>,
+
+    /// The etcd version every member runs; during an upgrade, the version being left.
+    #[serde(
+        default,
+        deserialize_with = "lenient::non_empty",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub current_version: Option<String>,
+
+    /// The version the cluster is upgrading to; absent when no upgrade is in progress.
+    #[serde(
+        default,
+        deserialize_with = "lenient::non_empty",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub target_version: Option<String>,
+
+    /// Members by health.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub members: Option<MembersStatus>,
+
+    /// Name of the client Service that fronts the cluster.
+    #[serde(
+        default,
+        deserialize_with = "lenient::non_empty",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub service_name: Option<String>,
+
+    /// Port of the client Service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_port: Option<i32>,
+
+    /// The next member change the controller will make, in words; empty when none is due.
+    #[serde(
+        default,
+        deserialize_with = "lenient::non_empty",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub next_step: Option<String>,
+}
+
+/// Member names by health.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MembersStatus {
+    /// Members that are healthy.
+    #[serde(
+        default,
+        deserialize_with = "lenient::names",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub ready: Vec<String>,
+    /// Members that are not healthy, or expected but missing.
+    #[serde(
+        default,
+        deserialize_with = "lenient::names",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub unready: Vec<String>,
+    /// Members that are learners, not yet promoted to voters (not in CoreOS' status).
+    #[serde(
+        default,
+        deserialize_with = "lenient::names",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub learners: Vec<String>,
+}
+
+/// Lifecycle phase of a cluster.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum ClusterPhase {
+    /// The first members are being created.
+    Creating,
+    /// Every member is healthy and the cluster matches its spec.
+    Running,
+    /// Members are being added or removed.
+    Scaling,
+    /// Members are being moved to another version.
+    Upgrading,
+    /// A failed member is being replaced.
+    Recovering,
+    /// Quorum holds but some members are unhealthy and cannot be replaced now.
+    Degraded,
+    /// Fewer than a majority of members are healthy: the operator makes no change.
+    QuorumLost,
+    /// `spec.paused` is set: the operator makes no change.
+    Paused,
+    /// CoreOS' operator gave up on the cluster. Read from statuses CoreOS' operator wrote; this
+    /// operator never writes it (it reports QuorumLost or Degraded, with a reason, instead).
+    Failed,
+}
+
+impl ClusterPhase {
+    /// Every phase this operator writes, for metrics that report clusters by phase
+    /// ([`ClusterPhase::Failed`] is only read).
+    pub const ALL: [ClusterPhase; 8] = [
+        ClusterPhase::Creating,
+        ClusterPhase::Running,
+        ClusterPhase::Scaling,
+        ClusterPhase::Upgrading,
+        ClusterPhase::Recovering,
+        ClusterPhase::Degraded,
+        ClusterPhase::QuorumLost,
+        ClusterPhase::Paused,
+    ];
+
+    /// Every phase the status may hold: [`ClusterPhase::ALL`] and CoreOS' `Failed`.
+    pub const READABLE: [ClusterPhase; 9] = [
+        ClusterPhase::Creating,
+        ClusterPhase::Running,
+        ClusterPhase::Scaling,
+        ClusterPhase::Upgrading,
+        ClusterPhase::Recovering,
+        ClusterPhase::Degraded,
+        ClusterPhase::QuorumLost,
+        ClusterPhase::Paused,
+        ClusterPhase::Failed,
+    ];
+
+    /// The phase as written in the status.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClusterPhase::Creating => "Creating",
+            ClusterPhase::Running => "Running",
+            ClusterPhase::Scaling => "Scaling",
+            ClusterPhase::Upgrading => "Upgrading",
+            ClusterPhase::Recovering => "Recovering",
+            ClusterPhase::Degraded => "Degraded",
+            ClusterPhase::QuorumLost => "QuorumLost",
+            ClusterPhase::Paused => "Paused",
+            ClusterPhase::Failed => "Failed",
+        }
+    }
+
+    /// The phase a status string names; `None` for "" (CoreOS' "no phase yet") and for names
+    /// this operator does not know.
+    pub fn from_name(name: &str) -> Option<ClusterPhase> {
+        ClusterPhase::READABLE
+            .into_iter()
+            .find(|p| p.as_str() == name)
+    }
+
+    /// Whether the phase says the cluster is failing: QuorumLost, Degraded or CoreOS' Failed.
+    pub fn is_failure(self) -> bool {
+        matches!(
+            self,
+            ClusterPhase::QuorumLost | ClusterPhase::Degraded | ClusterPhase::Failed
+        )
+    }
+}
+
+/// The `lastTransitionTime` given to a condition read without one (CoreOS' conditions carry
+/// it only optionally): the Unix epoch, which [`is_unknown_time`] recognizes.
+pub fn unknown_time() -> Time {
+    Time(Timestamp::UNIX_EPOCH)
+}
+
+/// Whether a condition's `lastTransitionTime` is [`unknown_time`]: it was read from a
+/// condition without one, and says nothing about when the condition changed.
+pub fn is_unknown_time(time: &Time) -> bool {
+    time.0 == Timestamp::UNIX_EPOCH
+}
+
+#[cfg(test)]
+mod tests;
