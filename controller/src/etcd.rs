@@ -31,6 +31,8 @@ pub struct MemberStatus {
     pub errors: Vec<String>,
     /// It is a learner (3.4+ report it; older lines have none).
     pub is_learner: bool,
+    /// The raft index it has applied (3.4+; 0 on older lines).
+    pub applied_index: u64,
 }
 
 /// A member of the member list.
@@ -115,6 +117,7 @@ impl EtcdAccess {
             version: resp.version().to_string(),
             errors: resp.errors().to_vec(),
             is_learner: resp.is_learner(),
+            applied_index: resp.raft_applied_index(),
         })
     }
 

@@ -134,12 +134,15 @@ fn pod_state(pod: &Pod, now: Timestamp) -> Option<PodState> {
         .and_then(|s| s.container_statuses.as_ref())
         .and_then(|cs| cs.iter().find(|c| c.name == "etcd"))
         .map_or(0, |c| c.restart_count);
-    let restarts_at_upgrade = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(names::ANNOTATION_RESTARTS_AT_UPGRADE))
-        .and_then(|n| n.parse().ok());
+    let annotation = |key: &str| {
+        pod.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .map(String::as_str)
+    };
+    let restarts_at_upgrade =
+        annotation(names::ANNOTATION_RESTARTS_AT_UPGRADE).and_then(|n| n.parse().ok());
     let ready = status
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
@@ -156,6 +159,9 @@ fn pod_state(pod: &Pod, now: Timestamp) -> Option<PodState> {
             .filter(|ip| !ip.is_empty()),
         terminating: pod.metadata.deletion_timestamp.is_some(),
         age: Duration::from_secs(u64::try_from(age).unwrap_or(0)),
+        created_on: annotation(names::ANNOTATION_CREATED_ON).and_then(|v| v.parse().ok()),
+        snapshot_barrier: annotation(names::ANNOTATION_SNAPSHOT_BARRIER)
+            .and_then(|v| v.parse().ok()),
     })
 }
 
@@ -279,6 +285,11 @@ pub async fn observe(
                 for m in &listed {
                     let name = member_name(view, m);
                     let health = health_of(&name, &statuses);
+                    let applied_index = statuses
+                        .iter()
+                        .find(|p| p.pod == name)
+                        .and_then(|p| p.status.as_ref().ok())
+                        .map_or(0, |s| s.applied_index);
                     if let Health::Unhealthy(why) = &health
                         && !m.name.is_empty()
                     {
@@ -290,6 +301,7 @@ pub async fn observe(
                         learner: m.learner,
                         started: !m.name.is_empty(),
                         health,
+                        applied_index,
                     });
                 }
                 Ok(states)
@@ -324,6 +336,7 @@ mod tests {
                 version: "3.6.16".into(),
                 errors: vec![],
                 is_learner,
+                applied_index: 0,
             }),
         }
     }

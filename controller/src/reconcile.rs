@@ -491,6 +491,20 @@ async fn execute(
             obs.access.move_leader(endpoint, *to_id).await?;
             ("LeadershipTransferred", "transfer_leadership")
         }
+        Step::RecordSnapshotBarrier { index } => {
+            let patch = serde_json::json!({
+                "metadata": { "annotations": { names::ANNOTATION_SNAPSHOT_BARRIER: index.to_string() } },
+            });
+            for pod in &obs.model.pods {
+                pods.patch(&pod.name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map_err(Error::kube(format!(
+                        "record the snapshot barrier on {}",
+                        pod.name
+                    )))?;
+            }
+            ("SnapshotBarrierRecorded", "snapshot_barrier")
+        }
         Step::Wait(_) | Step::Blocked(_) | Step::Done => return Ok(()),
     };
     let note = status::describe(step);

@@ -27,6 +27,8 @@ pub const PROGRESSING: &str = "Progressing";
 pub const DEGRADED: &str = "Degraded";
 /// `spec.paused` is set.
 pub const PAUSED: &str = "Paused";
+/// Degraded reason (and status `reason`): member pods are Ready but etcd cannot be reached.
+const MEMBERS_UNREACHABLE: &str = "MembersUnreachable";
 
 /// A short description of a step, for the status and events.
 pub fn describe(step: &Step) -> String {
@@ -64,6 +66,16 @@ pub fn describe(step: &Step) -> String {
         Step::Wait(Waiting::MemberUpgrading(n)) => {
             format!("wait for member {n} to restart on the new version")
         }
+        Step::RecordSnapshotBarrier { index } => format!(
+            "record raft index {index} as the point the members must snapshot past before the upgrade (members created on etcd 3.4 or older wrote v2-format entries, which 3.7 cannot replay)"
+        ),
+        Step::Wait(Waiting::SnapshotBeforeUpgrade {
+            members,
+            entries_left,
+        }) => format!(
+            "wait for members {} to take a raft snapshot past the v2-format entries of etcd 3.4 and older before moving to a line that cannot replay them (about {entries_left} more applied entries; etcd snapshots every --snapshot-count entries)",
+            members.join(", ")
+        ),
         Step::Blocked(b) => blocked_message(b),
         Step::Done => String::new(),
     }
@@ -250,6 +262,15 @@ pub fn compute(
                 .collect()
         })
         .unwrap_or_default();
+    // Pods the kubelet reports Ready while the operator cannot read the member list: its
+    // client certificate or the members' server certificates do not work together, or the
+    // operator cannot reach the pod network. Said as such instead of "all healthy".
+    let unreachable = match &obs.members {
+        Err(e) if obs.pods.iter().any(|p| p.ready) => Some(format!(
+            "member pods are Ready but the operator cannot read the member list: {e}"
+        )),
+        _ => None,
+    };
     let (degraded, degraded_reason, degraded_message) = match step {
         Step::Blocked(Blocked::QuorumLost { .. }) if obs.bootstrapped => {
             (true, "QuorumLost", describe(step))
@@ -258,6 +279,11 @@ pub fn compute(
         Step::Blocked(Blocked::UpgradeNotSupported(_)) => {
             (true, "UpgradeNotSupported", describe(step))
         }
+        _ if unreachable.is_some() => (
+            true,
+            MEMBERS_UNREACHABLE,
+            unreachable.clone().unwrap_or_default(),
+        ),
         _ if !unhealthy.is_empty() => (
             true,
             "MembersUnhealthy",
@@ -281,7 +307,9 @@ pub fn compute(
         } => "ReplacingMember",
         Step::UpgradeMember { .. }
         | Step::TransferLeadership { .. }
-        | Step::Wait(Waiting::MemberUpgrading(_)) => "Upgrading",
+        | Step::RecordSnapshotBarrier { .. }
+        | Step::Wait(Waiting::MemberUpgrading(_))
+        | Step::Wait(Waiting::SnapshotBeforeUpgrade { .. }) => "Upgrading",
         Step::Wait(_) => "WaitingForMembers",
         Step::Blocked(Blocked::Paused) => "Paused",
         Step::Blocked(_) => "Blocked",
@@ -346,7 +374,8 @@ pub fn compute(
         upgrading(view, step, current_version.as_deref()).then(|| view.version.to_string());
     EtcdClusterStatus {
         phase: Some(phase),
-        reason: failure_reason(phase, step),
+        reason: failure_reason(phase, step)
+            .or_else(|| (degraded_reason == MEMBERS_UNREACHABLE).then(|| degraded_reason.into())),
         control_paused: view.paused,
         conditions,
         observed_generation: generation,

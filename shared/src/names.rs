@@ -41,6 +41,15 @@ pub const LABEL_MEMBER: &str = "etcd.database.coreos.com/member";
 /// Annotation of a member pod: the etcd container's restart count when the operator changed
 /// its image, so the upgrade waits for the container that runs the new image.
 pub const ANNOTATION_RESTARTS_AT_UPGRADE: &str = "etcd.database.coreos.com/restarts-at-upgrade";
+/// Annotation of a member pod: the etcd version it was created with. Members created on 3.4
+/// or older wrote v2-format entries to the raft log (see [`ANNOTATION_SNAPSHOT_BARRIER`]); a
+/// pod without it was made by an earlier operator and counts as such.
+pub const ANNOTATION_CREATED_ON: &str = "etcd.database.coreos.com/created-on-version";
+/// Annotation of a member pod: a raft index after every v2-format entry of the cluster's log.
+/// etcd 3.7 cannot replay v2-format entries, so a member moves to 3.7 only once it has
+/// applied a snapshot's worth of entries past this index (it then took a raft snapshot after
+/// them and never replays them).
+pub const ANNOTATION_SNAPSHOT_BARRIER: &str = "etcd.database.coreos.com/snapshot-barrier-index";
 /// CoreOS' legacy label `etcd_cluster`, kept so existing selectors keep working.
 pub const LEGACY_LABEL_CLUSTER: &str = "etcd_cluster";
 /// CoreOS' legacy label `app=etcd`.

@@ -115,6 +115,12 @@ pub struct LineCapabilities {
     /// ("detected disallowed v2 WAL"): a readiness probe on it would block the upgrade to 3.6
     /// until 100,000 more entries bring a snapshot. Such lines are probed over TCP instead.
     pub v3_health: bool,
+    /// Members of this line write v2-format raft entries (member attributes, cluster version:
+    /// 3.4 and older).
+    pub writes_v2_entries: bool,
+    /// Members of this line can replay v2-format raft entries from their WAL (3.6 and older;
+    /// 3.7 panics: "unmarshal should never fail").
+    pub replays_v2_entries: bool,
     /// The maintenance API has `MoveLeader` (3.3+), so a leader can hand over before it
     /// restarts; on older lines the restart costs an election.
     pub move_leader: bool,
@@ -133,6 +139,8 @@ pub const LINES: &[LineCapabilities] = &[
         zap_logger: false,
         v2_flag: true,
         v3_health: false,
+        writes_v2_entries: true,
+        replays_v2_entries: true,
         move_leader: false,
         upgrade_prerequisite: None,
     },
@@ -145,6 +153,8 @@ pub const LINES: &[LineCapabilities] = &[
         zap_logger: false,
         v2_flag: true,
         v3_health: false,
+        writes_v2_entries: true,
+        replays_v2_entries: true,
         move_leader: true,
         upgrade_prerequisite: None,
     },
@@ -157,6 +167,8 @@ pub const LINES: &[LineCapabilities] = &[
         zap_logger: true,
         v2_flag: true,
         v3_health: true,
+        writes_v2_entries: true,
+        replays_v2_entries: true,
         move_leader: true,
         upgrade_prerequisite: None,
     },
@@ -169,6 +181,8 @@ pub const LINES: &[LineCapabilities] = &[
         zap_logger: true,
         v2_flag: true,
         v3_health: true,
+        writes_v2_entries: false,
+        replays_v2_entries: true,
         move_leader: true,
         upgrade_prerequisite: None,
     },
@@ -181,6 +195,8 @@ pub const LINES: &[LineCapabilities] = &[
         zap_logger: true,
         v2_flag: false,
         v3_health: true,
+        writes_v2_entries: false,
+        replays_v2_entries: true,
         move_leader: true,
         upgrade_prerequisite: Some(UpgradePrerequisite {
             minimum_from: EtcdVersion::new(3, 5, 26),
@@ -196,6 +212,8 @@ pub const LINES: &[LineCapabilities] = &[
         zap_logger: true,
         v2_flag: false,
         v3_health: true,
+        writes_v2_entries: false,
+        replays_v2_entries: false,
         move_leader: true,
         upgrade_prerequisite: Some(UpgradePrerequisite {
             minimum_from: EtcdVersion::new(3, 6, 11),
@@ -203,6 +221,10 @@ pub const LINES: &[LineCapabilities] = &[
         }),
     },
 ];
+
+/// etcd's default `--snapshot-count` on 3.6 and later: a member takes a raft snapshot after
+/// this many applied entries.
+pub const DEFAULT_SNAPSHOT_COUNT: u64 = 10_000;
 
 /// The oldest version the operator runs.
 pub const OLDEST_SUPPORTED: EtcdVersion = EtcdVersion::new(3, 2, 0);

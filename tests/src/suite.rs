@@ -52,6 +52,7 @@ type TestFn = Box<dyn FnOnce(TestContext) -> BoxFuture<'static, Result<(), Strin
 pub struct Test {
     name: String,
     ignored: bool,
+    timeout: Option<Duration>,
     run: TestFn,
 }
 
@@ -76,6 +77,7 @@ impl Test {
         Self {
             name: name.into(),
             ignored: false,
+            timeout: None,
             run: Box::new(move |ctx| {
                 let fut = f(ctx);
                 Box::pin(async move { fut.await.map_err(|e| format!("{e:?}")) })
@@ -86,6 +88,13 @@ impl Test {
     /// Marks the test ignored (runs only with `--ignored` / `--include-ignored`).
     pub fn ignored(mut self, ignored: bool) -> Self {
         self.ignored = ignored;
+        self
+    }
+
+    /// Gives the test its own time limit instead of the suite's (`ETCD_TESTS_TIMEOUT_SECS`,
+    /// which still wins when it is longer): for tests that walk many steps on real members.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
         self
     }
 
@@ -261,7 +270,9 @@ impl Shared {
     fn run(&self, test: Test) -> Result<(), Failed> {
         let control_plane = self.control_plane()?;
         let kubelet = self.kubelet(&control_plane)?;
-        let timeout = self.test_timeout;
+        let timeout = test
+            .timeout
+            .map_or(self.test_timeout, |t| t.max(self.test_timeout));
         let name = test.name;
         let run = test.run;
         let cp = control_plane.clone();

@@ -58,7 +58,7 @@ pub fn member_pod(view: &ClusterView, plan: &MemberPlan) -> Pod {
         name: Some(plan.name.clone()),
         namespace: Some(view.namespace.clone()),
         labels: Some(labels),
-        annotations: (!view.pod.annotations.is_empty()).then(|| view.pod.annotations.clone()),
+        annotations: Some(member_annotations(view, plan)),
         owner_references: Some(vec![view.owner.clone()]),
         ..ObjectMeta::default()
     };
@@ -178,6 +178,16 @@ pub fn member_pod(view: &ClusterView, plan: &MemberPlan) -> Pod {
         }),
         status: None,
     }
+}
+
+/// The user's pod annotations and the version the member is created with.
+fn member_annotations(view: &ClusterView, plan: &MemberPlan) -> BTreeMap<String, String> {
+    let mut annotations = view.pod.annotations.clone();
+    annotations.insert(
+        names::ANNOTATION_CREATED_ON.to_string(),
+        plan.version.to_string(),
+    );
+    annotations
 }
 
 /// Readiness: etcd's `/health` (which fails without a leader), on the plain metrics port

@@ -18,7 +18,7 @@ mod tests;
 use std::time::Duration;
 
 use etcd_shared::names;
-use etcd_shared::version::{EtcdVersion, LineCapabilities, check_upgrade};
+use etcd_shared::version::{DEFAULT_SNAPSHOT_COUNT, EtcdVersion, LineCapabilities, check_upgrade};
 
 use crate::builders::{ClusterView, InitialState, MemberPlan};
 pub use model::{Health, MemberState, Observed, PodPhase, PodState};
@@ -80,6 +80,14 @@ pub enum Waiting {
     LearnerCatchingUp(String),
     /// An upgraded member has not reported its new version yet.
     MemberUpgrading(String),
+    /// Members must take a raft snapshot past the cluster's v2-format entries before the
+    /// first one moves to a line that cannot replay them (3.7).
+    SnapshotBeforeUpgrade {
+        /// Members that have not applied enough entries past the barrier yet.
+        members: Vec<String>,
+        /// Entries the furthest-behind of them still has to apply.
+        entries_left: u64,
+    },
 }
 
 /// The single next step for one cluster.
@@ -136,6 +144,12 @@ pub enum Step {
         to: String,
         /// Its member ID.
         to_id: u64,
+    },
+    /// Record a raft index after every v2-format entry of the cluster (on every member pod),
+    /// from which the members' next raft snapshot is counted.
+    RecordSnapshotBarrier {
+        /// The highest index any member has applied.
+        index: u64,
     },
     /// Nothing to change now; check again soon.
     Wait(Waiting),
@@ -485,6 +499,9 @@ fn plan_upgrade(view: &ClusterView, obs: &Observed, members: &[MemberState]) -> 
     {
         return Step::Blocked(Blocked::UpgradeNotSupported(e.message));
     }
+    if let Some(step) = snapshot_barrier(view, obs, members) {
+        return step;
+    }
     outdated.sort_by_key(|m| {
         (
             matches!(m.health, Health::Healthy { leader: true, .. }),
@@ -514,6 +531,59 @@ fn plan_upgrade(view: &ClusterView, obs: &Observed, members: &[MemberState]) -> 
         image: target_image,
         version: view.version,
     }
+}
+
+/// etcd's `--snapshot-count` for the members: `ETCD_SNAPSHOT_COUNT` from `etcdEnv` when set,
+/// else the 3.6+ default.
+fn snapshot_count(view: &ClusterView) -> u64 {
+    view.pod
+        .etcd_env
+        .iter()
+        .find(|e| e.name == "ETCD_SNAPSHOT_COUNT")
+        .and_then(|e| e.value.as_deref()?.trim().parse().ok())
+        .unwrap_or(DEFAULT_SNAPSHOT_COUNT)
+}
+
+/// Before the first member moves to a line that cannot replay v2-format raft entries (3.7),
+/// every member must have taken a raft snapshot after the cluster's last such entry, if any
+/// member ever wrote them (one created on 3.4 or older, or by an earlier operator, which does
+/// not say): otherwise the member would replay them on its next start and panic. A member
+/// snapshots every `--snapshot-count` applied entries, so once all members run a line that
+/// writes none, the highest applied index is recorded as the barrier and the move waits
+/// until every member has applied `snapshot-count` entries past it.
+fn snapshot_barrier(view: &ClusterView, obs: &Observed, members: &[MemberState]) -> Option<Step> {
+    if view.capabilities.replays_v2_entries {
+        return None;
+    }
+    let running = running_version(obs, members)?.capabilities()?;
+    if !running.replays_v2_entries || running.writes_v2_entries {
+        return None;
+    }
+    let wrote_v2 = obs.pods.iter().any(|p| {
+        p.created_on
+            .and_then(|v| v.capabilities())
+            .is_none_or(|c| c.writes_v2_entries)
+    });
+    if !wrote_v2 {
+        return None;
+    }
+    let recorded: Option<Vec<u64>> = obs.pods.iter().map(|p| p.snapshot_barrier).collect();
+    let Some(barrier) = recorded.and_then(|b| b.into_iter().min()) else {
+        let index = members.iter().map(|m| m.applied_index).max().unwrap_or(0);
+        return Some(Step::RecordSnapshotBarrier { index });
+    };
+    let needed = barrier
+        .saturating_add(snapshot_count(view))
+        .saturating_add(1);
+    let behind: Vec<&MemberState> = members
+        .iter()
+        .filter(|m| m.applied_index < needed)
+        .collect();
+    let slowest = behind.iter().map(|m| m.applied_index).min()?;
+    Some(Step::Wait(Waiting::SnapshotBeforeUpgrade {
+        members: behind.iter().map(|m| m.name.clone()).collect(),
+        entries_left: needed - slowest,
+    }))
 }
 
 /// The voter that should lead while `leader` restarts: a started, healthy voter with a Ready

@@ -28,6 +28,10 @@ pub struct PodState {
     pub terminating: bool,
     /// Time since the pod was created.
     pub age: Duration,
+    /// The version the pod was created with (`None`: made by an earlier operator).
+    pub created_on: Option<EtcdVersion>,
+    /// The raft index recorded as the cluster's snapshot barrier, if one was.
+    pub snapshot_barrier: Option<u64>,
 }
 
 impl PodState {
@@ -98,6 +102,8 @@ pub struct MemberState {
     pub started: bool,
     /// Its health.
     pub health: Health,
+    /// The raft index it has applied (0 when unknown: etcd 3.2/3.3 do not report it).
+    pub applied_index: u64,
 }
 
 /// Everything observed of one cluster.

@@ -25,6 +25,8 @@ fn pod(i: u32, version: &str) -> PodState {
         ip: Some(format!("10.0.0.{i}")),
         terminating: false,
         age: OLD,
+        created_on: Some(v(version)),
+        snapshot_barrier: None,
     }
 }
 
@@ -38,6 +40,7 @@ fn member(i: u32, version: &str) -> MemberState {
             version: Some(v(version)),
             leader: i == 0,
         },
+        applied_index: 0,
     }
 }
 
@@ -648,4 +651,64 @@ fn calls_follow_the_oldest_running_line() {
             );
         }
     }
+}
+
+/// etcd 3.7 cannot replay the v2-format raft entries that members on 3.4 or older wrote: a
+/// cluster born there moves to 3.7 only after every member snapshotted past them (found by
+/// the upgrade chain test: "unmarshal should never fail" on the first 3.7 member).
+#[test]
+fn a_cluster_born_before_3_5_snapshots_past_its_v2_entries_before_3_7() {
+    let spec = "size: 3\nversion: 3.7.3";
+    let mut obs = healthy(3, "3.6.16");
+    for (i, m) in obs.members.as_mut().unwrap().iter_mut().enumerate() {
+        m.applied_index = 500 + i as u64;
+    }
+    for p in &mut obs.pods {
+        p.created_on = Some(v("3.2.13"));
+    }
+    assert_eq!(
+        plan_for(spec, &obs),
+        Step::RecordSnapshotBarrier { index: 502 }
+    );
+    for p in &mut obs.pods {
+        p.snapshot_barrier = Some(502);
+    }
+    let step = plan_for(spec, &obs);
+    assert!(
+        matches!(&step, Step::Wait(Waiting::SnapshotBeforeUpgrade { members, entries_left })
+            if members.len() == 3 && *entries_left == 502 + 10_000 + 1 - 500),
+        "{step:?}"
+    );
+    // Two members applied a snapshot's worth of entries past the barrier; demo-2 has not.
+    for (i, m) in obs.members.as_mut().unwrap().iter_mut().enumerate() {
+        m.applied_index = if i == 2 { 9_000 } else { 10_600 };
+    }
+    assert!(matches!(
+        plan_for(spec, &obs),
+        Step::Wait(Waiting::SnapshotBeforeUpgrade { members, .. }) if members == vec!["demo-2".to_string()]
+    ));
+    obs.members.as_mut().unwrap()[2].applied_index = 10_503;
+    assert!(
+        matches!(plan_for(spec, &obs), Step::UpgradeMember { name, .. } if name == "demo-1"),
+        "{:?}",
+        plan_for(spec, &obs)
+    );
+    // etcdEnv's ETCD_SNAPSHOT_COUNT is the members' real snapshot interval.
+    let small = "size: 3\nversion: 3.7.3\npod:\n  etcdEnv:\n  - name: ETCD_SNAPSHOT_COUNT\n    value: \"100\"";
+    obs.members.as_mut().unwrap()[2].applied_index = 603;
+    assert!(matches!(plan_for(small, &obs), Step::UpgradeMember { .. }));
+    // Pods made by an earlier operator do not say where they were born: counted as old.
+    for p in &mut obs.pods {
+        p.created_on = None;
+    }
+    obs.members.as_mut().unwrap()[2].applied_index = 600;
+    assert!(matches!(
+        plan_for(spec, &obs),
+        Step::Wait(Waiting::SnapshotBeforeUpgrade { .. })
+    ));
+    // A cluster born on 3.5 or later has no v2-format entries: no wait.
+    for p in &mut obs.pods {
+        p.created_on = Some(v("3.5.35"));
+    }
+    assert!(matches!(plan_for(spec, &obs), Step::UpgradeMember { .. }));
 }

@@ -33,6 +33,8 @@ fn pod(i: u32, version: &str) -> PodState {
         ip: Some(format!("10.0.0.{i}")),
         terminating: false,
         age: Duration::from_secs(3600),
+        created_on: Some(v(version)),
+        snapshot_barrier: None,
     }
 }
 
@@ -50,6 +52,7 @@ fn member(i: u32, version: &str, healthy: bool) -> MemberState {
         } else {
             Health::Unhealthy("connection refused".into())
         },
+        applied_index: 0,
     }
 }
 
@@ -377,4 +380,34 @@ fn stale_fields_of_another_writer_are_nulled() {
         }}))
     );
     assert_eq!(stale_fields(&new, &new), None, "nothing left over");
+}
+
+/// A member pod the kubelet reports Ready that the operator cannot reach (a certificate that
+/// does not work): Degraded says so with etcd's error, and `reason` names it; the phase is
+/// not Running.
+#[test]
+fn ready_pods_the_operator_cannot_reach_are_degraded_not_healthy() {
+    let view = view_of("size: 1\nversion: 3.6.16");
+    let obs = Observed {
+        pods: vec![pod(0, "3.6.16")],
+        claims: vec![],
+        members: Err("etcd over TLS: invalid peer certificate: NotValidForName".into()),
+        bootstrapped: false,
+    };
+    let step = Step::Wait(Waiting::MemberStarting("demo-0".into()));
+    let status = compute(&view, &obs, &step, None, now());
+    let degraded = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == DEGRADED)
+        .expect("a Degraded condition");
+    assert_eq!(degraded.status, "True");
+    assert_eq!(degraded.reason, "MembersUnreachable");
+    assert!(
+        degraded.message.contains("NotValidForName"),
+        "{}",
+        degraded.message
+    );
+    assert_eq!(status.reason.as_deref(), Some("MembersUnreachable"));
+    assert_ne!(status.phase, Some(ClusterPhase::Running));
 }

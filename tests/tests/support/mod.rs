@@ -204,3 +204,33 @@ pub async fn reported_versions(
     }
     Ok(versions)
 }
+
+/// Writes `count` keys `PREFIX<n>` through the cluster's client Service endpoints, `parallel`
+/// at a time, and returns the acknowledged ones: a burst of raft entries.
+pub async fn bulk_put(
+    slices: &Api<EndpointSlice>,
+    cluster: &str,
+    prefix: &str,
+    count: usize,
+    parallel: usize,
+) -> anyhow::Result<BTreeMap<String, String>> {
+    use futures::StreamExt as _;
+    let urls = client_service_urls(slices, cluster).await?;
+    let client = connect(&urls).await?;
+    let acked: Vec<Option<(String, String)>> = futures::stream::iter(0..count)
+        .map(|n| {
+            let mut client = client.clone();
+            let (key, value) = (format!("{prefix}{n:08}"), format!("bulk-{n}"));
+            async move {
+                let put = client.put(key.clone(), value.clone(), None);
+                match tokio::time::timeout(ETCD_TIMEOUT, put).await {
+                    Ok(Ok(_)) => Some((key, value)),
+                    _ => None,
+                }
+            }
+        })
+        .buffer_unordered(parallel)
+        .collect()
+        .await;
+    Ok(acked.into_iter().flatten().collect())
+}
