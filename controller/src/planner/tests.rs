@@ -12,22 +12,8 @@ fn v(s: &str) -> EtcdVersion {
     s.parse().expect("version")
 }
 
-/// A running, ready pod of member `demo-i` at `version`.
 fn pod(i: u32, version: &str) -> PodState {
-    PodState {
-        name: format!("demo-{i}"),
-        version: Some(v(version)),
-        image: format!("quay.io/coreos/etcd:v{version}"),
-        restarts: 0,
-        restarts_at_upgrade: None,
-        phase: PodPhase::Running,
-        ready: true,
-        ip: Some(format!("10.0.0.{i}")),
-        terminating: false,
-        age: OLD,
-        created_on: Some(v(version)),
-        snapshot_barrier: None,
-    }
+    crate::builders::fixtures::ready_pod(i, version)
 }
 
 fn member(i: u32, version: &str) -> MemberState {

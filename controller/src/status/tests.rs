@@ -1,8 +1,6 @@
 //! Table tests of the status fields CoreOS' clients read: `targetVersion` only during an
 //! upgrade, `controlPaused` while paused, `reason` only with a failure phase.
 
-use std::time::Duration;
-
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
@@ -11,7 +9,7 @@ use etcd_shared::types::status::unknown_time;
 
 use super::*;
 use crate::builders::fixtures::view_of;
-use crate::planner::{PodPhase, PodState};
+use crate::planner::PodState;
 
 fn v(s: &str) -> EtcdVersion {
     s.parse().expect("version")
@@ -22,20 +20,7 @@ fn now() -> Timestamp {
 }
 
 fn pod(i: u32, version: &str) -> PodState {
-    PodState {
-        name: format!("demo-{i}"),
-        version: Some(v(version)),
-        image: format!("quay.io/coreos/etcd:v{version}"),
-        restarts: 0,
-        restarts_at_upgrade: None,
-        phase: PodPhase::Running,
-        ready: true,
-        ip: Some(format!("10.0.0.{i}")),
-        terminating: false,
-        age: Duration::from_secs(3600),
-        created_on: Some(v(version)),
-        snapshot_barrier: None,
-    }
+    crate::builders::fixtures::ready_pod(i, version)
 }
 
 fn member(i: u32, version: &str, healthy: bool) -> MemberState {

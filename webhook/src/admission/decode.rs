@@ -80,6 +80,17 @@ fn part<T: DeserializeOwned + Default>(value: Option<&Value>, key: &str) -> Resu
     let Some(value) = value.filter(|v| !v.is_null()) else {
         return Ok(T::default());
     };
+    // serde reads a struct from an array too (`spec: []` would read as an empty spec, and the
+    // defaulting patch could then not apply to the raw array): both parts must be objects.
+    if !value.is_object() {
+        return Err(DecodeError {
+            field: key.to_string(),
+            source: <serde_json::Error as serde::de::Error>::invalid_type(
+                unexpected(value),
+                &"an object",
+            ),
+        });
+    }
     // The plain decoder first (the path tracker costs).
     if let Ok(v) = T::deserialize(value) {
         return Ok(v);
