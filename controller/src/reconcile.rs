@@ -84,12 +84,24 @@ pub async fn run_controller(
         caches,
         backoff: Backoff::default(),
     });
+    let forgetting = reconciler.clone();
     controller
         .run(reconcile_with_backoff, error_policy, reconciler)
-        .for_each(|result| async move {
-            // Reconcile errors are logged (and retried) by error_policy.
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "controller stream error");
+        .for_each(|result| {
+            let r = forgetting.clone();
+            async move {
+                match result {
+                    Ok(_) => {}
+                    // A cluster deleted without a finalizer (a background delete) is seen
+                    // only as gone from the store: forget what was kept for it.
+                    Err(kube::runtime::controller::Error::ObjectNotFound(gone)) => {
+                        let namespace = gone.namespace.clone().unwrap_or_default();
+                        r.forget(&namespace, &gone.name);
+                        tracing::debug!(cluster = %format!("{namespace}/{}", gone.name), "cluster gone: forgotten");
+                    }
+                    // Reconcile errors are logged (and retried) by error_policy.
+                    Err(e) => tracing::debug!(error = %e, "controller stream error"),
+                }
             }
         })
         .await;
@@ -115,6 +127,14 @@ struct Reconciler {
     ctx: Arc<Context>,
     caches: Caches,
     backoff: Backoff,
+}
+
+impl Reconciler {
+    /// Drops everything kept for a cluster that is gone: its metric series and its backoff.
+    fn forget(&self, namespace: &str, name: &str) {
+        self.ctx.metrics.forget_cluster(namespace, name);
+        self.backoff.succeeded(&format!("{namespace}/{name}"));
+    }
 }
 
 fn key(cluster: &EtcdCluster) -> String {

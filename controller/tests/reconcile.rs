@@ -39,6 +39,7 @@ fn main() -> std::process::ExitCode {
         paused_cluster_is_left_alone_until_unpaused,
         invalid_spec_is_reported_not_acted_on,
         deleting_the_cluster_removes_what_it_owns,
+        a_background_delete_forgets_the_cluster,
         restarted_controller_converges_without_duplicates,
     ])
 }
@@ -489,6 +490,33 @@ async fn deleting_the_cluster_removes_what_it_owns(ctx: TestContext) -> anyhow::
                 + usize::from(api.get_opt("doomed").await.ok()?.is_some());
             (left == 0).then_some(())
         }
+    })
+    .await?;
+    controller.stop().await
+}
+
+/// Issue 15, item 2: a normal (background) delete, which never shows the controller a deletion
+/// timestamp without a finalizer, still drops the cluster's per-cluster series.
+async fn a_background_delete_forgets_the_cluster(ctx: TestContext) -> anyhow::Result<()> {
+    let controller = RunningController::start(&ctx).await?;
+    create(&ctx, &cluster("fleeting", "size: 1")?).await?;
+    let series = format!(
+        "etcd_controller_ready_members{{cluster=\"fleeting\",namespace=\"{}\"}}",
+        ctx.ns()
+    );
+    let metrics = controller.metrics.clone();
+    wait_for("the cluster's ready_members series", || {
+        let metrics = metrics.clone();
+        let series = series.clone();
+        async move { metrics.encode().contains(&series).then_some(()) }
+    })
+    .await?;
+    let api: Api<EtcdCluster> = ctx.api();
+    api.delete("fleeting", &DeleteParams::background()).await?;
+    wait_for("the series to be dropped", || {
+        let metrics = metrics.clone();
+        let series = series.clone();
+        async move { (!metrics.encode().contains(&series)).then_some(()) }
     })
     .await?;
     controller.stop().await
