@@ -1,8 +1,8 @@
 //! Leader election on a `coordination.k8s.io/v1` Lease, the way client-go does it, so only one
 //! replica reconciles at a time.
 //!
-//! - A candidate takes the Lease when it is absent, released (no holder), expired
-//!   (`renewTime + leaseDurationSeconds` is past) or already its own; every write is a create
+//! - A candidate takes the Lease when it is absent, released (no holder), expired or already
+//!   its own; every write is a create
 //!   or a replace carrying the `resourceVersion` it read, so when two candidates race the API
 //!   server accepts one and answers the other 409 Conflict. A takeover increments
 //!   `leaseTransitions`.
@@ -15,18 +15,21 @@
 //!   duration.
 //!
 //! The decision is a pure function, [`decide`]; [`next_spec`] computes the Lease to write.
-//! Expiry is judged on the holder's `renewTime` against the local clock, so nodes' clocks are
-//! assumed to agree to well within the lease duration (Kubernetes nodes run NTP).
+//! Expiry is judged as client-go judges it: by how long *this candidate* has seen the Lease's
+//! record unchanged, on its own monotonic clock, never by comparing the holder's `renewTime`
+//! with the local wall clock. A standby whose clock runs fast (or slow) therefore never takes
+//! a Lease that is still being renewed; a record first seen counts as just renewed, so a new
+//! candidate waits one lease duration before taking over a stale Lease.
 
 use std::collections::hash_map::RandomState;
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::PostParams;
 use kube::{Api, Client};
 use tokio::time::Instant;
@@ -138,16 +141,19 @@ pub enum Decision {
     Wait {
         /// The holder.
         holder: String,
-        /// When the Lease expires unless renewed.
-        expires: Timestamp,
+        /// How long until it expires, unless renewed, as this candidate sees it.
+        remaining: Duration,
     },
 }
 
-/// Decides what `me` should do, at `now`, about `lease` (`None`: it doesn't exist).
+/// Decides what `me` should do about `lease` (`None`: it doesn't exist), which this candidate
+/// has seen unchanged for `unchanged_for` (by its own monotonic clock; zero for a record it
+/// sees for the first time).
 ///
 /// A Lease with no holder (or an empty one) is released. A Lease held by another is valid
-/// until `renewTime + leaseDurationSeconds`; one missing either field counts as expired.
-pub fn decide(lease: Option<&Lease>, me: &str, now: Timestamp) -> Decision {
+/// until its record has stayed unchanged for `leaseDurationSeconds`; one without a duration
+/// counts as expired.
+pub fn decide(lease: Option<&Lease>, me: &str, unchanged_for: Duration) -> Decision {
     let Some(lease) = lease else {
         return Decision::Create;
     };
@@ -161,20 +167,70 @@ pub fn decide(lease: Option<&Lease>, me: &str, now: Timestamp) -> Decision {
     if holder == me {
         return Decision::Renew;
     }
-    let expires = spec.and_then(|s| {
-        let renewed = s.renew_time.as_ref()?.0;
-        let duration = SignedDuration::from_secs(i64::from(s.lease_duration_seconds?));
-        // An overflowing expiry is so far away that the Lease is valid.
-        Some(renewed.checked_add(duration).unwrap_or(Timestamp::MAX))
-    });
-    match expires {
-        Some(expires) if now < expires => Decision::Wait {
+    let duration = spec
+        .and_then(|s| s.lease_duration_seconds)
+        .and_then(|d| u64::try_from(d).ok())
+        .map(Duration::from_secs);
+    match duration {
+        Some(duration) if unchanged_for < duration => Decision::Wait {
             holder: holder.to_string(),
-            expires,
+            remaining: duration - unchanged_for,
         },
         _ => Decision::TakeOver {
             previous: Some(holder.to_string()),
         },
+    }
+}
+
+/// The wall clock the elector writes `acquireTime` and `renewTime` with (injectable, so a
+/// skewed candidate can be tested).
+#[derive(Clone)]
+pub struct WallClock(Arc<dyn Fn() -> Timestamp + Send + Sync>);
+
+impl WallClock {
+    /// The system clock.
+    pub fn system() -> Self {
+        WallClock(Arc::new(Timestamp::now))
+    }
+
+    /// A clock `offset_seconds` ahead of the system clock (behind when negative).
+    pub fn skewed(offset_seconds: i64) -> Self {
+        WallClock(Arc::new(move || {
+            Timestamp::now()
+                .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(offset_seconds))
+                .unwrap_or(Timestamp::MAX)
+        }))
+    }
+
+    fn now(&self) -> Timestamp {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for WallClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WallClock")
+    }
+}
+
+/// The Lease record this candidate saw last, and when it first saw it (monotonic clock).
+#[derive(Debug, Default)]
+struct Observed {
+    record: Option<LeaseSpec>,
+    since: Option<Instant>,
+}
+
+impl Observed {
+    /// Notes the record read now; returns how long it has been unchanged.
+    fn see(&mut self, record: Option<&LeaseSpec>, now: Instant) -> Duration {
+        match self.since {
+            Some(since) if self.record.as_ref() == record => now.saturating_duration_since(since),
+            _ => {
+                self.record = record.cloned();
+                self.since = Some(now);
+                Duration::ZERO
+            }
+        }
     }
 }
 
@@ -254,6 +310,8 @@ pub struct LeaderElector {
     api: Api<Lease>,
     params: LeaderElectionParams,
     metrics: Option<Arc<Metrics>>,
+    clock: WallClock,
+    observed: Arc<Mutex<Observed>>,
 }
 
 impl LeaderElector {
@@ -263,7 +321,24 @@ impl LeaderElector {
             api: Api::namespaced(client, &params.namespace),
             params,
             metrics: None,
+            clock: WallClock::system(),
+            observed: Arc::default(),
         }
+    }
+
+    /// Writes the Lease's timestamps with `clock` instead of the system clock.
+    pub fn with_wall_clock(mut self, clock: WallClock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// How long the record just read has stayed unchanged, by this candidate's clock.
+    fn unchanged_for(&self, record: Option<&LeaseSpec>) -> Duration {
+        let mut observed = self
+            .observed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        observed.see(record, Instant::now())
     }
 
     /// Reports leadership in the `leader` gauge of `metrics`.
@@ -444,8 +519,9 @@ impl LeaderElector {
     async fn try_acquire_or_renew(&self, leading: bool) -> Result<Attempt, kube::Error> {
         let p = &self.params;
         let current = self.api.get_opt(&p.lease_name).await?;
-        let now = Timestamp::now();
-        let decision = decide(current.as_ref(), &p.identity, now);
+        let now = self.clock.now();
+        let unchanged_for = self.unchanged_for(current.as_ref().and_then(|l| l.spec.as_ref()));
+        let decision = decide(current.as_ref(), &p.identity, unchanged_for);
         let spec = next_spec(
             &decision,
             current.as_ref().and_then(|l| l.spec.as_ref()),
@@ -520,7 +596,7 @@ impl LeaderElector {
             if holder != Some(p.identity.as_str()) {
                 return Ok(false);
             }
-            lease.spec = Some(released_spec(lease.spec.as_ref(), Timestamp::now()));
+            lease.spec = Some(released_spec(lease.spec.as_ref(), self.clock.now()));
             self.api
                 .replace(&p.lease_name, &PostParams::default(), &lease)
                 .await?;
@@ -533,26 +609,6 @@ impl LeaderElector {
             Err(_) => tracing::warn!("leader election: releasing the lease timed out"),
         }
     }
-}
-
-/// Runs `on_leading` under leader election until `shutdown`: [`LeaderElector::run`] in one
-/// call.
-pub async fn run_elected<F, Fut>(
-    client: Client,
-    params: LeaderElectionParams,
-    metrics: Option<Arc<Metrics>>,
-    shutdown: CancellationToken,
-    on_leading: F,
-) -> Result<(), LeaderElectionError>
-where
-    F: FnMut(CancellationToken) -> Fut,
-    Fut: Future<Output = ()>,
-{
-    let mut elector = LeaderElector::new(client, params);
-    if let Some(metrics) = metrics {
-        elector = elector.with_metrics(metrics);
-    }
-    elector.run(shutdown, on_leading).await
 }
 
 #[cfg(test)]
@@ -586,9 +642,10 @@ mod tests {
 
     #[test]
     fn decide_table() {
-        let wait = |expires| Decision::Wait {
+        let secs = Duration::from_secs;
+        let wait = |remaining: u64| Decision::Wait {
             holder: OTHER.into(),
-            expires: t(expires),
+            remaining: secs(remaining),
         };
         let take = |previous: Option<&str>| Decision::TakeOver {
             previous: previous.map(str::to_string),
@@ -597,7 +654,9 @@ mod tests {
             spec: None,
             ..lease(None, None, None)
         };
-        let cases: Vec<(&str, Option<Lease>, i64, Decision)> = vec![
+        // (case, lease, seen unchanged for, decision). The holder's renewTime never matters:
+        // only how long this candidate has seen the record unchanged.
+        let cases: Vec<(&str, Option<Lease>, u64, Decision)> = vec![
             ("absent", None, 0, Decision::Create),
             (
                 "ours, fresh",
@@ -606,40 +665,40 @@ mod tests {
                 Decision::Renew,
             ),
             (
-                "ours, expired",
+                "ours, unchanged for long",
                 Some(lease(Some(ME), Some(0), Some(15))),
                 100,
                 Decision::Renew,
             ),
             (
-                "other, fresh",
+                "other, first seen",
                 Some(lease(Some(OTHER), Some(0), Some(15))),
-                14,
+                0,
                 wait(15),
             ),
             (
-                "other, just renewed",
-                Some(lease(Some(OTHER), Some(10), Some(15))),
-                10,
-                wait(25),
+                "other, unchanged 14 s",
+                Some(lease(Some(OTHER), Some(0), Some(15))),
+                14,
+                wait(1),
             ),
             (
-                "other, at expiry",
+                "other, unchanged for the lease duration",
                 Some(lease(Some(OTHER), Some(0), Some(15))),
                 15,
                 take(Some(OTHER)),
             ),
             (
-                "other, expired",
-                Some(lease(Some(OTHER), Some(0), Some(15))),
-                16,
-                take(Some(OTHER)),
+                "other, renewTime an hour old by our clock, but just renewed (clock skew)",
+                Some(lease(Some(OTHER), Some(-3600), Some(15))),
+                2,
+                wait(13),
             ),
             (
-                "other, renewed in the future (clock skew)",
-                Some(lease(Some(OTHER), Some(30), Some(15))),
-                0,
-                wait(45),
+                "other, renewTime in the future (clock skew), unchanged too long",
+                Some(lease(Some(OTHER), Some(3600), Some(15))),
+                20,
+                take(Some(OTHER)),
             ),
             (
                 "released (no holder)",
@@ -655,10 +714,10 @@ mod tests {
             ),
             ("no spec", Some(no_spec), 0, take(None)),
             (
-                "other, no renew time",
+                "other, no renew time, first seen",
                 Some(lease(Some(OTHER), None, Some(15))),
                 0,
-                take(Some(OTHER)),
+                wait(15),
             ),
             (
                 "other, no duration",
@@ -667,18 +726,47 @@ mod tests {
                 take(Some(OTHER)),
             ),
             (
+                "other, negative duration",
+                Some(lease(Some(OTHER), Some(0), Some(-5))),
+                0,
+                take(Some(OTHER)),
+            ),
+            (
                 "other, huge duration",
                 Some(lease(Some(OTHER), Some(0), Some(i32::MAX))),
                 1_000_000,
-                Decision::Wait {
-                    holder: OTHER.into(),
-                    expires: t(i64::from(i32::MAX)),
-                },
+                wait(u64::from(i32::MAX.unsigned_abs()) - 1_000_000),
             ),
         ];
-        for (name, lease, now, want) in cases {
-            assert_eq!(decide(lease.as_ref(), ME, t(now)), want, "{name}");
+        for (name, lease, unchanged, want) in cases {
+            assert_eq!(decide(lease.as_ref(), ME, secs(unchanged)), want, "{name}");
         }
+    }
+
+    /// The observed record's age: a changed record (a renewal) restarts it.
+    #[test]
+    fn a_renewal_restarts_the_observed_age() {
+        let start = Instant::now();
+        let mut observed = Observed::default();
+        let first = lease(Some(OTHER), Some(0), Some(15)).spec;
+        let renewed = lease(Some(OTHER), Some(2), Some(15)).spec;
+        assert_eq!(observed.see(first.as_ref(), start), Duration::ZERO);
+        assert_eq!(
+            observed.see(first.as_ref(), start + Duration::from_secs(5)),
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            observed.see(renewed.as_ref(), start + Duration::from_secs(6)),
+            Duration::ZERO
+        );
+        assert_eq!(
+            observed.see(renewed.as_ref(), start + Duration::from_secs(9)),
+            Duration::from_secs(3)
+        );
+        assert_eq!(
+            observed.see(None, start + Duration::from_secs(10)),
+            Duration::ZERO
+        );
     }
 
     #[test]
@@ -722,7 +810,7 @@ mod tests {
 
         let wait = Decision::Wait {
             holder: OTHER.into(),
-            expires: now,
+            remaining: Duration::from_secs(1),
         };
         assert_eq!(next_spec(&wait, current.as_ref(), ME, 15, now), None);
 
@@ -736,7 +824,7 @@ mod tests {
             ..Lease::default()
         };
         assert_eq!(
-            decide(Some(&released), OTHER, now),
+            decide(Some(&released), OTHER, Duration::ZERO),
             Decision::TakeOver { previous: None }
         );
     }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
-use etcd_controller::leader::{LeaderElectionParams, LeaderElector};
+use etcd_controller::leader::{LeaderElectionParams, LeaderElector, WallClock};
 use etcd_controller::metrics::Metrics;
 use etcd_tests::{TestContext, poll_until, run_suite};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -101,7 +101,26 @@ fn spawn(
     leaders: &Arc<Leaders>,
     metrics: Option<Arc<Metrics>>,
 ) -> Candidate {
-    let mut elector = LeaderElector::new(ctx.client(), params(ctx, identity, lease, renew));
+    spawn_with_clock(
+        ctx,
+        identity,
+        (lease, renew),
+        leaders,
+        metrics,
+        WallClock::system(),
+    )
+}
+
+fn spawn_with_clock(
+    ctx: &TestContext,
+    identity: &str,
+    (lease, renew): (Duration, Duration),
+    leaders: &Arc<Leaders>,
+    metrics: Option<Arc<Metrics>>,
+    clock: WallClock,
+) -> Candidate {
+    let mut elector = LeaderElector::new(ctx.client(), params(ctx, identity, lease, renew))
+        .with_wall_clock(clock);
     if let Some(metrics) = metrics {
         elector = elector.with_metrics(metrics);
     }
@@ -212,6 +231,53 @@ async fn one_leader_and_takeover_after_a_crash(ctx: TestContext) -> anyhow::Resu
 
     survivor.shutdown.cancel();
     survivor.task.await??;
+    Ok(())
+}
+
+/// Issue 15, item 4: a standby whose wall clock runs an hour fast sees the leader's renewTime
+/// as an hour old. Expiry is judged by how long the standby has seen the record unchanged, so
+/// it waits while the leader renews, and takes over only a lease duration after the leader
+/// stopped renewing.
+async fn a_standby_with_a_fast_clock_never_takes_a_live_lease(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let lease = Duration::from_secs(3);
+    let renew = Duration::from_secs(2);
+    let leaders = Arc::new(Leaders::default());
+    let a = spawn(&ctx, "on-time", lease, renew, &leaders, None);
+    ensure!(single_leader(&leaders, Duration::from_secs(30)).await? == "on-time");
+    let b = spawn_with_clock(
+        &ctx,
+        "fast-clock",
+        (lease, renew),
+        &leaders,
+        None,
+        WallClock::skewed(3600),
+    );
+    // Three lease durations: the fast standby never leads, nobody leads twice.
+    tokio::time::sleep(lease * 3).await;
+    ensure!(
+        leaders.current() == vec!["on-time".to_string()],
+        "leaders {:?}",
+        leaders.current()
+    );
+    ensure!(leaders.max_concurrent() == 1, "two leaders at once");
+    let api: Api<Lease> = ctx.api();
+    ensure!(holder(&api).await?.0.as_deref() == Some("on-time"));
+
+    // Once the leader stops renewing, the standby takes over after a lease duration.
+    a.task.abort();
+    let _ = a.task.await;
+    let stopped = Instant::now();
+    ensure!(single_leader(&leaders, lease * 4).await? == "fast-clock");
+    let took = stopped.elapsed();
+    ensure!(
+        took >= lease - Duration::from_millis(500) && took <= lease + Duration::from_secs(2),
+        "took over after {took:?} (lease {lease:?})"
+    );
+    b.shutdown.cancel();
+    b.task.await??;
     Ok(())
 }
 
@@ -590,6 +656,7 @@ async fn process_leader_election_and_probes(ctx: TestContext) -> anyhow::Result<
 fn main() -> std::process::ExitCode {
     run_suite(etcd_tests::tests![
         one_leader_and_takeover_after_a_crash,
+        a_standby_with_a_fast_clock_never_takes_a_live_lease,
         graceful_release_hands_over_at_once,
         a_lost_lease_stops_the_work,
         process_leader_election_and_probes,
