@@ -103,13 +103,13 @@ fn strip_claim(claim: &mut PersistentVolumeClaim) {
     claim.status = None;
 }
 
+/// Services and budgets keep their spec (a few hundred bytes): [`is_current`] compares it with
+/// what the operator applies, so a hand edit of a field it owns is seen and reverted.
 fn strip_service(service: &mut Service) {
-    service.spec = None;
     service.status = None;
 }
 
 fn strip_pdb(pdb: &mut PodDisruptionBudget) {
-    pdb.spec = None;
     pdb.status = None;
 }
 
@@ -171,15 +171,55 @@ where
         .collect()
 }
 
-/// Whether the cached object `name` already carries the content with this hash.
-pub fn is_current<K>(store: &Store<K>, namespace: &str, name: &str, hash: &str) -> bool
+/// Whether the cached object `name` already is what the operator applies: it carries the
+/// content hash of `desired` (nothing changed on our side) and still holds every label and
+/// spec field `desired` sets (nobody edited a field the operator owns). Fields the API server
+/// or others added are ignored.
+pub fn is_current<K>(
+    store: &Store<K>,
+    namespace: &str,
+    name: &str,
+    hash: &str,
+    desired: &serde_json::Value,
+) -> bool
 where
-    K: Resource<DynamicType = ()> + Clone,
+    K: Resource<DynamicType = ()> + Clone + serde::Serialize,
 {
-    store
-        .get(&ObjectRef::new(name).within(namespace))
-        .and_then(|o| o.meta().annotations.as_ref()?.get(APPLIED_HASH).cloned())
-        .is_some_and(|h| h == hash)
+    let Some(live) = store.get(&ObjectRef::new(name).within(namespace)) else {
+        return false;
+    };
+    let hashed = live
+        .meta()
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(APPLIED_HASH))
+        .is_some_and(|h| h == hash);
+    hashed
+        && serde_json::to_value(live.as_ref()).is_ok_and(|live| {
+            ["spec", "metadata/labels"].iter().all(|path| {
+                let pointer = format!("/{path}");
+                match (desired.pointer(&pointer), live.pointer(&pointer)) {
+                    (None, _) => true,
+                    (Some(want), Some(have)) => contains(have, want),
+                    (Some(_), None) => false,
+                }
+            })
+        })
+}
+
+/// Whether `have` holds everything `want` sets: objects key by key (extra keys allowed),
+/// arrays element by element (same length), other values equal.
+pub fn contains(have: &serde_json::Value, want: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (have, want) {
+        (Value::Object(have), Value::Object(want)) => want
+            .iter()
+            .all(|(k, w)| have.get(k).is_some_and(|h| contains(h, w))),
+        (Value::Array(have), Value::Array(want)) => {
+            have.len() == want.len() && have.iter().zip(want).all(|(h, w)| contains(h, w))
+        }
+        (have, want) => have == want,
+    }
 }
 
 /// A hash of an object's serialized content (stable within one build of the operator).
@@ -192,6 +232,35 @@ pub fn content_hash(value: &serde_json::Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn containment_ignores_added_fields_and_sees_edits() {
+        use serde_json::json;
+        let want =
+            json!({"selector": {"app": "etcd"}, "ports": [{"port": 2379, "name": "client"}]});
+        for (have, holds) in [
+            (
+                json!({"selector": {"app": "etcd"}, "ports": [{"port": 2379, "name": "client", "protocol": "TCP"}], "clusterIP": "10.0.0.1"}),
+                true,
+            ),
+            (
+                json!({"selector": {"app": "etcd", "extra": "x"}, "ports": [{"port": 2379, "name": "client"}]}),
+                true,
+            ),
+            (
+                json!({"selector": {"app": "other"}, "ports": [{"port": 2379, "name": "client"}]}),
+                false,
+            ),
+            (
+                json!({"selector": {"app": "etcd"}, "ports": [{"port": 2380, "name": "client"}]}),
+                false,
+            ),
+            (json!({"selector": {"app": "etcd"}, "ports": []}), false),
+            (json!({"ports": [{"port": 2379, "name": "client"}]}), false),
+        ] {
+            assert_eq!(contains(&have, &want), holds, "{have}");
+        }
+    }
     use k8s_openapi::api::core::v1::{Container, ContainerStatus, PodSpec, PodStatus};
 
     #[test]

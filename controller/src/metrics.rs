@@ -12,6 +12,7 @@
 //! | `ready_members` | gauge | `namespace`, `cluster` |
 //! | `etcd_health_check_failures_total` | counter | `namespace`, `cluster` |
 //! | `member_changes_total` | counter | `kind` (`bootstrap`, `add`, `promote`, `remove`, ...) |
+//! | `applies_total` | counter | `kind` (`Service`, `PodDisruptionBudget`): server-side applies sent |
 //! | `leader` | gauge | (1 while this replica leads, else 0) |
 
 use std::collections::BTreeMap;
@@ -48,6 +49,7 @@ pub struct Metrics {
     ready_members: IntGaugeVec,
     health_check_failures_total: IntCounterVec,
     member_changes_total: IntCounterVec,
+    applies_total: IntCounterVec,
     leader: IntGauge,
     /// Clusters seen by [`Metrics::observe_cluster`], keyed by (namespace, name).
     tracked: Mutex<BTreeMap<(String, String), Tracked>>,
@@ -128,6 +130,13 @@ impl Metrics {
             ),
             &["kind"],
         )?;
+        let applies_total = IntCounterVec::new(
+            opts(
+                "applies_total",
+                "Server-side applies of derived objects sent (unchanged objects are not re-applied).",
+            ),
+            &["kind"],
+        )?;
         let leader = IntGauge::with_opts(opts(
             "leader",
             "1 while this replica holds the leader election lease, else 0.",
@@ -140,6 +149,7 @@ impl Metrics {
         registry.register(Box::new(ready_members.clone()))?;
         registry.register(Box::new(health_check_failures_total.clone()))?;
         registry.register(Box::new(member_changes_total.clone()))?;
+        registry.register(Box::new(applies_total.clone()))?;
         registry.register(Box::new(leader.clone()))?;
 
         for phase in ClusterPhase::ALL {
@@ -158,6 +168,7 @@ impl Metrics {
             ready_members,
             health_check_failures_total,
             member_changes_total,
+            applies_total,
             leader,
             tracked: Mutex::new(BTreeMap::new()),
         })
@@ -257,6 +268,11 @@ impl Metrics {
     /// `upgrade`, ...).
     pub fn member_change(&self, kind: &'static str) {
         self.member_changes_total.with_label_values(&[kind]).inc();
+    }
+
+    /// Counts a server-side apply of a derived object of `kind`.
+    pub fn applied(&self, kind: &str) {
+        self.applies_total.with_label_values(&[kind]).inc();
     }
 
     /// Sets `leader` to 1 (leading) or 0.

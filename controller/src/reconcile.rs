@@ -288,7 +288,7 @@ where
     value["apiVersion"] = K::api_version(&()).into();
     value["kind"] = K::kind(&()).into();
     let hash = cache::content_hash(&value);
-    if cache::is_current(cache, &view.namespace, &name, &hash) {
+    if cache::is_current(cache, &view.namespace, &name, &hash, &value) {
         return Ok(());
     }
     value["metadata"]["annotations"][cache::APPLIED_HASH] = hash.into();
@@ -300,6 +300,7 @@ where
     )
     .await
     .map_err(Error::kube(format!("apply {} {name}", K::kind(&()))))?;
+    ctx.metrics.applied(&K::kind(&()));
     Ok(())
 }
 

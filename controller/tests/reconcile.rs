@@ -35,6 +35,7 @@ fn main() -> std::process::ExitCode {
     run_suite(etcd_tests::tests![
         creates_owned_objects_and_writes_status,
         unchanged_cluster_writes_nothing,
+        hand_edits_of_owned_fields_are_reverted,
         claims_are_created_per_member_and_owned,
         paused_cluster_is_left_alone_until_unpaused,
         invalid_spec_is_reported_not_acted_on,
@@ -118,6 +119,16 @@ impl RunningController {
                 .context("controller did not stop")??;
         }
         Ok(())
+    }
+
+    /// Server-side applies sent so far.
+    fn applies(&self) -> u64 {
+        let text = self.metrics.encode();
+        text.lines()
+            .filter(|l| l.starts_with("etcd_controller_applies_total{"))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .map(|v| v as u64)
+            .sum()
     }
 
     /// Successful reconciles so far.
@@ -335,6 +346,7 @@ async fn unchanged_cluster_writes_nothing(ctx: TestContext) -> anyhow::Result<()
         ])
     };
     let before = versions(ctx.clone()).await?;
+    let applies = controller.applies();
     let target = controller.reconciles() + 3;
     wait_for("three more reconciles", || async {
         (controller.reconciles() >= target).then_some(())
@@ -345,6 +357,71 @@ async fn unchanged_cluster_writes_nothing(ctx: TestContext) -> anyhow::Result<()
         before == after,
         "objects were written by unchanged reconciles: {before:?} -> {after:?}"
     );
+    // Not even sent: an unchanged object is not re-applied (0 applies per reconcile).
+    ensure!(
+        controller.applies() == applies,
+        "unchanged reconciles sent {} applies",
+        controller.applies() - applies
+    );
+    controller.stop().await
+}
+
+/// Issue 15, item 1: a hand edit of a field the operator owns (the client Service's selector,
+/// the budget's minAvailable) is reverted, without re-applying unchanged objects otherwise.
+async fn hand_edits_of_owned_fields_are_reverted(ctx: TestContext) -> anyhow::Result<()> {
+    let controller = RunningController::start(&ctx).await?;
+    create(&ctx, &cluster("drift", "size: 3\nversion: 3.6.16")?).await?;
+    let services: Api<Service> = ctx.api();
+    let budgets: Api<PodDisruptionBudget> = ctx.api();
+    let owned_selector = wait_for("the client Service", || {
+        let services = services.clone();
+        async move {
+            services
+                .get_opt("drift-client")
+                .await
+                .ok()
+                .flatten()
+                .and_then(|s| s.spec?.selector)
+        }
+    })
+    .await?;
+    let owned_min = wait_for("the budget", || {
+        let budgets = budgets.clone();
+        async move {
+            budgets
+                .get_opt("drift")
+                .await
+                .ok()
+                .flatten()
+                .and_then(|b| b.spec?.min_available)
+        }
+    })
+    .await?;
+    let editor = PatchParams::default();
+    services
+        .patch(
+            "drift-client",
+            &editor,
+            &Patch::Merge(serde_json::json!({"spec": {"selector": {"app.kubernetes.io/instance": "someone-else"}}})),
+        )
+        .await?;
+    budgets
+        .patch(
+            "drift",
+            &editor,
+            &Patch::Merge(serde_json::json!({"spec": {"minAvailable": 0}})),
+        )
+        .await?;
+    wait_for("the selector and minAvailable restored", || {
+        let (services, budgets) = (services.clone(), budgets.clone());
+        let (selector, min) = (owned_selector.clone(), owned_min.clone());
+        async move {
+            let s = services.get("drift-client").await.ok()?.spec?.selector;
+            let m = budgets.get("drift").await.ok()?.spec?.min_available;
+            (s == Some(selector) && m == Some(min)).then_some(())
+        }
+    })
+    .await?;
     controller.stop().await
 }
 
