@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
 
-use super::quantity::parse_quantity;
+use super::quantity::{Quantity, quoted, shown};
 use super::syntax::{is_dns1123_subdomain, is_env_var_name, is_label_value, is_qualified_name};
 use super::{Defaults, Report};
 use crate::EtcdCluster;
@@ -193,26 +193,31 @@ fn check_resources(resources: &ResourceRequirements, report: &mut Report) {
     let limits = resources.limits.clone().unwrap_or_default();
     for (kind, map) in [("requests", &requests), ("limits", &limits)] {
         for (resource, quantity) in map {
-            if let Err(e) = parse_quantity(&quantity.0) {
-                report.refuse(
-                    "resource-syntax",
-                    format!("spec.pod.resources.{kind}.{resource}"),
-                    e.to_string(),
-                );
+            let field = format!("spec.pod.resources.{kind}.{resource}");
+            match Quantity::parse(&quantity.0) {
+                Err(e) => report.refuse("resource-syntax", field, e.to_string()),
+                Ok(q) if q.is_negative() => refuse_negative(report, field, &quantity.0),
+                Ok(_) => {}
             }
         }
     }
+    // Exact: a request above its limit by 1m (or 1n) is refused at any magnitude.
+    let valid = |q: &str| Quantity::parse(q).ok().filter(|q| !q.is_negative());
     for (resource, request) in &requests {
         let Some(limit) = limits.get(resource) else {
             continue;
         };
-        if let (Ok(r), Ok(l)) = (parse_quantity(&request.0), parse_quantity(&limit.0))
+        if let (Some(r), Some(l)) = (valid(&request.0), valid(&limit.0))
             && r > l
         {
             report.refuse(
                 "request-above-limit",
                 format!("spec.pod.resources.requests.{resource}"),
-                format!("request {} is above the limit {}", request.0, limit.0),
+                format!(
+                    "request {} is above the limit {}",
+                    shown(&request.0),
+                    shown(&limit.0)
+                ),
             );
         }
     }
@@ -256,18 +261,23 @@ fn check_storage(cluster: &EtcdCluster, report: &mut Report) {
             "spec.pod.persistentVolumeClaimSpec.resources.requests.storage",
             "is required: the size of each member's data volume, such as 8Gi",
         ),
-        Some(q) => match parse_quantity(&q.0) {
+        Some(q) => match Quantity::parse(&q.0) {
             Err(e) => report.refuse(
                 "resource-syntax",
                 "spec.pod.persistentVolumeClaimSpec.resources.requests.storage",
                 e.to_string(),
             ),
-            Ok(bytes) if bytes < 64.0 * 1024.0 * 1024.0 => report.refuse(
+            Ok(bytes) if bytes.is_negative() => refuse_negative(
+                report,
+                "spec.pod.persistentVolumeClaimSpec.resources.requests.storage".into(),
+                &q.0,
+            ),
+            Ok(bytes) if bytes < MIN_CLAIM => report.refuse(
                 "claim-size-small",
                 "spec.pod.persistentVolumeClaimSpec.resources.requests.storage",
                 format!(
                     "{} is too small for an etcd data directory (at least 64Mi)",
-                    q.0
+                    shown(&q.0)
                 ),
             ),
             Ok(_) => {}
@@ -280,6 +290,22 @@ fn check_storage(cluster: &EtcdCluster, report: &mut Report) {
             "is not supported: a new member must start from an empty data directory and sync from its peers",
         );
     }
+}
+
+/// The smallest claim: 64Mi.
+const MIN_CLAIM: Quantity = Quantity::from_units(64 << 20);
+
+/// Kubernetes refuses a negative request, limit or claim size ("must be greater than or
+/// equal to 0"); `-0` is zero.
+fn refuse_negative(report: &mut Report, field: String, value: &str) {
+    report.refuse(
+        "resource-negative",
+        field,
+        format!(
+            "{} is negative; a resource quantity must be at least 0",
+            quoted(value)
+        ),
+    );
 }
 
 fn warn_ephemeral(report: &mut Report) {

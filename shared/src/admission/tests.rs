@@ -324,6 +324,211 @@ fn resource_rules() {
     );
 }
 
+/// Quantities are parsed exactly as Kubernetes does (no floats). Rows marked "float" were
+/// judged wrongly by the float parser this replaced (0e999 was NaN, which passed every
+/// comparison; 700m parsed above 0.7; 1P + 1m equalled 1P; -1 and 1e999 were admitted);
+/// the others keep the grammar and the exact equalities from regressing.
+#[test]
+fn quantity_rules() {
+    let res = |requests: &[(&str, &str)], limits: &[(&str, &str)]| {
+        let map = |kind: &str, entries: &[(&str, &str)]| -> String {
+            if entries.is_empty() {
+                return String::new();
+            }
+            let lines: String = entries
+                .iter()
+                .map(|(r, q)| format!("      {r}: \"{q}\"\n"))
+                .collect();
+            format!("    {kind}:\n{lines}")
+        };
+        cluster(&format!(
+            "pod:\n  resources:\n{}{}  persistentVolumeClaimSpec:\n    resources:\n      requests:\n        storage: 1Gi",
+            map("requests", requests),
+            map("limits", limits)
+        ))
+    };
+    // Equal quantities: each may be the request and the other the limit.
+    for (a, b) in [
+        ("1e3", "1k"),
+        ("1Ki", "1024"),
+        ("0.5", "500m"),
+        ("1.5Gi", "1536Mi"),
+        ("700m", "0.7"),  // float: 700m parsed as 0.7000000000000001
+        ("2300m", "2.3"), // float: 2300m parsed as 2.3000000000000003
+        ("1e-10", "1n"),  // float: Kubernetes rounds 1e-10 up to 1n
+        ("0e999", "0"),   // Kubernetes parses 0e999 as 0
+        ("+1", "1"),
+        ("-0", "0"),
+        ("9223372036854775807", "9223372036854775807000000000n"), // the largest
+    ] {
+        for (request, limit) in [(a, b), (b, a)] {
+            let c = res(&[("cpu", request)], &[("cpu", limit)]);
+            warnings(&c, None);
+        }
+    }
+    // (requests, limits, a refusal containing)
+    type Entries<'a> = &'a [(&'a str, &'a str)];
+    let refused: &[(Entries, Entries, String)] = &[
+        // float: 1P + 1m equalled 1P.
+        (
+            &[("memory", "1000000000000000001m")],
+            &[("memory", "1P")],
+            "spec.pod.resources.requests.memory: request 1000000000000000001m is above the limit 1P"
+                .into(),
+        ),
+        (
+            &[("cpu", "1001m")],
+            &[("cpu", "1")],
+            "spec.pod.resources.requests.cpu: request 1001m is above the limit 1".into(),
+        ),
+        // float: NaN passed request <= limit.
+        (
+            &[("cpu", "1")],
+            &[("cpu", "0e999")],
+            "spec.pod.resources.requests.cpu: request 1 is above the limit 0e999".into(),
+        ),
+        // float: negatives were admitted.
+        (
+            &[("cpu", "-1")],
+            &[],
+            "spec.pod.resources.requests.cpu: \"-1\" is negative; a resource quantity must be at least 0"
+                .into(),
+        ),
+        (
+            &[],
+            &[("memory", "-1Gi")],
+            "spec.pod.resources.limits.memory: \"-1Gi\" is negative".into(),
+        ),
+        (
+            &[("cpu", "-1e-10")],
+            &[],
+            "spec.pod.resources.requests.cpu: \"-1e-10\" is negative".into(),
+        ),
+        // float: out of range values were admitted (1e999 was infinity).
+        (
+            &[("memory", "9223372036854775807k")],
+            &[],
+            "spec.pod.resources.requests.memory: \"9223372036854775807k\" is out of range: a quantity is at most 9223372036854775807 (2^63-1, just under 8Ei) in magnitude"
+                .into(),
+        ),
+        (
+            &[],
+            &[("cpu", "1e999")],
+            "spec.pod.resources.limits.cpu: \"1e999\" is out of range".into(),
+        ),
+        (
+            &[("memory", "8Ei")],
+            &[],
+            "spec.pod.resources.requests.memory: \"8Ei\" is out of range".into(),
+        ),
+        // Not Kubernetes' grammar.
+        (
+            &[("cpu", "1.2.3")],
+            &[],
+            "spec.pod.resources.requests.cpu: \"1.2.3\" is not a quantity (such as 500m, 2Gi or 1e9)"
+                .into(),
+        ),
+        (
+            &[("memory", "1Kib")],
+            &[],
+            "spec.pod.resources.requests.memory: \"1Kib\" is not a quantity".into(),
+        ),
+        (
+            &[("memory", "")],
+            &[],
+            "spec.pod.resources.requests.memory: \"\" is not a quantity".into(),
+        ),
+        (
+            &[("memory", "1K")],
+            &[],
+            "spec.pod.resources.requests.memory: \"1K\" is not a quantity".into(),
+        ),
+        (
+            &[("cpu", "+")],
+            &[],
+            "spec.pod.resources.requests.cpu: \"+\" is not a quantity".into(),
+        ),
+        (
+            &[("cpu", "1e2.5")],
+            &[],
+            "spec.pod.resources.requests.cpu: \"1e2.5\" is not a quantity".into(),
+        ),
+        // float: the whole value was quoted; now at most 64 characters of it.
+        (
+            &[("memory", &"x".repeat(10_000))],
+            &[],
+            format!(
+                "spec.pod.resources.requests.memory: \"{}\"... (10000 characters) is not a quantity",
+                "x".repeat(64)
+            ),
+        ),
+    ];
+    for (requests, limits, want) in refused {
+        assert_refused(&res(requests, limits), None, want);
+    }
+    // A long but valid value is judged, and quoted at most 64 characters long.
+    let long_one = format!("{}1", "0".repeat(10_000));
+    let got = refusal(&res(&[("cpu", &long_one)], &[("cpu", "999m")]), None);
+    assert_eq!(
+        got,
+        [format!(
+            "spec.pod.resources.requests.cpu: request {}... (10001 characters) is above the limit 999m",
+            "0".repeat(64)
+        )]
+    );
+}
+
+/// The claim's size: exact against the 64Mi minimum and the stored size, never negative.
+#[test]
+fn claim_quantity_rules() {
+    let claim = |size: &str| {
+        cluster(&format!(
+            "pod:\n  persistentVolumeClaimSpec:\n    resources:\n      requests:\n        storage: \"{size}\""
+        ))
+    };
+    const FIELD: &str = "spec.pod.persistentVolumeClaimSpec.resources.requests.storage";
+    for size in ["64Mi", "67108864", "0.0625Gi", "65536Ki", "1e9", "+1Gi"] {
+        warnings(&claim(size), None);
+    }
+    let small = |size: &str| {
+        format!("{FIELD}: {size} is too small for an etcd data directory (at least 64Mi)")
+    };
+    let cases = [
+        // float: 0e999 was NaN and passed the minimum.
+        ("0e999", small("0e999")),
+        ("67108863", small("67108863")),
+        ("67108863999m", small("67108863999m")),
+        ("0", small("0")),
+        // float: refused only as small, not as negative.
+        (
+            "-1Gi",
+            format!("{FIELD}: \"-1Gi\" is negative; a resource quantity must be at least 0"),
+        ),
+        // float: admitted as infinity.
+        ("1e999", format!("{FIELD}: \"1e999\" is out of range")),
+        ("1Gib", format!("{FIELD}: \"1Gib\" is not a quantity")),
+    ];
+    for (size, want) in &cases {
+        assert_refused(&claim(size), None, want);
+    }
+    // The shrink check of an update.
+    let old = claim("1Gi");
+    warnings(&claim("1073741824"), Some(&old));
+    warnings(&claim("1024Mi"), Some(&old));
+    warnings(&claim("1073741825"), Some(&old));
+    assert_refused(
+        &claim("1073741823"),
+        Some(&old),
+        &format!("{FIELD}: cannot shrink from 1Gi to 1073741823"),
+    );
+    // float: 0e999 was NaN and passed the shrink check (and the minimum).
+    assert_refused(
+        &claim("0e999"),
+        Some(&old),
+        &format!("{FIELD}: cannot shrink from 1Gi to 0e999"),
+    );
+}
+
 #[test]
 fn storage_rules() {
     assert_warned(

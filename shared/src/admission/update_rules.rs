@@ -1,7 +1,7 @@
 //! Rules on updates: the upgrade path of `spec.version` and the fields a running cluster
 //! cannot change.
 
-use super::quantity::parse_quantity;
+use super::quantity::Quantity;
 use super::{Defaults, Report};
 use crate::EtcdCluster;
 use crate::names;
@@ -93,7 +93,8 @@ fn check_upgrade_path(
     }
 }
 
-fn claim_size(pod: Option<&PodPolicy>) -> Option<(String, f64)> {
+/// The claim size the spec asks for, exactly (no float rounding), with its text.
+fn claim_size(pod: Option<&PodPolicy>) -> Option<(String, Quantity)> {
     let q = pod?
         .persistent_volume_claim_spec
         .as_ref()?
@@ -102,7 +103,7 @@ fn claim_size(pod: Option<&PodPolicy>) -> Option<(String, f64)> {
         .requests
         .as_ref()?
         .get("storage")?;
-    Some((q.0.clone(), parse_quantity(&q.0).ok()?))
+    Some((q.0.clone(), Quantity::parse(&q.0).ok()?))
 }
 
 fn check_storage_immutable(new: &EtcdCluster, old: &EtcdCluster, report: &mut Report) {
