@@ -1446,6 +1446,82 @@ async fn certificates_rotate_without_failing_requests() {
     );
 }
 
+/// `pem` (one certificate) with its second base64 line left out: the base64 still decodes (a
+/// line is 48 bytes), to a certificate cut short.
+fn drop_a_line(pem: &str) -> String {
+    let mut lines: Vec<&str> = pem.lines().collect();
+    assert!(lines.len() > 4, "{pem}");
+    lines.remove(2);
+    lines.join("\n") + "\n"
+}
+
+/// Waits until the reload-failure counter reaches `want`.
+async fn wait_for_failures(h: &Harness, want: f64) {
+    let started = Instant::now();
+    while reload_counts(h).await.1 < want {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "reload failure {want} never counted"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_with_a_corrupt_block_is_not_hot_loaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new();
+    let first = ca.issue(1);
+    let (cert, key) = kubelet_swap(dir.path(), 1, &first);
+    let h = Harness::start_with(dir, ca, cert, key, first.serial.clone(), &[]).await;
+    assert_eq!(h.conn().await.peer_serial, first.serial);
+    assert_eq!(reload_counts(&h).await, (0.0, 0.0));
+
+    // A new leaf with its key, followed by its issuer's certificate cut inside (then by base64
+    // of garbage): the leaf parses and the key fits it, only the second block is bad. Both
+    // files change in one ..data swap, so no poll sees a half-written pair.
+    let second = h.ca.issue(2);
+    let chain = |tail: &str| Pair {
+        cert_pem: format!("{}{tail}", second.cert_pem),
+        ..second.clone()
+    };
+    let garbage = format!(
+        "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+        base64::engine::general_purpose::STANDARD.encode("not a certificate")
+    );
+    for (version, tail) in [(2, drop_a_line(&h.ca.cert_pem)), (3, garbage)] {
+        kubelet_swap(h.dir.path(), version, &chain(&tail));
+        let failures = f64::from(version - 1);
+        wait_for_failures(&h, failures).await;
+        assert_eq!(
+            reload_counts(&h).await,
+            (0.0, failures),
+            "refused, not loaded"
+        );
+        // New handshakes still succeed, with the old certificate, and requests are answered.
+        for i in 0..3 {
+            let mut conn = h.conn().await;
+            assert_eq!(conn.peer_serial, first.serial, "old pair kept");
+            let object = cluster("demo", quiet(json!({})));
+            let resp = conn
+                .review(
+                    "/validate",
+                    &review(&format!("c{version}-{i}"), "CREATE", object, Value::Null),
+                )
+                .await;
+            assert_eq!(resp["allowed"], true, "{resp}");
+        }
+    }
+
+    // The same chain with its second block intact is used.
+    kubelet_swap(h.dir.path(), 4, &chain(&h.ca.cert_pem));
+    wait_for_serial(&h, &second.serial).await;
+    assert_eq!(reload_counts(&h).await, (1.0, 2.0));
+    let tls = h.raw().await;
+    let presented = tls.get_ref().1.peer_certificates().unwrap();
+    assert_eq!(presented.len(), 2, "leaf and issuer served");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn startup_fails_clearly_without_a_usable_pair() {
     let dir = tempfile::tempdir().unwrap();
