@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Builds the pinned Go tools (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
-# etcd + etcdctl at several versions, helm) from the Go module proxy, and etcd 3.2-3.4 from
-# their upstream source archives, into a cache outside the repo, keyed by version. Idempotent: a warm cache costs well under a second per tool.
+# etcd + etcdctl at several versions, helm 3 and helm 4) from the Go module proxy, and etcd 3.2-3.4
+# from their upstream source archives, into a cache outside the repo, keyed by version.
+# Idempotent: a warm cache costs well under a second per tool.
 #
 #   hack/build-tools.sh            build whatever is missing, then print each tool's version
 #   hack/build-tools.sh --check    exit 1 (building nothing) when something is missing
+#   ONLY=helm hack/build-tools.sh  only one group: etcd, etcd-source, kubernetes or helm
 #
 # Cache: $ETCD_OPERATOR_TOOLS (default ~/.cache/etcd-operator/tools). Go's own module and
 # build caches (GOMODCACHE, GOCACHE) stay where Go puts them, also outside the repo.
@@ -163,15 +165,37 @@ build_etcd_source() {
   chmod -R u+w "$work" 2>/dev/null; rm -rf "$work" "$out/bin"; mv "$out/bin.tmp" "$out/bin"; touch "$out/.complete"
 }
 
-build_helm() {
-  local v="$HELM_VERSION" out="$TOOLS/helm/v$HELM_VERSION"
+# helm MAJOR at VERSION (go install of helm.sh/helm/vMAJOR/cmd/helm) into helm/vVERSION, with
+# the ldflags of upstream's Makefile: the version and tree state, and for Helm 3 the default
+# Kubernetes version of `helm template` and `helm lint` (client-go's minor; Helm 4 reads it
+# from its build info at run time).
+build_helm_major() {
+  local major="$1" v="$2" out="$TOOLS/helm/v$2"
   need "$out" || return 0
-  log "building helm v$v"
+  local mod="helm.sh/helm/v$major"
+  log "building helm v$v ($mod); first build 2-5 min on 2 cores"
+  local ldf="-s -w -X $mod/internal/version.version=v$v -X $mod/internal/version.gitTreeState=clean"
+  if [[ "$major" == 3 ]]; then
+    local gomod client_go
+    gomod="$(go mod download -json "$mod@v$v" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
+    [[ -f "$gomod" ]] || { log "could not download $mod@v$v"; return 1; }
+    client_go="$(awk '$1 == "k8s.io/client-go" { print $2; exit }' "$gomod")" # v0.MINOR.PATCH
+    local k8s_minor="${client_go#v0.}"; k8s_minor="${k8s_minor%%.*}"
+    for pkg in "$mod/pkg/lint/rules" "$mod/pkg/chartutil"; do
+      ldf+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$k8s_minor"
+    done
+  fi
   mkdir -p "$out/bin.tmp"
-  GOBIN="$out/bin.tmp" go install -trimpath \
-    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=v$v -X helm.sh/helm/v3/internal/version.gitTreeState=clean" \
-    "helm.sh/helm/v3/cmd/helm@v$v" || { rm -rf "$out/bin.tmp"; log "helm build failed"; return 1; }
+  GOBIN="$out/bin.tmp" go install -v -trimpath -ldflags "$ldf" "$mod/cmd/helm@v$v" 2>&1 | progress "helm v$v"
+  [[ "${PIPESTATUS[0]}" == 0 ]] || { rm -rf "$out/bin.tmp"; log "helm v$v build failed"; return 1; }
+  "$out/bin.tmp/helm" version --short | grep -q "^v$v" || { rm -rf "$out/bin.tmp"; log "helm v$v: the binary reports another version"; return 1; }
   rm -rf "$out/bin"; mv "$out/bin.tmp" "$out/bin"; touch "$out/.complete"
+}
+
+# Both majors the chart supports: Helm 3 (HELM_VERSION) and Helm 4 (HELM4_VERSION).
+build_helm() {
+  build_helm_major 3 "$HELM_VERSION"
+  build_helm_major 4 "$HELM4_VERSION"
 }
 
 only="${ONLY:-all}"
@@ -188,4 +212,4 @@ show() { if [[ -x "$1" ]]; then "$@" 2>/dev/null | sed -n 1p >&2; else log "not 
 show "$TOOLS/kubernetes/v$KUBERNETES_VERSION/bin/kube-apiserver" --version
 show "$TOOLS/kubernetes/v$KUBERNETES_VERSION/bin/kubectl" version --client
 for v in $ETCD_SOURCE_VERSIONS $ETCD_VERSIONS; do show "$TOOLS/etcd/v$v/bin/etcd" --version; done
-show "$TOOLS/helm/v$HELM_VERSION/bin/helm" version --short
+for v in "$HELM_VERSION" "$HELM4_VERSION"; do show "$TOOLS/helm/v$v/bin/helm" version --short; done

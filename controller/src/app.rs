@@ -18,7 +18,8 @@ use crate::args::Args;
 use crate::context::{Context, ControllerConfig};
 use crate::leader::{self, LeaderElectionParams, LeaderElector};
 use crate::metrics::Metrics;
-use crate::{reconcile, shutdown, telemetry};
+use crate::reconcile;
+use etcd_shared::process::{logging, signals};
 
 /// The `controller` of the events the operator publishes.
 pub const EVENT_CONTROLLER: &str = "etcd-operator";
@@ -34,8 +35,10 @@ const ADMIN_STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// CRD, a port in use, or the controller stopping on its own.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     args.validate()?;
-    telemetry::init(args.log_format, &args.log_level)?;
-    let shutdown = shutdown::install().context("installing the signal handlers")?;
+    logging::init(args.log_format, args.log_level.as_deref())?;
+    let signalled = signals::Shutdown::new();
+    signals::install(&signalled).context("installing the signal handlers")?;
+    let shutdown = signalled.token();
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         namespace = args.watch_namespace().as_deref().unwrap_or("(all)"),
@@ -50,14 +53,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let readiness = Readiness::new();
     let admin = AdminServers::start(
         AdminConfig {
-            health_probe_addr: args.health_probe_bind_address.0,
-            metrics_addr: args.metrics_bind_address.0,
+            health_probe_addr: args.health_probe_bind_address.clone(),
+            metrics_addr: args.metrics_bind_address.clone(),
             readiness: readiness.clone(),
             metrics: metrics.clone(),
         },
         shutdown.clone(),
-    )
-    .await?;
+    )?;
     let admin_stop = shutdown.clone();
     let admin_task = tokio::spawn(async move {
         let result = admin.wait().await;
@@ -91,14 +93,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         grace: args.graceful_shutdown_timeout,
     };
     let controller_result = if args.leader_elect {
-        let params = LeaderElectionParams {
-            namespace: args.leader_election_namespace(),
-            lease_name: args.leader_election_id.clone(),
-            identity,
-            lease_duration: args.leader_elect_lease_duration,
-            renew_deadline: args.leader_elect_renew_deadline,
-            retry_period: args.leader_elect_retry_period,
-        };
+        let params = args.leader_election_params(identity);
         run_elected(client, params, metrics, workload, shutdown.clone()).await
     } else {
         workload.run(shutdown.clone()).await;
@@ -140,7 +135,7 @@ impl Workload {
             self.ctx.clone(),
             self.namespace.clone(),
             self.concurrency,
-            shutdown::cancelled(&stop),
+            stop.clone().cancelled_owned(),
             self.readiness.clone(),
         );
         let mut controller = std::pin::pin!(controller);

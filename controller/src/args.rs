@@ -2,12 +2,16 @@
 //! (`ETCD_CONTROLLER_<FLAG>`, e.g. `ETCD_CONTROLLER_LEADER_ELECT=true`); a flag given on the
 //! command line wins over its variable.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
+use etcd_shared::process::duration::parse_duration;
+pub use etcd_shared::process::listen::ListenAddress;
+pub use etcd_shared::process::logging::LogFormat;
 use etcd_shared::version::{DEFAULT_REPOSITORY, DEFAULT_VERSION};
+
+use crate::leader::{LeaderElectionError, LeaderElectionParams};
 
 /// Environment variable the pod's namespace is read from (downward API).
 pub const POD_NAMESPACE_ENV: &str = "POD_NAMESPACE";
@@ -28,27 +32,26 @@ pub struct Args {
     #[arg(long, env = "ETCD_CONTROLLER_NAMESPACE", value_name = "NS")]
     pub namespace: Option<String>,
 
-    /// Address the /metrics endpoint listens on (`:8080` is every interface, port 8080);
-    /// `0` disables it.
+    /// Address the /metrics endpoint listens on: IP:PORT, [IPv6]:PORT, HOST:PORT, or :PORT
+    /// for every interface (IPv6 and IPv4, or IPv4 alone on a host without IPv6); `0`
+    /// disables it.
     #[arg(
         long,
         env = "ETCD_CONTROLLER_METRICS_BIND_ADDRESS",
         value_name = "ADDR",
-        default_value = ":8080",
-        value_parser = parse_bind_address
+        default_value = ":8080"
     )]
-    pub metrics_bind_address: BindAddress,
+    pub metrics_bind_address: ListenAddress,
 
-    /// Address the /healthz and /readyz probes listen on (`:8081` is every interface, port
-    /// 8081); `0` disables them.
+    /// Address the /healthz and /readyz probes listen on, written as --metrics-bind-address;
+    /// `0` disables them.
     #[arg(
         long,
         env = "ETCD_CONTROLLER_HEALTH_PROBE_BIND_ADDRESS",
         value_name = "ADDR",
-        default_value = ":8081",
-        value_parser = parse_bind_address
+        default_value = ":8081"
     )]
-    pub health_probe_bind_address: BindAddress,
+    pub health_probe_bind_address: ListenAddress,
 
     /// Elect a leader among the replicas through a coordination.k8s.io Lease, so only one
     /// reconciles at a time. Needed whenever more than one replica runs.
@@ -83,6 +86,7 @@ pub struct Args {
     pub leader_election_id: String,
 
     /// How long a standby waits, after the leader's last renewal, before taking the Lease over.
+    /// A duration in Go's grammar, such as 15s, 1.5s or 1m30s (every duration flag).
     #[arg(
         long,
         env = "ETCD_CONTROLLER_LEADER_ELECT_LEASE_DURATION",
@@ -163,27 +167,10 @@ pub struct Args {
     pub log_format: LogFormat,
 
     /// Log filter in tracing's EnvFilter syntax, e.g. `info` or
-    /// `info,etcd_controller=debug,kube=warn`. $RUST_LOG, when set, overrides it.
-    #[arg(
-        long,
-        env = "ETCD_CONTROLLER_LOG_LEVEL",
-        value_name = "FILTER",
-        default_value = "info"
-    )]
-    pub log_level: String,
-}
-
-/// Where a server listens: an address, or disabled (`0`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BindAddress(pub Option<SocketAddr>);
-
-/// Log output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object a line.
-    Json,
+    /// `info,etcd_controller=debug,kube=warn`. Without it, $RUST_LOG when set, else info.
+    /// Text lines are coloured only on a terminal.
+    #[arg(long, env = "ETCD_CONTROLLER_LOG_LEVEL", value_name = "FILTER")]
+    pub log_level: Option<String>,
 }
 
 impl Args {
@@ -208,42 +195,33 @@ impl Args {
         )
     }
 
-    /// Checks what clap cannot: the leader election timings must satisfy
-    /// retry period < renew deadline < lease duration, and the two servers need distinct
-    /// addresses.
+    /// The leader election the flags ask for, campaigning as `identity`.
+    pub fn leader_election_params(&self, identity: String) -> LeaderElectionParams {
+        LeaderElectionParams {
+            namespace: self.leader_election_namespace(),
+            lease_name: self.leader_election_id.clone(),
+            identity,
+            lease_duration: self.leader_elect_lease_duration,
+            renew_deadline: self.leader_elect_renew_deadline,
+            retry_period: self.leader_elect_retry_period,
+        }
+    }
+
+    /// Checks what clap cannot, before anything starts: with `--leader-elect`, the timings
+    /// ([`LeaderElectionParams::validate`]: retry period < renew deadline < lease duration);
+    /// and the two servers need distinct addresses.
     pub fn validate(&self) -> Result<(), ArgsError> {
         if self.leader_elect {
-            if self.leader_elect_renew_deadline >= self.leader_elect_lease_duration {
-                return Err(ArgsError::Invalid(format!(
-                    "--leader-elect-renew-deadline ({:?}) must be shorter than --leader-elect-lease-duration ({:?})",
-                    self.leader_elect_renew_deadline, self.leader_elect_lease_duration
-                )));
-            }
-            if self.leader_elect_retry_period >= self.leader_elect_renew_deadline {
-                return Err(ArgsError::Invalid(format!(
-                    "--leader-elect-retry-period ({:?}) must be shorter than --leader-elect-renew-deadline ({:?})",
-                    self.leader_elect_retry_period, self.leader_elect_renew_deadline
-                )));
-            }
-            if self.leader_elect_retry_period.is_zero() {
-                return Err(ArgsError::Invalid(
-                    "--leader-elect-retry-period must be positive".into(),
-                ));
-            }
-            if self.leader_election_id.is_empty() {
-                return Err(ArgsError::Invalid(
-                    "--leader-election-id must not be empty".into(),
-                ));
-            }
+            self.leader_election_params(crate::leader::default_identity())
+                .validate()?;
         }
-        if let (Some(m), Some(h)) = (
-            self.metrics_bind_address.0,
-            self.health_probe_bind_address.0,
-        ) && m.port() != 0
-            && m == h
+        if self
+            .metrics_bind_address
+            .overlaps(&self.health_probe_bind_address)
         {
             return Err(ArgsError::Invalid(format!(
-                "--metrics-bind-address and --health-probe-bind-address are both {m}"
+                "--metrics-bind-address ({}) and --health-probe-bind-address ({}) are the same socket",
+                self.metrics_bind_address, self.health_probe_bind_address
             )));
         }
         Ok(())
@@ -256,6 +234,9 @@ pub enum ArgsError {
     /// A flag's value, or a combination of flags, is invalid.
     #[error("invalid arguments: {0}")]
     Invalid(String),
+    /// The leader election flags are inconsistent.
+    #[error("invalid --leader-elect-* flags: {0}")]
+    LeaderElection(#[from] LeaderElectionError),
 }
 
 fn resolve_leader_election_namespace(
@@ -272,73 +253,6 @@ fn resolve_leader_election_namespace(
         .to_string()
 }
 
-/// Parses a bind address the Kubernetes way: `:8080` (every interface), `127.0.0.1:8080`,
-/// `[::1]:8080`, `localhost:8080`, or `0` (disabled).
-pub fn parse_bind_address(s: &str) -> Result<BindAddress, String> {
-    let s = s.trim();
-    if s == "0" {
-        return Ok(BindAddress(None));
-    }
-    let (host, port) = s
-        .rsplit_once(':')
-        .ok_or_else(|| format!("{s:?} is not HOST:PORT or :PORT"))?;
-    let port: u16 = port
-        .parse()
-        .map_err(|_| format!("{s:?}: {port:?} is not a port number"))?;
-    let host = host
-        .strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host);
-    let ip: IpAddr = match host {
-        "" => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-        "localhost" => IpAddr::V4(Ipv4Addr::LOCALHOST),
-        h => h
-            .parse()
-            .map_err(|_| format!("{s:?}: {h:?} is not an IP address"))?,
-    };
-    Ok(BindAddress(Some(SocketAddr::new(ip, port))))
-}
-
-/// Parses a duration like Go's `time.ParseDuration` (what Kubernetes flags take): a sequence
-/// of decimal numbers with units `ns`, `us`/`µs`, `ms`, `s`, `m`, `h`, e.g. `15s`, `1m30s`,
-/// `1.5s`, `500ms`. A bare `0` is zero.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let input = s.trim();
-    if input == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if input.is_empty() {
-        return Err("empty duration".into());
-    }
-    let mut rest = input;
-    let mut total = 0f64;
-    while !rest.is_empty() {
-        let number_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(|| format!("{input:?}: missing unit (e.g. 15s, 500ms, 1m)"))?;
-        let (number, after) = rest.split_at(number_len);
-        let value: f64 = number
-            .parse()
-            .map_err(|_| format!("{input:?}: {number:?} is not a number"))?;
-        let unit_len = after
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(after.len());
-        let (unit, after) = after.split_at(unit_len);
-        let seconds = match unit {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(format!("{input:?}: unknown unit {unit:?}")),
-        };
-        total += value * seconds;
-        rest = after;
-    }
-    Duration::try_from_secs_f64(total).map_err(|e| format!("{input:?}: {e}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -352,13 +266,10 @@ mod tests {
         let a = parse(&[]).unwrap();
         assert_eq!(a.kubeconfig, None);
         assert_eq!(a.watch_namespace(), None);
-        assert_eq!(
-            a.metrics_bind_address,
-            BindAddress(Some("0.0.0.0:8080".parse().unwrap()))
-        );
+        assert_eq!(a.metrics_bind_address, ListenAddress::AnyInterface(8080));
         assert_eq!(
             a.health_probe_bind_address,
-            BindAddress(Some("0.0.0.0:8081".parse().unwrap()))
+            ListenAddress::AnyInterface(8081)
         );
         assert!(!a.leader_elect);
         assert_eq!(a.leader_election_namespace, None);
@@ -371,7 +282,7 @@ mod tests {
         assert_eq!(a.default_version, DEFAULT_VERSION);
         assert_eq!(a.default_repository, DEFAULT_REPOSITORY);
         assert_eq!(a.log_format, LogFormat::Text);
-        assert_eq!(a.log_level, "info");
+        assert_eq!(a.log_level, None);
         a.validate().unwrap();
     }
 
@@ -395,7 +306,7 @@ mod tests {
             "--leader-elect-renew-deadline",
             "20s",
             "--leader-elect-retry-period",
-            "500ms",
+            "1.5s",
             "--concurrent-reconciles",
             "8",
             "--graceful-shutdown-timeout=1m",
@@ -413,24 +324,24 @@ mod tests {
         assert_eq!(a.watch_namespace().as_deref(), Some("etcd"));
         assert_eq!(
             a.metrics_bind_address,
-            BindAddress(Some("127.0.0.1:9090".parse().unwrap()))
+            ListenAddress::Socket("127.0.0.1:9090".parse().unwrap())
         );
         assert_eq!(
             a.health_probe_bind_address,
-            BindAddress(Some("[::]:9091".parse().unwrap()))
+            ListenAddress::Socket("[::]:9091".parse().unwrap())
         );
         assert!(a.leader_elect);
         assert_eq!(a.leader_election_namespace(), "ops");
         assert_eq!(a.leader_election_id, "my-lock");
         assert_eq!(a.leader_elect_lease_duration, Duration::from_secs(30));
         assert_eq!(a.leader_elect_renew_deadline, Duration::from_secs(20));
-        assert_eq!(a.leader_elect_retry_period, Duration::from_millis(500));
+        assert_eq!(a.leader_elect_retry_period, Duration::from_millis(1500));
         assert_eq!(a.concurrent_reconciles, 8);
         assert_eq!(a.graceful_shutdown_timeout, Duration::from_secs(60));
         assert_eq!(a.default_version, "3.5.21");
         assert_eq!(a.default_repository, "registry.example/etcd");
         assert_eq!(a.log_format, LogFormat::Json);
-        assert_eq!(a.log_level, "debug,kube=warn");
+        assert_eq!(a.log_level.as_deref(), Some("debug,kube=warn"));
         a.validate().unwrap();
     }
 
@@ -453,7 +364,7 @@ mod tests {
             &["--concurrent-reconciles", "0"][..],
             &["--metrics-bind-address", "8080"],
             &["--metrics-bind-address", ":http"],
-            &["--health-probe-bind-address", "nohost:1"],
+            &["--health-probe-bind-address", "a:b:1"],
             &["--leader-elect-lease-duration", "15"],
             &["--leader-elect-retry-period", "2x"],
             &["--log-format", "xml"],
@@ -471,9 +382,20 @@ mod tests {
             "--leader-elect-renew-deadline=10s",
         ])
         .unwrap();
-        assert!(bad_timings.validate().is_err());
+        // The elector's own check (leader.rs) judges them.
+        assert!(matches!(
+            bad_timings.validate(),
+            Err(ArgsError::LeaderElection(_))
+        ));
         let bad_retry = parse(&["--leader-elect", "--leader-elect-retry-period=10s"]).unwrap();
-        assert!(bad_retry.validate().is_err());
+        assert!(matches!(
+            bad_retry.validate(),
+            Err(ArgsError::LeaderElection(_))
+        ));
+        let zero_retry = parse(&["--leader-elect", "--leader-elect-retry-period=0"]).unwrap();
+        assert!(zero_retry.validate().is_err());
+        let no_id = parse(&["--leader-elect", "--leader-election-id="]).unwrap();
+        assert!(no_id.validate().is_err());
         // Timings only matter with leader election.
         let no_election = parse(&["--leader-elect-retry-period=10s"]).unwrap();
         no_election.validate().unwrap();
@@ -489,34 +411,6 @@ mod tests {
         ])
         .unwrap();
         ephemeral.validate().unwrap();
-    }
-
-    #[test]
-    fn bind_addresses() {
-        let ok = |s: &str| parse_bind_address(s).unwrap().0;
-        assert_eq!(ok(":8080"), Some("0.0.0.0:8080".parse().unwrap()));
-        assert_eq!(ok("0.0.0.0:80"), Some("0.0.0.0:80".parse().unwrap()));
-        assert_eq!(ok("localhost:1"), Some("127.0.0.1:1".parse().unwrap()));
-        assert_eq!(ok("[::1]:8080"), Some("[::1]:8080".parse().unwrap()));
-        assert_eq!(ok("0"), None);
-        for bad in ["", ":", "1.2.3.4", ":99999", "a.b:1", "[::1:80"] {
-            assert!(parse_bind_address(bad).is_err(), "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn durations() {
-        let ok = |s: &str| parse_duration(s).unwrap();
-        assert_eq!(ok("15s"), Duration::from_secs(15));
-        assert_eq!(ok("0"), Duration::ZERO);
-        assert_eq!(ok("500ms"), Duration::from_millis(500));
-        assert_eq!(ok("1m30s"), Duration::from_secs(90));
-        assert_eq!(ok("1h"), Duration::from_secs(3600));
-        assert_eq!(ok("1.5s"), Duration::from_millis(1500));
-        assert_eq!(ok("250us"), Duration::from_micros(250));
-        for bad in ["", "15", "s", "1x", "1.2.3s", "-1s", "1s2"] {
-            assert!(parse_duration(bad).is_err(), "{bad:?}");
-        }
     }
 
     #[test]

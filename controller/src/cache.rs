@@ -8,13 +8,20 @@ use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
+use std::borrow::Cow;
+
+use etcd_shared::types::PodPolicy;
+use etcd_shared::{EtcdCluster, EtcdClusterSpec, EtcdClusterStatus};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
+use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 /// Annotation carrying the hash of the content the operator last applied to an object.
@@ -229,9 +236,262 @@ pub fn content_hash(value: &serde_json::Value) -> String {
     format!("{:016x}", hasher.finish())
 }
 
+/// An `EtcdCluster` as the API server stored it: decoded into this operator's types, or, when
+/// that fails, only its metadata and where the decode failed. Its `Deserialize` never fails, so
+/// one object our types reject (stored under CoreOS' schema-less CRD, or holding a value the
+/// schema allows and the types do not) cannot fail the list of every cluster. A status that
+/// does not decode reads as none (the controller writes its own); only a spec or metadata that
+/// does not decode makes the object [`Undecodable`].
+#[derive(Clone, Debug)]
+pub struct StoredCluster(Result<EtcdCluster, Undecodable>);
+
+/// What is known of an `EtcdCluster` whose spec does not decode. Holds no value of the object
+/// beyond its metadata: the reason names the field and the kind of value, never the value.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Undecodable {
+    /// The object's metadata (what could be read of it).
+    pub metadata: ObjectMeta,
+    /// The field that failed, as a path (`spec.pod.resources`).
+    pub field: String,
+    /// Why, without the offending value (`invalid type: integer, expected a string`).
+    pub reason: String,
+}
+
+impl std::fmt::Display for Undecodable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.field, self.reason)
+    }
+}
+
+impl StoredCluster {
+    /// Decodes one stored object; never fails.
+    pub fn from_value(mut value: serde_json::Value) -> Self {
+        if let Some(meta) = value.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+            // Only what the operator reads is kept: managedFields alone are most of an object.
+            meta.remove("managedFields");
+        }
+        match EtcdCluster::deserialize(&value) {
+            Ok(cluster) => StoredCluster(Ok(cluster)),
+            Err(error) => {
+                let status_fails = value
+                    .get("status")
+                    .is_some_and(|s| EtcdClusterStatus::deserialize(s).is_err());
+                if status_fails && let Some(object) = value.as_object_mut() {
+                    // A status this operator cannot read is one it rewrites.
+                    object.remove("status");
+                    if let Ok(cluster) = EtcdCluster::deserialize(&value) {
+                        tracing::info!(
+                            cluster = %format!(
+                                "{}/{}",
+                                cluster.namespace().unwrap_or_default(),
+                                cluster.name_any()
+                            ),
+                            "the stored status does not decode; it is rewritten"
+                        );
+                        return StoredCluster(Ok(cluster));
+                    }
+                }
+                let metadata = value
+                    .get("metadata")
+                    .and_then(|m| ObjectMeta::deserialize(m).ok())
+                    .unwrap_or_default();
+                StoredCluster(Err(Undecodable {
+                    metadata,
+                    field: locate(&value),
+                    reason: without_values(&error.to_string()),
+                }))
+            }
+        }
+    }
+
+    /// The decoded cluster, or what is known of the undecodable one.
+    pub fn decoded(&self) -> Result<&EtcdCluster, &Undecodable> {
+        self.0.as_ref()
+    }
+}
+
+impl From<EtcdCluster> for StoredCluster {
+    fn from(cluster: EtcdCluster) -> Self {
+        StoredCluster(Ok(cluster))
+    }
+}
+
+impl<'de> Deserialize<'de> for StoredCluster {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // Fails only on input that is not JSON at all.
+        Ok(StoredCluster::from_value(serde_json::Value::deserialize(
+            d,
+        )?))
+    }
+}
+
+impl Resource for StoredCluster {
+    type DynamicType = ();
+    type Scope = k8s_openapi::NamespaceResourceScope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        EtcdCluster::kind(dt)
+    }
+    fn group(dt: &()) -> Cow<'_, str> {
+        EtcdCluster::group(dt)
+    }
+    fn version(dt: &()) -> Cow<'_, str> {
+        EtcdCluster::version(dt)
+    }
+    fn plural(dt: &()) -> Cow<'_, str> {
+        EtcdCluster::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        match &self.0 {
+            Ok(c) => &c.metadata,
+            Err(u) => &u.metadata,
+        }
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        match &mut self.0 {
+            Ok(c) => &mut c.metadata,
+            Err(u) => &mut u.metadata,
+        }
+    }
+}
+
+/// The path of the field that fails to decode: the top-level part (`metadata`, `spec`,
+/// `status`), then the first spec field (and pod policy field) that fails on its own.
+fn locate(value: &serde_json::Value) -> String {
+    fn fails<T: DeserializeOwned>(v: &serde_json::Value) -> bool {
+        T::deserialize(v).is_err()
+    }
+    /// The first key of `object` that fails to decode as `T` on its own.
+    fn first_bad<T: DeserializeOwned>(object: &serde_json::Value) -> Option<&str> {
+        object.as_object()?.iter().find_map(|(k, v)| {
+            let alone = serde_json::Value::Object([(k.clone(), v.clone())].into_iter().collect());
+            fails::<T>(&alone).then_some(k.as_str())
+        })
+    }
+    if !value.is_object() {
+        return "the object".into();
+    }
+    if value.get("metadata").is_some_and(fails::<ObjectMeta>) {
+        return "metadata".into();
+    }
+    if let Some(spec) = value.get("spec")
+        && fails::<EtcdClusterSpec>(spec)
+    {
+        return match first_bad::<EtcdClusterSpec>(spec) {
+            Some("pod") => match spec.get("pod").and_then(first_bad::<PodPolicy>) {
+                Some(field) => format!("spec.pod.{field}"),
+                None => "spec.pod".into(),
+            },
+            Some(field) => format!("spec.{field}"),
+            None => "spec".into(),
+        };
+    }
+    if value.get("status").is_some_and(fails::<EtcdClusterStatus>) {
+        return "status".into();
+    }
+    "the object".into()
+}
+
+/// serde's message without the value it quotes (`invalid type: string "s3cr3t", expected
+/// i32` becomes `invalid type: string, expected i32`): an object's values (etcdEnv, for
+/// example) may be secrets, and none goes into a log line, an Event or a metric.
+fn without_values(message: &str) -> String {
+    let expected = message.find(", expected ").map_or("", |i| &message[i..]);
+    for prefix in ["invalid type: ", "invalid value: "] {
+        if let Some(rest) = message.strip_prefix(prefix) {
+            let kind = rest.split([' ', ',']).next().unwrap_or("value");
+            return format!("{prefix}{kind}{expected}");
+        }
+    }
+    for kept in ["missing field", "invalid length", "duplicate field"] {
+        if message.starts_with(kept) {
+            return message.to_string();
+        }
+    }
+    if message.starts_with("unknown variant") {
+        return format!("unknown variant{expected}");
+    }
+    format!("a value this operator cannot read{expected}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn stored(spec: serde_json::Value, status: serde_json::Value) -> StoredCluster {
+        StoredCluster::from_value(serde_json::json!({
+            "apiVersion": "etcd.database.coreos.com/v1beta2",
+            "kind": "EtcdCluster",
+            "metadata": {"name": "a", "namespace": "ns", "uid": "u-1",
+                "managedFields": [{"manager": "kubectl"}]},
+            "spec": spec,
+            "status": status,
+        }))
+    }
+
+    /// Issue 15, item 3: an object our types reject decodes as `Undecodable`, naming the field
+    /// and never the value; what CoreOS' operator wrote decodes.
+    #[test]
+    fn stored_clusters_never_fail_to_decode() {
+        use serde_json::json;
+        // CoreOS' status, each of its phases.
+        for phase in ["", "Creating", "Running", "Failed"] {
+            let s = stored(
+                json!({"size": 3, "version": "3.2.13"}),
+                json!({"phase": phase, "reason": "", "controlPaused": false, "size": 3,
+                    "members": {"ready": ["a-0"], "unready": null}, "currentVersion": "3.2.13",
+                    "targetVersion": "", "serviceName": "a-client", "clientPort": 2379,
+                    "conditions": [{"type": "Available", "status": "True",
+                        "lastUpdateTime": "2018-01-01T00:00:00Z"}]}),
+            );
+            let c = s.decoded().expect("CoreOS' status decodes");
+            assert_eq!(c.spec.size, Some(3), "{phase}");
+            assert!(c.metadata.managed_fields.is_none());
+        }
+        // A status this operator cannot read at all reads as none.
+        let s = stored(
+            json!({"size": 1}),
+            json!({"size": "three", "clientPort": []}),
+        );
+        assert!(s.decoded().expect("decodes").status.is_none());
+
+        for (spec, field, reason) in [
+            (
+                json!({"size": 3, "pod": {"affinity": {"podAntiAffinity": {
+                    "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 3_000_000_000_i64,
+                        "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname"}}]}}}}),
+                "spec.pod.affinity",
+                "invalid value: integer, expected i32",
+            ),
+            (
+                json!({"pod": {"etcdEnv": [{"name": "PASSWORD", "value": {"s3cr3t": 1}}]}}),
+                "spec.pod.etcdEnv",
+                "invalid type: map, expected a string",
+            ),
+            (
+                json!({"size": "s3cr3t"}),
+                "spec.size",
+                "invalid type: string, expected i32",
+            ),
+            (
+                json!("s3cr3t"),
+                "spec",
+                "invalid type: string, expected struct EtcdClusterSpec",
+            ),
+        ] {
+            let s = stored(spec.clone(), json!({"phase": "Failed"}));
+            let bad = s.decoded().expect_err("undecodable");
+            assert_eq!(bad.field, field, "{spec}");
+            assert_eq!(bad.reason, reason, "{spec}");
+            assert!(!bad.to_string().contains("s3cr3t"), "{bad}");
+            assert_eq!(s.meta().name.as_deref(), Some("a"));
+            assert_eq!(s.meta().uid.as_deref(), Some("u-1"));
+            assert!(s.meta().managed_fields.is_none());
+        }
+        let s: StoredCluster = serde_json::from_str(r#"{"metadata": {"name": "x"}, "spec": 1}"#)
+            .expect("Deserialize never fails on JSON");
+        assert!(s.decoded().is_err());
+    }
 
     #[test]
     fn containment_ignores_added_fields_and_sees_edits() {

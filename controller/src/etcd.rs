@@ -1,21 +1,117 @@
-//! Calls to etcd's member and maintenance APIs, each with a timeout.
+//! Calls to etcd's member and maintenance APIs, each with a timeout, over connections reused
+//! across reconciles ([`EtcdPool`]).
 
-use std::time::Duration;
-
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use etcd_client::{Client, ConnectOptions, MemberAddOptions};
 
-use crate::error::Error;
+use crate::error::{Error, EtcdRefusal};
 use crate::etcd_tls::{self, MemberTls};
 
 /// How to reach the members of one cluster.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct EtcdAccess {
     /// Client TLS, when the members serve clients over TLS (parsed once per reconcile).
     pub tls: Option<Arc<MemberTls>>,
+    /// Identifies the TLS material (a hash of it): a pooled connection is reused only with
+    /// the material it was made with.
+    pub tls_id: u64,
     /// Timeout of each call (also of connecting).
     pub timeout: Duration,
+    /// Where connections are reused, and the cluster's key in it (`NAMESPACE/NAME`); `None`
+    /// connects for every call.
+    pub pool: Option<(Arc<EtcdPool>, String)>,
+}
+
+/// Most connections kept per cluster (a cluster has at most 7 members; the least recently
+/// used one goes first).
+pub const MAX_CONNECTIONS_PER_CLUSTER: usize = 8;
+
+/// Connections to the members of every cluster, reused across reconciles: at most
+/// [`MAX_CONNECTIONS_PER_CLUSTER`] per cluster, the least recently used evicted, a connection
+/// whose call failed dropped, and every connection of a cluster dropped when it is forgotten.
+#[derive(Default)]
+pub struct EtcdPool {
+    clusters: Mutex<HashMap<String, Vec<Pooled>>>,
+    connects: AtomicU64,
+}
+
+struct Pooled {
+    endpoint: String,
+    tls_id: u64,
+    client: Client,
+    used: Instant,
+}
+
+impl std::fmt::Debug for EtcdPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdPool")
+            .field("clusters", &self.clusters().len())
+            .field("connects", &self.connects())
+            .finish()
+    }
+}
+
+impl EtcdPool {
+    fn clusters(&self) -> MutexGuard<'_, HashMap<String, Vec<Pooled>>> {
+        self.clusters.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn get(&self, cluster: &str, endpoint: &str, tls_id: u64) -> Option<Client> {
+        let mut clusters = self.clusters();
+        let pooled = clusters
+            .get_mut(cluster)?
+            .iter_mut()
+            .find(|p| p.endpoint == endpoint && p.tls_id == tls_id)?;
+        pooled.used = Instant::now();
+        Some(pooled.client.clone())
+    }
+
+    fn put(&self, cluster: &str, endpoint: &str, tls_id: u64, client: Client) {
+        self.connects.fetch_add(1, Ordering::Relaxed);
+        let mut clusters = self.clusters();
+        let kept = clusters.entry(cluster.to_string()).or_default();
+        kept.retain(|p| p.endpoint != endpoint);
+        if kept.len() >= MAX_CONNECTIONS_PER_CLUSTER
+            && let Some(oldest) = kept
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, p)| p.used)
+                .map(|(i, _)| i)
+        {
+            kept.swap_remove(oldest);
+        }
+        kept.push(Pooled {
+            endpoint: endpoint.to_string(),
+            tls_id,
+            client,
+            used: Instant::now(),
+        });
+    }
+
+    fn discard(&self, cluster: &str, endpoint: &str) {
+        if let Some(kept) = self.clusters().get_mut(cluster) {
+            kept.retain(|p| p.endpoint != endpoint);
+        }
+    }
+
+    /// Drops every connection of a cluster (it was deleted).
+    pub fn forget(&self, cluster: &str) {
+        self.clusters().remove(cluster);
+    }
+
+    /// Connections kept for a cluster.
+    pub fn connections(&self, cluster: &str) -> usize {
+        self.clusters().get(cluster).map_or(0, Vec::len)
+    }
+
+    /// Connections made so far (each new one counts, reused ones do not).
+    pub fn connects(&self) -> u64 {
+        self.connects.load(Ordering::Relaxed)
+    }
 }
 
 /// What one member says of itself.
@@ -52,6 +148,37 @@ impl EtcdAccess {
     /// A client of the member at `endpoint`, over the operator's TLS where the members serve
     /// clients over TLS. Connecting is bounded by the call timeout.
     async fn connect(&self, endpoint: &str) -> Result<Client, Error> {
+        if let Some((pool, cluster)) = &self.pool
+            && let Some(client) = pool.get(cluster, endpoint, self.tls_id)
+        {
+            return Ok(client);
+        }
+        let client = self.dial(endpoint).await?;
+        if let Some((pool, cluster)) = &self.pool {
+            pool.put(cluster, endpoint, self.tls_id, client.clone());
+        }
+        Ok(client)
+    }
+
+    /// Drops the pooled connection to `endpoint` after a failed call, unless etcd itself
+    /// answered (a refusal or an unknown call: the connection works).
+    fn settle<T>(
+        &self,
+        endpoint: &str,
+        result: Result<T, etcd_client::Error>,
+    ) -> Result<T, etcd_client::Error> {
+        if let Err(e) = &result {
+            let answered = matches!(e, etcd_client::Error::GRpcStatus(s)
+                if s.code() == tonic::Code::Unimplemented || EtcdRefusal::of(s).is_some());
+            if !answered && let Some((pool, cluster)) = &self.pool {
+                pool.discard(cluster, endpoint);
+            }
+        }
+        result
+    }
+
+    /// A new connection to the member at `endpoint`.
+    async fn dial(&self, endpoint: &str) -> Result<Client, Error> {
         if let Some(tls) = &self.tls {
             return etcd_tls::connect(endpoint, tls, self.timeout)
                 .await
@@ -88,9 +215,8 @@ impl EtcdAccess {
 
     async fn member_list_at(&self, endpoint: &str) -> Result<Vec<ListedMember>, Error> {
         let mut client = self.connect(endpoint).await?;
-        let resp = client
-            .member_list()
-            .await
+        let resp = self
+            .settle(endpoint, client.member_list().await)
             .map_err(Error::etcd(format!("member list at {endpoint}")))?;
         Ok(resp
             .members()
@@ -107,9 +233,8 @@ impl EtcdAccess {
     /// The status of the member at one endpoint.
     pub async fn status(&self, endpoint: &str) -> Result<MemberStatus, Error> {
         let mut client = self.connect(endpoint).await?;
-        let resp = client
-            .status()
-            .await
+        let resp = self
+            .settle(endpoint, client.status().await)
             .map_err(Error::etcd(format!("status of {endpoint}")))?;
         Ok(MemberStatus {
             member_id: resp.header().map_or(0, |h| h.member_id()),
@@ -130,9 +255,8 @@ impl EtcdAccess {
     ) -> Result<u64, Error> {
         let mut client = self.connect(endpoint).await?;
         let options = learner.then(|| MemberAddOptions::new().with_is_learner());
-        let resp = client
-            .member_add([peer_url], options)
-            .await
+        let resp = self
+            .settle(endpoint, client.member_add([peer_url], options).await)
             .map_err(Error::etcd(format!("member add {peer_url}")))?;
         Ok(resp.member().map_or(0, |m| m.id()))
     }
@@ -140,9 +264,7 @@ impl EtcdAccess {
     /// Asks the leader at `leader_endpoint` to hand leadership to member `to`.
     pub async fn move_leader(&self, leader_endpoint: &str, to: u64) -> Result<(), Error> {
         let mut client = self.connect(leader_endpoint).await?;
-        client
-            .move_leader(to)
-            .await
+        self.settle(leader_endpoint, client.move_leader(to).await)
             .map_err(Error::etcd(format!("move leader to {to:x}")))?;
         Ok(())
     }
@@ -150,9 +272,7 @@ impl EtcdAccess {
     /// Removes a member.
     pub async fn remove_member(&self, endpoint: &str, id: u64) -> Result<(), Error> {
         let mut client = self.connect(endpoint).await?;
-        client
-            .member_remove(id)
-            .await
+        self.settle(endpoint, client.member_remove(id).await)
             .map_err(Error::etcd(format!("member remove {id:x}")))?;
         Ok(())
     }
@@ -160,14 +280,15 @@ impl EtcdAccess {
     /// Promotes a learner. `Ok(false)` when etcd says it has not caught up yet.
     pub async fn promote_member(&self, endpoint: &str, id: u64) -> Result<bool, Error> {
         let mut client = self.connect(endpoint).await?;
-        match client.member_promote(id).await {
+        match self.settle(endpoint, client.member_promote(id).await) {
             Ok(_) => Ok(true),
-            Err(etcd_client::Error::GRpcStatus(s))
-                if s.message().contains("not in sync") || s.message().contains("not ready") =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(Error::etcd(format!("member promote {id:x}"))(e)),
+            Err(e) => match Error::etcd(format!("member promote {id:x}"))(e) {
+                Error::EtcdRefused {
+                    refusal: EtcdRefusal::LearnerNotInSync,
+                    ..
+                } => Ok(false),
+                other => Err(other),
+            },
         }
     }
 }

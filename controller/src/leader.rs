@@ -870,6 +870,16 @@ mod tests {
         assert_eq!(identity_from(Some("pod-1"), "host", 7), "pod-1");
         assert_eq!(identity_from(Some(" "), "host", 0xabc), "host_00000abc");
         assert_eq!(identity_from(None, "host", u64::MAX), "host_ffffffff");
-        assert_ne!(default_identity(), "");
+        // Without POD_NAME: the hostname and a random suffix, different for each process.
+        let ours = default_identity();
+        match std::env::var(POD_NAME_ENV) {
+            Ok(pod) if !pod.trim().is_empty() => assert_eq!(ours, pod.trim()),
+            _ => {
+                let (host, suffix) = ours.rsplit_once('_').expect("HOST_SUFFIX");
+                assert_eq!(host, hostname());
+                assert_eq!(suffix.len(), 8);
+                assert_ne!(default_identity(), ours, "another process, another suffix");
+            }
+        }
     }
 }

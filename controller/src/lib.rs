@@ -5,6 +5,9 @@
 //! claims and etcd members ([`observe`]), decide the single next step with a pure planner
 //! ([`planner`]), apply the desired objects with server-side apply and carry out the step
 //! ([`reconcile`]), then write the status ([`status`]).
+//!
+//! Listen addresses, durations, logging, signals and the admin servers are the process shell
+//! shared with the webhook ([`etcd_shared::process`]).
 
 #![forbid(unsafe_code)]
 
@@ -23,6 +26,4 @@ pub mod metrics;
 pub mod observe;
 pub mod planner;
 pub mod reconcile;
-pub mod shutdown;
 pub mod status;
-pub mod telemetry;

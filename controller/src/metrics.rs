@@ -14,6 +14,7 @@
 //! | `member_changes_total` | counter | `kind` (`bootstrap`, `add`, `promote`, `remove`, ...) |
 //! | `applies_total` | counter | `kind` (`Service`, `PodDisruptionBudget`): server-side applies sent |
 //! | `leader` | gauge | (1 while this replica leads, else 0) |
+//! | `undecodable_clusters` | gauge | `namespace`, `cluster` (1 while the stored object does not decode; removed when it does or is deleted) |
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -51,6 +52,7 @@ pub struct Metrics {
     member_changes_total: IntCounterVec,
     applies_total: IntCounterVec,
     leader: IntGauge,
+    undecodable_clusters: IntGaugeVec,
     /// Clusters seen by [`Metrics::observe_cluster`], keyed by (namespace, name).
     tracked: Mutex<BTreeMap<(String, String), Tracked>>,
 }
@@ -150,7 +152,15 @@ impl Metrics {
         registry.register(Box::new(health_check_failures_total.clone()))?;
         registry.register(Box::new(member_changes_total.clone()))?;
         registry.register(Box::new(applies_total.clone()))?;
+        let undecodable_clusters = IntGaugeVec::new(
+            opts(
+                "undecodable_clusters",
+                "1 for each stored EtcdCluster whose spec the controller cannot decode (it is skipped).",
+            ),
+            &["namespace", "cluster"],
+        )?;
         registry.register(Box::new(leader.clone()))?;
+        registry.register(Box::new(undecodable_clusters.clone()))?;
 
         for phase in ClusterPhase::ALL {
             clusters.with_label_values(&[phase.as_str()]).set(0);
@@ -170,6 +180,7 @@ impl Metrics {
             member_changes_total,
             applies_total,
             leader,
+            undecodable_clusters,
             tracked: Mutex::new(BTreeMap::new()),
         })
     }
@@ -254,6 +265,21 @@ impl Metrics {
         let _ = self.ready_members.remove_label_values(&[namespace, name]);
         let _ = self
             .health_check_failures_total
+            .remove_label_values(&[namespace, name]);
+        self.decodable(namespace, name);
+    }
+
+    /// Records that the stored cluster does not decode (it is not reconciled).
+    pub fn undecodable(&self, namespace: &str, name: &str) {
+        self.undecodable_clusters
+            .with_label_values(&[namespace, name])
+            .set(1);
+    }
+
+    /// Records that the stored cluster decodes (again): drops its `undecodable_clusters` series.
+    pub fn decodable(&self, namespace: &str, name: &str) {
+        let _ = self
+            .undecodable_clusters
             .remove_label_values(&[namespace, name]);
     }
 
@@ -506,6 +532,25 @@ mod tests {
         assert_eq!(sample(&text, "etcd_controller_leader"), Some(1.0));
         m.set_leader(false);
         assert_eq!(sample(&m.encode(), "etcd_controller_leader"), Some(0.0));
+    }
+
+    #[test]
+    fn undecodable_clusters_are_counted_until_fixed_or_forgotten() {
+        let m = Metrics::new().unwrap();
+        let series = |name: &str| {
+            format!(r#"etcd_controller_undecodable_clusters{{cluster="{name}",namespace="ns"}}"#)
+        };
+        m.undecodable("ns", "a");
+        m.undecodable("ns", "a");
+        m.undecodable("ns", "b");
+        let text = m.encode();
+        assert_eq!(sample(&text, &series("a")), Some(1.0));
+        assert_eq!(sample(&text, &series("b")), Some(1.0));
+        m.decodable("ns", "a");
+        m.forget_cluster("ns", "b");
+        let text = m.encode();
+        assert_eq!(sample(&text, &series("a")), None);
+        assert_eq!(sample(&text, &series("b")), None);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! the planner's model.
 
 use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +17,7 @@ use etcd_shared::version::EtcdVersion;
 use crate::builders::ClusterView;
 use crate::cache::{self, Caches};
 use crate::error::Error;
-use crate::etcd::{EtcdAccess, ListedMember, MemberStatus};
+use crate::etcd::{EtcdAccess, EtcdPool, ListedMember, MemberStatus};
 use crate::etcd_tls::MemberTls;
 use crate::planner::{Health, MemberState, Observed, PodPhase, PodState};
 
@@ -175,10 +176,11 @@ fn endpoint(view: &ClusterView, ip: &str) -> String {
 }
 
 /// The operator's client TLS from its Secret (etcd-client.crt, etcd-client.key, etcd-client-ca.crt).
+/// With it, a hash of the material, so pooled connections are reused only with the same.
 async fn operator_tls(
     client: &kube::Client,
     view: &ClusterView,
-) -> Result<Option<Arc<MemberTls>>, Error> {
+) -> Result<Option<(Arc<MemberTls>, u64)>, Error> {
     let Some(secret_name) = &view.tls.operator_secret else {
         return Ok(None);
     };
@@ -212,7 +214,9 @@ async fn operator_tls(
             reason: e.to_string(),
         }
     })?;
-    Ok(Some(Arc::new(tls)))
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (&cert, &key, &ca, view.tls_server_name()).hash(&mut hasher);
+    Ok(Some((Arc::new(tls), hasher.finish())))
 }
 
 fn member_name(view: &ClusterView, m: &ListedMember) -> String {
@@ -230,6 +234,7 @@ pub async fn observe(
     view: &ClusterView,
     bootstrapped: bool,
     timeout: Duration,
+    pool: Option<Arc<EtcdPool>>,
 ) -> Result<Observation, Error> {
     let now = Timestamp::now();
     let mut pod_selector = names::selector_labels(&view.name);
@@ -252,7 +257,16 @@ pub async fn observe(
         })
         .collect();
 
-    let access = EtcdAccess { tls, timeout };
+    let (tls, tls_id) = match tls {
+        Some((tls, id)) => (Some(tls), id),
+        None => (None, 0),
+    };
+    let access = EtcdAccess {
+        tls,
+        tls_id,
+        timeout,
+        pool: pool.map(|p| (p, format!("{}/{}", view.namespace, view.name))),
+    };
     let by_ip: Vec<(String, String)> = pods
         .iter()
         .filter(|p| !p.terminating && p.phase == PodPhase::Running)

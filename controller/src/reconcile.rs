@@ -1,11 +1,12 @@
 //! The reconcile pipeline and the kube-runtime Controller that drives it:
 //! validate -> apply Services and PDB -> observe -> plan one step -> carry it out -> status.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
@@ -25,16 +26,44 @@ use etcd_shared::types::ClusterPhase;
 use crate::admin::Readiness;
 use crate::backoff::Backoff;
 use crate::builders::{self, ClusterView, MemberPlan};
-use crate::cache::{self, Caches};
+use crate::cache::{self, Caches, StoredCluster};
 use crate::context::Context;
 use crate::error::{Error, FIELD_MANAGER};
+use crate::etcd::EtcdPool;
 use crate::observe::{Observation, observe};
 use crate::planner::{self, Blocked, RemovalReason, Step};
 use crate::status;
 use kube::runtime::reflector::Store;
 
-/// Runs the controller until `shutdown` resolves. `ready` turns true once the first
-/// reconcile results arrive (the watches have synced).
+/// How long after an error of a watch `/readyz` stays failing. A watch that keeps failing
+/// retries with kube-runtime's default backoff (at most 30 s apart, with jitter), so readiness
+/// stays off while it fails and comes back within this long once it works again.
+pub const WATCH_ERROR_HOLD: Duration = Duration::from_secs(45);
+
+/// How often readiness is re-evaluated once the watches have synced.
+const READINESS_TICK: Duration = Duration::from_secs(1);
+
+/// When a watch of the controller last failed.
+#[derive(Default)]
+struct WatchHealth(Mutex<Option<Instant>>);
+
+impl WatchHealth {
+    fn failed(&self) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+    }
+
+    /// No watch failed within [`WATCH_ERROR_HOLD`].
+    fn healthy(&self) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_none_or(|at| at.elapsed() >= WATCH_ERROR_HOLD)
+    }
+}
+
+/// Runs the controller until `shutdown` resolves. `ready` turns true once every watch (the
+/// EtcdClusters' and the derived objects') has listed its objects, and false again while a
+/// watch fails (for [`WATCH_ERROR_HOLD`] after its latest error).
 pub async fn run_controller(
     ctx: Arc<Context>,
     namespace: Option<String>,
@@ -43,7 +72,8 @@ pub async fn run_controller(
     ready: Readiness,
 ) {
     let client = ctx.client.clone();
-    let clusters: Api<EtcdCluster> = scoped_api(&client, namespace.as_deref());
+    // Read leniently: one stored object our types reject must not fail the list of all.
+    let clusters: Api<StoredCluster> = scoped_api(&client, namespace.as_deref());
     let pods: Api<Pod> = scoped_api(&client, namespace.as_deref());
     let services: Api<Service> = scoped_api(&client, namespace.as_deref());
     let claims: Api<PersistentVolumeClaim> = scoped_api(&client, namespace.as_deref());
@@ -68,27 +98,51 @@ pub async fn run_controller(
         .owns(pdbs, owned)
         .with_config(ControllerRuntimeConfig::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown);
-    // Ready once the watches have listed everything.
+    let health = Arc::new(WatchHealth::default());
     let ready_flag = ready.clone();
     let ready_caches = caches.clone();
+    let main_store = controller.store();
+    let ready_health = health.clone();
     let readiness_task = tokio::spawn(async move {
-        // (The Controller's own store reader does not report readiness before `run` owns
-        // it, so readiness follows the caches of the derived objects.)
-        if ready_caches.wait_until_ready().await {
-            tracing::info!("watches synced: ready");
-            ready_flag.set(true);
+        // The caches first; the Controller's store is polled on each tick (a waiter on it
+        // registered before `run` starts is not woken by kube-runtime 5).
+        if !ready_caches.wait_until_ready().await {
+            return;
+        }
+        let mut tick = tokio::time::interval(READINESS_TICK);
+        let mut synced = false;
+        loop {
+            tick.tick().await;
+            if !synced {
+                synced = main_store
+                    .wait_until_ready()
+                    .now_or_never()
+                    .is_some_and(|r| r.is_ok());
+                if synced {
+                    tracing::info!("watches synced");
+                }
+            }
+            let healthy = synced && ready_health.healthy();
+            if healthy != ready_flag.get() {
+                tracing::info!(ready = healthy, "readiness");
+            }
+            ready_flag.set(healthy);
         }
     });
     let reconciler = Arc::new(Reconciler {
+        recorder: Recorder::new(ctx.client.clone(), ctx.reporter.clone()),
         ctx,
         caches,
+        pool: Arc::default(),
         backoff: Backoff::default(),
+        reported: Mutex::default(),
     });
     let forgetting = reconciler.clone();
     controller
-        .run(reconcile_with_backoff, error_policy, reconciler)
+        .run(reconcile_stored, error_policy, reconciler)
         .for_each(|result| {
             let r = forgetting.clone();
+            let health = health.clone();
             async move {
                 match result {
                     Ok(_) => {}
@@ -98,6 +152,11 @@ pub async fn run_controller(
                         let namespace = gone.namespace.clone().unwrap_or_default();
                         r.forget(&namespace, &gone.name);
                         tracing::debug!(cluster = %format!("{namespace}/{}", gone.name), "cluster gone: forgotten");
+                    }
+                    // A watch failed (it retries with backoff): not ready meanwhile.
+                    Err(kube::runtime::controller::Error::QueueError(e)) => {
+                        health.failed();
+                        warn!(error = %e, "a watch failed; retrying");
                     }
                     // Reconcile errors are logged (and retried) by error_policy.
                     Err(e) => tracing::debug!(error = %e, "controller stream error"),
@@ -122,11 +181,17 @@ where
     }
 }
 
-/// The context of the running controller: the shared context and the retry backoff.
+/// The context of the running controller: the shared context, the caches, the event recorder
+/// (one for the controller: it keeps the event series) and the retry backoff.
 struct Reconciler {
     ctx: Arc<Context>,
     caches: Caches,
+    recorder: Recorder,
+    /// Connections to the members, reused across reconciles.
+    pool: Arc<EtcdPool>,
     backoff: Backoff,
+    /// Undecodable clusters already reported, with the resourceVersion reported.
+    reported: Mutex<HashMap<String, String>>,
 }
 
 impl Reconciler {
@@ -134,48 +199,96 @@ impl Reconciler {
     fn forget(&self, namespace: &str, name: &str) {
         self.ctx.metrics.forget_cluster(namespace, name);
         self.backoff.succeeded(&format!("{namespace}/{name}"));
+        self.pool.forget(&format!("{namespace}/{name}"));
+        self.reported().remove(&format!("{namespace}/{name}"));
+    }
+
+    fn reported(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        self.reported.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether this version of an undecodable cluster is not reported yet (and is now).
+    fn first_report(&self, key: String, version: Option<&str>) -> bool {
+        let version = version.unwrap_or_default();
+        self.reported().insert(key, version.to_string()).as_deref() != Some(version)
     }
 }
 
-fn key(cluster: &EtcdCluster) -> String {
+fn key<K: Resource>(object: &K) -> String {
     format!(
         "{}/{}",
-        cluster.namespace().unwrap_or_default(),
-        cluster.name_any()
+        object.meta().namespace.as_deref().unwrap_or_default(),
+        object.meta().name.as_deref().unwrap_or_default()
     )
 }
 
-async fn reconcile_with_backoff(
-    cluster: Arc<EtcdCluster>,
-    r: Arc<Reconciler>,
-) -> Result<Action, Error> {
-    let result = reconcile(cluster.clone(), r.ctx.clone(), r.caches.clone()).await;
+/// Reconciles a stored cluster that decodes; reports one that does not (a Warning Event
+/// `Undecodable` naming the field and a log line, once per resourceVersion, and
+/// `undecodable_clusters`) and makes no change for it. It is looked at again every idle
+/// period, so its delete is seen (and forgotten) like any cluster's.
+async fn reconcile_stored(stored: Arc<StoredCluster>, r: Arc<Reconciler>) -> Result<Action, Error> {
+    let namespace = stored.meta().namespace.clone().unwrap_or_default();
+    let name = stored.meta().name.clone().unwrap_or_default();
+    let cluster = match stored.decoded() {
+        Ok(cluster) => cluster,
+        Err(bad) => {
+            r.ctx.metrics.undecodable(&namespace, &name);
+            let version = stored.meta().resource_version.as_deref();
+            if !r.first_report(key(stored.as_ref()), version) {
+                return Ok(Action::requeue(r.ctx.config.idle_requeue));
+            }
+            warn!(
+                cluster = %format!("{namespace}/{name}"),
+                field = %bad.field,
+                reason = %bad.reason,
+                "the stored EtcdCluster does not decode; skipped until it changes"
+            );
+            let note = format!(
+                "{bad}: the operator cannot read this EtcdCluster and leaves it alone until it is fixed"
+            );
+            publish(
+                &r.recorder,
+                &stored.object_ref(&()),
+                EventType::Warning,
+                "Undecodable",
+                note,
+            )
+            .await;
+            return Ok(Action::requeue(r.ctx.config.idle_requeue));
+        }
+    };
+    r.ctx.metrics.decodable(&namespace, &name);
+    r.reported().remove(&key(cluster));
+    let result = reconcile(cluster, &r.ctx, &r.caches, &r.recorder, Some(&r.pool)).await;
     if result.is_ok() {
-        r.backoff.succeeded(&key(&cluster));
+        r.backoff.succeeded(&key(cluster));
     }
     result
 }
 
-fn error_policy(cluster: Arc<EtcdCluster>, error: &Error, r: Arc<Reconciler>) -> Action {
+fn error_policy(cluster: Arc<StoredCluster>, error: &Error, r: Arc<Reconciler>) -> Action {
     r.ctx.metrics.reconcile_error(error.metric_label());
     if error.is_etcd_not_ready() {
         let delay = r.ctx.config.busy_requeue;
-        info!(cluster = %key(&cluster), %error, retry_in = ?delay, "etcd refused the change for now; retrying");
+        info!(cluster = %key(cluster.as_ref()), %error, retry_in = ?delay, "etcd refused the change for now; retrying");
         return Action::requeue(delay);
     }
-    let delay = r.backoff.failed(&key(&cluster));
-    warn!(cluster = %key(&cluster), %error, retry_in = ?delay, "reconcile error; retrying");
+    let delay = r.backoff.failed(&key(cluster.as_ref()));
+    warn!(cluster = %key(cluster.as_ref()), %error, retry_in = ?delay, "reconcile error; retrying");
     Action::requeue(delay)
 }
 
-/// One reconcile of one cluster.
+/// One reconcile of one cluster; events go through `recorder`, etcd calls over `pool`'s
+/// connections (new ones for each call without it).
 pub async fn reconcile(
-    cluster: Arc<EtcdCluster>,
-    ctx: Arc<Context>,
-    caches: Caches,
+    cluster: &EtcdCluster,
+    ctx: &Context,
+    caches: &Caches,
+    recorder: &Recorder,
+    pool: Option<&Arc<EtcdPool>>,
 ) -> Result<Action, Error> {
     let timer = ctx.metrics.reconcile_timer();
-    let result = reconcile_inner(&cluster, &ctx, &caches).await;
+    let result = reconcile_inner(cluster, ctx, caches, recorder, pool).await;
     timer.observe();
     if result.is_ok() {
         ctx.metrics.reconcile_ok();
@@ -187,12 +300,17 @@ async fn reconcile_inner(
     cluster: &EtcdCluster,
     ctx: &Context,
     caches: &Caches,
+    recorder: &Recorder,
+    pool: Option<&Arc<EtcdPool>>,
 ) -> Result<Action, Error> {
     let name = cluster.name_any();
     let namespace = cluster.namespace().unwrap_or_default();
     if cluster.metadata.deletion_timestamp.is_some() {
         // Owner references garbage-collect pods, claims, Services and the budget.
         ctx.metrics.forget_cluster(&namespace, &name);
+        if let Some(pool) = pool {
+            pool.forget(&format!("{namespace}/{name}"));
+        }
         return Ok(Action::await_change());
     }
     let api: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -204,8 +322,8 @@ async fn reconcile_inner(
             let new = status::invalid(&e, cluster.metadata.generation, previous, Timestamp::now());
             write_status(&api, &name, &new, previous).await?;
             publish(
-                ctx,
-                cluster,
+                recorder,
+                &cluster.object_ref(&()),
                 EventType::Warning,
                 "InvalidSpec",
                 e.to_string(),
@@ -233,6 +351,7 @@ async fn reconcile_inner(
         &view,
         bootstrapped,
         ctx.config.etcd_timeout,
+        pool.cloned(),
     )
     .await?;
     for (member, why) in &obs.health_failures {
@@ -240,7 +359,7 @@ async fn reconcile_inner(
         tracing::debug!(%name, %member, %why, "member health check failed");
     }
     let step = planner::plan(&view, &obs.model, &ctx.config.timeouts);
-    let outcome = execute(ctx, cluster, &view, &obs, &step).await;
+    let outcome = execute(ctx, recorder, cluster, &view, &obs, &step).await;
 
     let new = status::compute(&view, &obs.model, &step, previous, Timestamp::now());
     let phase = new.phase.unwrap_or(ClusterPhase::Creating);
@@ -251,7 +370,7 @@ async fn reconcile_inner(
         i64::from(new.ready_members.unwrap_or(0)),
     );
     if let Some(prev) = previous {
-        announce_transitions(ctx, cluster, &new, prev).await;
+        announce_transitions(recorder, cluster, &new, prev).await;
     }
     write_status(&api, &name, &new, previous).await?;
     outcome?;
@@ -336,14 +455,12 @@ async fn write_status(
 }
 
 async fn publish(
-    ctx: &Context,
-    cluster: &EtcdCluster,
+    recorder: &Recorder,
+    reference: &ObjectReference,
     type_: EventType,
     reason: &str,
     note: String,
 ) {
-    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
-    let reference: ObjectReference = cluster.object_ref(&());
     let event = Event {
         type_,
         reason: reason.into(),
@@ -351,18 +468,19 @@ async fn publish(
         action: reason.into(),
         secondary: None,
     };
-    if let Err(e) = recorder.publish(&event, &reference).await {
+    if let Err(e) = recorder.publish(&event, reference).await {
         warn!(error = %e, reason, "could not publish event");
     }
 }
 
 /// Events for condition changes that matter to a person: quorum lost or regained, degraded.
 async fn announce_transitions(
-    ctx: &Context,
+    recorder: &Recorder,
     cluster: &EtcdCluster,
     new: &etcd_shared::EtcdClusterStatus,
     old: &etcd_shared::EtcdClusterStatus,
 ) {
+    let reference = cluster.object_ref(&());
     for c in &new.conditions {
         let before = old.conditions.iter().find(|o| o.type_ == c.type_);
         if before.is_some_and(|b| b.status == c.status && b.reason == c.reason) {
@@ -372,8 +490,8 @@ async fn announce_transitions(
             || (c.type_ == status::DEGRADED && c.status == "True");
         if warning {
             publish(
-                ctx,
-                cluster,
+                recorder,
+                &reference,
                 EventType::Warning,
                 &c.reason,
                 c.message.clone(),
@@ -381,8 +499,8 @@ async fn announce_transitions(
             .await;
         } else if c.type_ == status::AVAILABLE && c.status == "True" {
             publish(
-                ctx,
-                cluster,
+                recorder,
+                &reference,
                 EventType::Normal,
                 "Available",
                 c.message.clone(),
@@ -420,6 +538,7 @@ async fn create_member_pod(
 /// Carries out one step, and records it as an event and a metric.
 async fn execute(
     ctx: &Context,
+    recorder: &Recorder,
     cluster: &EtcdCluster,
     view: &ClusterView,
     obs: &Observation,
@@ -531,6 +650,13 @@ async fn execute(
     let note = status::describe(step);
     info!(cluster = %view.name, namespace = %view.namespace, step = %note, "member change");
     ctx.metrics.member_change(kind);
-    publish(ctx, cluster, EventType::Normal, reason, note).await;
+    publish(
+        recorder,
+        &cluster.object_ref(&()),
+        EventType::Normal,
+        reason,
+        note,
+    )
+    .await;
     Ok(())
 }

@@ -577,7 +577,7 @@ async fn process_leader_election_and_probes(ctx: TestContext) -> anyhow::Result<
             || async {
                 let healthz = p.get(true, "/healthz").await.map_err(|e| e.to_string())?;
                 let readyz = p.get(true, "/readyz").await.map_err(|e| e.to_string())?;
-                Ok::<_, String>((healthz == (200, "ok".into()) && readyz.0 == 200).then_some(()))
+                Ok::<_, String>((healthz == (200, "ok\n".into()) && readyz.0 == 200).then_some(()))
             },
         )
         .await

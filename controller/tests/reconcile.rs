@@ -42,6 +42,7 @@ fn main() -> std::process::ExitCode {
         deleting_the_cluster_removes_what_it_owns,
         a_background_delete_forgets_the_cluster,
         restarted_controller_converges_without_duplicates,
+        an_undecodable_cluster_is_reported_and_skipped,
     ])
 }
 
@@ -629,4 +630,218 @@ async fn restarted_controller_converges_without_duplicates(ctx: TestContext) -> 
         "expected only the seed pod, got {names:?}"
     );
     second.stop().await
+}
+
+/// What the controller logs, at debug and above, for the whole test binary (issue 15, item 3).
+#[derive(Clone, Default)]
+struct CapturedLog(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for CapturedLog {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl CapturedLog {
+    fn text(&self) -> String {
+        let bytes = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+/// Issue 15, item 3: a stored EtcdCluster that the CRD schema admits but this operator's types
+/// reject (an affinity weight beyond int32: the schema's `format: int32` is not enforced) sits
+/// beside a good cluster. The good one is reconciled; the bad one gets a Warning Event
+/// `Undecodable` naming the field, a log line naming it, `undecodable_clusters` counts it
+/// until it is deleted, readiness turns true, and no value of the bad object (a marker in its
+/// etcdEnv) reaches the log, where kube's client used to log every listed object on each
+/// failed decode.
+async fn an_undecodable_cluster_is_reported_and_skipped(ctx: TestContext) -> anyhow::Result<()> {
+    use kube::api::{ApiResource, DynamicObject};
+    install_crd(&ctx).await?;
+    let log = CapturedLog::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    tracing::subscriber::set_global_default(subscriber)
+        .context("the log capture must be the process' first subscriber")?;
+
+    // Objects as a schema-less CRD (CoreOS') let them be stored: written into the API
+    // server's etcd, past validation. "bad" holds a size beyond int32 (and a marker in its
+    // etcdEnv); "coreos" is a good spec with the status CoreOS' operator wrote.
+    let marker = format!("not-for-logs-{}", ctx.ns());
+    create(
+        &ctx,
+        &cluster(
+            "bad",
+            &format!("size: 1\npod:\n  etcdEnv:\n  - name: ETCD_MARKER\n    value: {marker}"),
+        )?,
+    )
+    .await?;
+    create(&ctx, &cluster("coreos", "size: 1")?).await?;
+    let mut etcd = etcd_client::Client::connect([ctx.control_plane().etcd_url()], None).await?;
+    for (name, edit) in [
+        (
+            "bad",
+            serde_json::json!({"spec": {"size": 3_000_000_000_i64}}),
+        ),
+        (
+            "coreos",
+            serde_json::json!({"status": {"phase": "Failed", "reason": "", "size": 0,
+                "members": {"ready": null, "unready": null}, "currentVersion": "",
+                "targetVersion": "", "controlPaused": false}}),
+        ),
+    ] {
+        let key = format!(
+            "/registry/etcd.database.coreos.com/etcdclusters/{}/{name}",
+            ctx.ns()
+        );
+        let got = etcd.get(key.as_str(), None).await?;
+        let kv = got.kvs().first().context("the object in etcd")?;
+        let mut object: serde_json::Value = serde_json::from_slice(kv.value())?;
+        for (part, fields) in edit.as_object().context("edit")? {
+            for (k, v) in fields.as_object().context("fields")? {
+                object[part][k] = v.clone();
+            }
+        }
+        etcd.put(key.as_str(), serde_json::to_vec(&object)?, None)
+            .await?;
+    }
+    let resource = ApiResource::erase::<EtcdCluster>(&());
+    let raw: Api<DynamicObject> = Api::namespaced_with(ctx.client(), ctx.ns(), &resource);
+    let stored = wait_for("the API server serving the edited object", || {
+        let raw = raw.clone();
+        async move {
+            let o = raw.get("bad").await.ok()?;
+            (o.data["spec"]["size"] == 3_000_000_000_i64).then_some(o)
+        }
+    })
+    .await?;
+    ensure!(
+        serde_json::from_value::<EtcdCluster>(serde_json::to_value(&stored)?).is_err(),
+        "the stored object decodes: the test needs one our types reject"
+    );
+    create(&ctx, &cluster("good", "size: 1")?).await?;
+
+    let readiness = Readiness::new();
+    let metrics = Arc::new(Metrics::new()?);
+    let context = Arc::new(Context {
+        client: ctx.client(),
+        metrics: metrics.clone(),
+        reporter: Reporter {
+            controller: "etcd-operator".into(),
+            instance: Some(format!("test-{}", ctx.name())),
+        },
+        config: ControllerConfig {
+            etcd_timeout: Duration::from_millis(500),
+            idle_requeue: Duration::from_secs(2),
+            wait_requeue: Duration::from_secs(1),
+            ..ControllerConfig::default()
+        },
+    });
+    let stop = CancellationToken::new();
+    let token = stop.clone();
+    let task = tokio::spawn(run_controller(
+        context,
+        Some(ctx.ns().to_string()),
+        2,
+        async move { token.cancelled().await },
+        readiness.clone(),
+    ));
+    let _stop_on_drop = stop.clone().drop_guard();
+
+    await_status(&ctx, "good", "the good cluster's status", |c| {
+        c.status.as_ref().is_some_and(|s| s.phase.is_some())
+    })
+    .await?;
+    await_status(&ctx, "coreos", "CoreOS' status rewritten", |c| {
+        c.status
+            .as_ref()
+            .is_some_and(|s| s.phase.is_some_and(|p| p != ClusterPhase::Failed))
+    })
+    .await?;
+    let pods: Api<Pod> = ctx.api();
+    wait_for("the good cluster's seed pod", || {
+        let pods = pods.clone();
+        async move { pods.get_opt("good-0").await.ok().flatten() }
+    })
+    .await?;
+    let events: Api<CoreEvent> = ctx.api();
+    let event = wait_for("the Undecodable event", || {
+        let events = events.clone();
+        async move {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            list.items.into_iter().find(|e| {
+                e.reason.as_deref() == Some("Undecodable")
+                    && e.involved_object.name.as_deref() == Some("bad")
+            })
+        }
+    })
+    .await?;
+    let note = event.message.unwrap_or_default();
+    ensure!(
+        event.type_.as_deref() == Some("Warning") && note.contains("spec.size"),
+        "{note}"
+    );
+    let series = format!(
+        "etcd_controller_undecodable_clusters{{cluster=\"bad\",namespace=\"{}\"}}",
+        ctx.ns()
+    );
+    ensure!(
+        metric_value(&metrics.encode(), &series) == 1,
+        "{}",
+        metrics.encode()
+    );
+    wait_for("readiness", || {
+        let ready = readiness.get();
+        async move { ready.then_some(()) }
+    })
+    .await
+    .with_context(|| {
+        let text = log.text();
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("etcd_controller") && !l.contains("DEBUG"))
+            .collect();
+        lines.join("\n")
+    })?;
+    let text = log.text();
+    ensure!(
+        text.lines().any(|l| l.contains("does not decode")
+            && l.contains(&format!("{}/bad", ctx.ns()))
+            && l.contains("spec.size")),
+        "no log line names the undecodable cluster"
+    );
+    ensure!(
+        !text.contains(&marker),
+        "a value of the undecodable object reached the log"
+    );
+
+    // Deleted (a background delete), it is forgotten.
+    raw.delete("bad", &DeleteParams::background()).await?;
+    wait_for("the undecodable series gone", || {
+        let gone = !metrics.encode().contains(&series);
+        async move { gone.then_some(()) }
+    })
+    .await?;
+    ensure!(!log.text().contains(&marker), "a value reached the log");
+    stop.cancel();
+    tokio::time::timeout(WAIT, task)
+        .await
+        .context("controller did not stop")??;
+    Ok(())
 }

@@ -1,13 +1,18 @@
 //! The `EtcdCluster` API shared by the webhook and the controller: the CRD types, the
 //! admission rules (validation and defaulting, pure functions), the etcd version capability
-//! table, and the names and labels of every object the controller derives from a cluster.
+//! table, the flags and variables every member is started with, and the names and labels of
+//! every object the controller derives from a cluster.
 
 #![forbid(unsafe_code)]
 
 pub mod admission;
 pub mod crd;
+pub mod member_flags;
 pub mod names;
 pub mod types;
 pub mod version;
 
 pub use types::{EtcdCluster, EtcdClusterSpec, EtcdClusterStatus};
+
+#[cfg(feature = "process")]
+pub mod process;

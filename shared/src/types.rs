@@ -7,9 +7,12 @@
 //! it fits (storage medium, priority class, topology spread). The status ([`status`]) reads
 //! every status CoreOS' operator wrote as well as the one this controller writes.
 
+pub mod backup;
 mod lenient;
+pub mod restore;
 mod schema;
 pub mod status;
+pub mod storage;
 
 use std::collections::BTreeMap;
 
@@ -21,7 +24,10 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use backup::{BackupPolicy, EtcdBackup, EtcdBackupSpec, EtcdBackupStatus};
+pub use restore::{EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus};
 pub use status::{ClusterPhase, EtcdClusterStatus, MembersStatus};
+pub use storage::{S3Source, StorageSource};
 
 /// The desired state of an etcd cluster.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]

@@ -3,22 +3,169 @@
 use std::path::Path;
 
 use etcd_shared::EtcdCluster;
-use etcd_shared::crd::{CRD_MANIFEST_PATH, crd_yaml};
+use etcd_shared::crd::{CRD_MANIFEST_PATH, all_crds, crd_yaml};
+use etcd_shared::types::{EtcdBackup, EtcdRestore};
 
 fn repo_file(rel: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
 }
 
 #[test]
-fn checked_in_crd_matches_the_types() {
-    let path = repo_file(CRD_MANIFEST_PATH);
-    let on_disk = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    let generated = crd_yaml().expect("CRD renders");
-    assert!(
-        on_disk == generated,
-        "{CRD_MANIFEST_PATH} is stale: run `cargo run -p etcd-shared --bin crdgen -- --write` and commit it"
+fn checked_in_crds_match_the_types() {
+    let crds = all_crds();
+    assert_eq!(crds[0].path, CRD_MANIFEST_PATH);
+    assert_eq!(
+        crds[0].yaml().expect("renders"),
+        crd_yaml().expect("renders")
     );
+    for generated in crds {
+        let path = repo_file(generated.path);
+        let on_disk = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        assert!(
+            on_disk == generated.yaml().expect("CRD renders"),
+            "{} is stale: run `cargo run -p etcd-shared --bin crdgen -- --write` and commit it",
+            generated.path
+        );
+    }
+    // Nothing else in crds/: a CRD removed from the types is removed from the chart.
+    let mut on_disk: Vec<String> = std::fs::read_dir(repo_file("charts/etcd-operator/crds"))
+        .expect("crds/")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    on_disk.sort();
+    let mut generated: Vec<String> = all_crds()
+        .iter()
+        .map(|g| g.path.rsplit('/').next().unwrap_or_default().to_string())
+        .collect();
+    generated.sort();
+    assert_eq!(on_disk, generated);
+}
+
+fn schema_root(
+    crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+) -> serde_json::Value {
+    let crd = serde_json::to_value(crd).expect("JSON");
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
+}
+
+/// Every field of CoreOS' EtcdBackup and EtcdRestore (pkg/apis/etcd/v1beta2/backup_types.go
+/// and restore_types.go), under its exact JSON name, `Reason` with its capital R.
+#[test]
+fn every_coreos_backup_and_restore_field_is_in_the_schema() {
+    let crds = all_crds();
+    let backup = schema_root(&crds[1].crd);
+    let restore = schema_root(&crds[2].crd);
+    let sources = [
+        "s3",
+        "s3.path",
+        "s3.awsSecret",
+        "s3.endpoint",
+        "s3.forcePathStyle",
+        "abs",
+        "abs.path",
+        "abs.absSecret",
+        "gcs",
+        "gcs.path",
+        "gcs.gcpSecret",
+        "oss",
+        "oss.path",
+        "oss.ossSecret",
+        "oss.endpoint",
+    ];
+    let backup_fields = [
+        "spec.etcdEndpoints",
+        "spec.storageType",
+        "spec.backupPolicy",
+        "spec.backupPolicy.timeoutInSecond",
+        "spec.backupPolicy.backupIntervalInSecond",
+        "spec.backupPolicy.maxBackups",
+        "spec.clientTLSSecret",
+        "status.succeeded",
+        "status.Reason",
+        "status.etcdVersion",
+        "status.etcdRevision",
+        "status.lastSuccessDate",
+    ];
+    let restore_fields = [
+        "spec.backupStorageType",
+        "spec.etcdCluster",
+        "spec.etcdCluster.name",
+        "status.succeeded",
+        "status.reason",
+    ];
+    let mut missing = Vec::new();
+    for (kind, root, fields) in [
+        ("EtcdBackup", &backup, &backup_fields[..]),
+        ("EtcdRestore", &restore, &restore_fields[..]),
+    ] {
+        let all = fields
+            .iter()
+            .map(|f| f.to_string())
+            .chain(sources.iter().map(|s| format!("spec.{s}")));
+        missing.extend(
+            all.filter(|p| schema_at(root, p).is_none())
+                .map(|p| format!("{kind} {p}")),
+        );
+    }
+    assert!(missing.is_empty(), "not in the CRD schemas: {missing:?}");
+    for root in [&backup, &restore] {
+        let types = root["properties"]["spec"]["properties"]
+            .as_object()
+            .and_then(|p| p.values().find(|v| v.get("enum").is_some()))
+            .expect("a storage type enum");
+        assert_eq!(
+            types["enum"],
+            serde_json::json!(["S3", "ABS", "GCS", "OSS"])
+        );
+    }
+}
+
+/// What CoreOS' Go client sends for an EtcdBackup and an EtcdRestore (json.Marshal of its
+/// v1beta2 structs: `lastSuccessDate: null`, `forcePathStyle: false`, the restore's
+/// `endpoint: ""`), read as ours.
+#[test]
+fn coreos_go_client_bytes_decode() {
+    let backup: EtcdBackup = serde_json::from_str(
+        r#"{"kind":"EtcdBackup","apiVersion":"etcd.database.coreos.com/v1beta2","metadata":{"name":"example-etcd-cluster-backup","namespace":"default","creationTimestamp":null},"spec":{"etcdEndpoints":["http://example-etcd-cluster-client:2379"],"storageType":"S3","backupPolicy":{"timeoutInSecond":60,"backupIntervalInSecond":120,"maxBackups":5},"s3":{"path":"etcd-backups/example","awsSecret":"aws","endpoint":"http://s3.storage:8333","forcePathStyle":true}},"status":{"succeeded":false,"lastSuccessDate":null}}"#,
+    )
+    .expect("backup decodes");
+    assert_eq!(backup.spec.storage_type, "S3");
+    let s3 = backup.spec.source.s3.as_ref().expect("s3");
+    assert_eq!(s3.path, "etcd-backups/example");
+    assert!(s3.force_path_style);
+    let policy = backup.spec.backup_policy.as_ref().expect("policy");
+    assert_eq!(
+        (
+            policy.timeout_in_second,
+            policy.backup_interval_in_second,
+            policy.max_backups
+        ),
+        (60, 120, 5)
+    );
+    let status = backup.status.expect("status");
+    assert!(!status.succeeded);
+    assert_eq!(status.last_success_date, None);
+
+    let restore: EtcdRestore = serde_json::from_str(
+        r#"{"kind":"EtcdRestore","apiVersion":"etcd.database.coreos.com/v1beta2","metadata":{"name":"example-etcd-cluster","creationTimestamp":null},"spec":{"backupStorageType":"S3","s3":{"path":"etcd-backups/example","awsSecret":"aws","endpoint":"","forcePathStyle":false},"etcdCluster":{"name":"example-etcd-cluster"}},"status":{"succeeded":false}}"#,
+    )
+    .expect("restore decodes");
+    assert_eq!(restore.spec.etcd_cluster.name, "example-etcd-cluster");
+    assert_eq!(restore.spec.source.s3.expect("s3").endpoint, "");
+    // A status CoreOS' backup operator wrote, with its capital-R Reason.
+    let written: EtcdBackup = serde_json::from_str(
+        r#"{"apiVersion":"etcd.database.coreos.com/v1beta2","kind":"EtcdBackup","metadata":{"name":"b"},"spec":{"storageType":"S3","s3":{"path":"b/k","awsSecret":"aws"}},"status":{"succeeded":false,"Reason":"failed to save snapshot","etcdVersion":"3.2.13","etcdRevision":42,"lastSuccessDate":"2019-03-01T10:00:00Z"}}"#,
+    )
+    .expect("a CoreOS status decodes");
+    let status = written.status.expect("status");
+    assert_eq!(status.reason.as_deref(), Some("failed to save snapshot"));
+    assert_eq!(status.etcd_revision, Some(42));
+    assert!(status.last_success_date.is_some());
+    // Written back, the JSON names are CoreOS'.
+    let back = serde_json::to_value(&status).expect("JSON");
+    assert_eq!(back["Reason"], "failed to save snapshot");
+    assert_eq!(back["etcdVersion"], "3.2.13");
 }
 
 #[test]

@@ -14,14 +14,18 @@
 //! - [`operator`]: the operator as its Helm chart installs it, its pods run by the kubelet
 //!   from the binaries built in this workspace (the demo and the `installed` suite).
 //! - [`endpoints`]: the ready addresses behind a Service.
+//! - [`helm`]: the one helm runner (Helm 3 and Helm 4, [`HelmMajor`]).
+//! - [`chart`]: what the chart suites share: rendered manifests and checks of them.
 //! - [`process`], [`ports`], [`kubeconfig`]: plumbing.
 //!
 //! Run the harness's own tests with `cargo test -p etcd-tests --test control_plane`.
 
 #![warn(missing_docs)]
 
+pub mod chart;
 pub mod control_plane;
 pub mod endpoints;
+pub mod helm;
 pub mod kubeconfig;
 pub mod kubelet;
 pub mod namespace;
@@ -34,6 +38,7 @@ pub mod tools;
 pub mod wait;
 
 pub use control_plane::{ControlPlane, ControlPlaneError, ControlPlaneOptions, StartupTimings};
+pub use helm::{Helm, HelmError, HelmMajor};
 pub use kubelet::{Kubelet, KubeletError, KubeletOptions};
 pub use namespace::Namespace;
 pub use pki::{CertificateAuthority, IssuedCert};

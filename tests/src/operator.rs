@@ -19,6 +19,7 @@ use etcd_shared::EtcdCluster;
 use etcd_shared::types::ClusterPhase;
 
 use crate::control_plane::{ControlPlane, ControlPlaneOptions};
+use crate::helm::{Helm, HelmMajor};
 use crate::kubelet::{ImageMapping, Kubelet};
 
 /// Where the operator binaries are looked for instead of next to the running executable.
@@ -45,28 +46,9 @@ pub enum InstallError {
     /// The running executable's path is unknown.
     #[error("cannot locate the running executable: {0}")]
     CurrentExe(#[source] std::io::Error),
-    /// helm is not in the tool cache.
+    /// helm failed, or is not in the tool cache.
     #[error(transparent)]
-    Tools(#[from] crate::tools::ToolsError),
-    /// helm could not be started.
-    #[error("running {command}: {source}")]
-    Spawn {
-        /// The command line.
-        command: String,
-        /// What failed.
-        #[source]
-        source: std::io::Error,
-    },
-    /// helm exited with an error.
-    #[error("{command} failed ({status}):\n{stderr}")]
-    Helm {
-        /// The command line.
-        command: String,
-        /// Its exit status.
-        status: std::process::ExitStatus,
-        /// What it printed on stderr.
-        stderr: String,
-    },
+    Helm(#[from] crate::helm::HelmError),
 }
 
 /// The two operator binaries the chart's images map to.
@@ -156,16 +138,25 @@ pub struct Release {
     pub namespace: String,
     /// How long `helm --wait` may wait for the pods.
     pub timeout: Duration,
+    /// The Helm major that installs, upgrades and uninstalls it.
+    pub helm: HelmMajor,
 }
 
 impl Release {
-    /// Release `name` in `namespace`, waiting up to two minutes.
+    /// Release `name` in `namespace`, by Helm 3, waiting up to two minutes.
     pub fn new(name: impl Into<String>, namespace: impl Into<String>) -> Self {
         Self {
             name: name.into(),
             namespace: namespace.into(),
             timeout: Duration::from_secs(120),
+            helm: HelmMajor::V3,
         }
+    }
+
+    /// The same release, by Helm `major`.
+    pub fn with_helm(mut self, major: HelmMajor) -> Self {
+        self.helm = major;
+        self
     }
 
     /// `helm install` (or `upgrade --install`) of the chart with [`LOCAL_VALUES`] and `sets`,
@@ -198,7 +189,7 @@ impl Release {
         for set in LOCAL_VALUES.iter().chain(sets) {
             args.extend(["--set".into(), (*set).to_string()]);
         }
-        helm(cp, &args).await
+        helm(cp, self.helm, &args).await
     }
 
     /// `helm uninstall --wait` of the release. Returns helm's stdout.
@@ -212,37 +203,18 @@ impl Release {
             "--timeout".into(),
             format!("{}s", self.timeout.as_secs()),
         ];
-        helm(cp, &args).await
+        helm(cp, self.helm, &args).await
     }
 }
 
-/// Runs the pinned helm against `cp` with `args`; its stdout, or an error with its stderr.
-pub async fn helm(cp: &ControlPlane, args: &[String]) -> Result<String, InstallError> {
-    let program = cp.tools().helm()?;
-    let command = format!("helm {}", args.join(" "));
-    let out = tokio::process::Command::new(&program)
-        .args(args)
-        .env("KUBECONFIG", cp.kubeconfig_path())
-        // helm keeps its caches and repository config out of the user's home.
-        .env("HELM_CACHE_HOME", cp.dir().join("helm/cache"))
-        .env("HELM_CONFIG_HOME", cp.dir().join("helm/config"))
-        .env("HELM_DATA_HOME", cp.dir().join("helm/data"))
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output()
-        .await
-        .map_err(|source| InstallError::Spawn {
-            command: command.clone(),
-            source,
-        })?;
-    if !out.status.success() {
-        return Err(InstallError::Helm {
-            command,
-            status: out.status,
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        });
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+/// Runs the pinned helm of `major` against `cp` with `args` (its home in the control plane's
+/// directory); its stdout, or an error with its stderr.
+pub async fn helm(
+    cp: &ControlPlane,
+    major: HelmMajor,
+    args: &[String],
+) -> Result<String, InstallError> {
+    Ok(Helm::in_control_plane_dir(cp, major)?.run(args).await?)
 }
 
 /// `kubectl apply -f -` of `yaml`, with `kubectl` as [`ControlPlane::kubectl`] gives it (plus

@@ -57,8 +57,10 @@ pub struct Versions {
     pub etcd_source: Vec<String>,
     /// `APISERVER_ETCD_VERSION`: the etcd that backs the test kube-apiserver.
     pub apiserver_etcd: String,
-    /// `HELM_VERSION`.
+    /// `HELM_VERSION`: the pinned Helm 3.
     pub helm: String,
+    /// `HELM4_VERSION`: the pinned Helm 4.
+    pub helm4: String,
 }
 
 /// Parses `KEY=VALUE` lines (values optionally in single or double quotes; `#` comments and
@@ -112,6 +114,7 @@ impl Versions {
                 .collect(),
             apiserver_etcd: get("APISERVER_ETCD_VERSION")?,
             helm: get("HELM_VERSION")?,
+            helm4: get("HELM4_VERSION")?,
         })
     }
 
@@ -239,13 +242,29 @@ impl Tools {
         self.etcd(&self.versions.apiserver_etcd)
     }
 
-    /// `helm` at the pinned version.
+    /// `helm` at the pinned Helm 3 version (`HELM_VERSION`).
     pub fn helm(&self) -> Result<PathBuf, ToolsError> {
-        let dir = self
-            .root
-            .join("helm")
-            .join(format!("v{}", self.versions.helm));
+        self.helm_major(crate::helm::HelmMajor::V3)
+    }
+
+    /// `helm` at the pinned Helm 4 version (`HELM4_VERSION`).
+    pub fn helm4(&self) -> Result<PathBuf, ToolsError> {
+        self.helm_major(crate::helm::HelmMajor::V4)
+    }
+
+    /// `helm` of `major` at its pinned version.
+    pub fn helm_major(&self, major: crate::helm::HelmMajor) -> Result<PathBuf, ToolsError> {
+        let version = self.helm_version(major);
+        let dir = self.root.join("helm").join(format!("v{version}"));
         self.binary(dir, "helm")
+    }
+
+    /// The pinned version of Helm `major`.
+    pub fn helm_version(&self, major: crate::helm::HelmMajor) -> &str {
+        match major {
+            crate::helm::HelmMajor::V3 => &self.versions.helm,
+            crate::helm::HelmMajor::V4 => &self.versions.helm4,
+        }
     }
 }
 
@@ -276,6 +295,8 @@ mod tests {
         assert!(v.kubernetes.starts_with("1."), "{v:?}");
         assert!(!v.etcd.is_empty());
         assert!(v.etcd.iter().all(|e| e.starts_with("3.")));
+        assert!(v.helm.starts_with("3."), "HELM_VERSION={}", v.helm);
+        assert!(v.helm4.starts_with("4."), "HELM4_VERSION={}", v.helm4);
     }
 
     /// One built etcd per line the operator supports, 3.2 to the newest, oldest first: the

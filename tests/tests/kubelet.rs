@@ -36,7 +36,7 @@ const DATA: &str = "/var/lib/etcd";
 fn main() -> std::process::ExitCode {
     run_suite_with_kubelet(etcd_tests::tests![
         bare_pod_runs_etcd_and_serves_clients,
-        single_member_ready_time,
+        single_member_pod_is_ready_in_time,
         three_members_form_one_cluster_through_dns_names,
         killed_container_restarts_with_its_data,
         deleted_pod_is_stopped_and_only_its_claim_survives,
@@ -357,8 +357,13 @@ async fn bare_pod_runs_etcd_and_serves_clients(ctx: TestContext) -> anyhow::Resu
     Ok(())
 }
 
-/// Creation → Ready of single-member pods, one after the other (median reported).
-async fn single_member_ready_time(ctx: TestContext) -> anyhow::Result<()> {
+/// How long a single-member etcd pod may take from creation to Ready on the process kubelet
+/// (measured: about a second on an idle 2-core machine; the budget leaves room for a busy one).
+const SINGLE_MEMBER_READY_BUDGET: Duration = Duration::from_secs(15);
+
+/// Creation → Ready of single-member pods, one after the other: each within
+/// [`SINGLE_MEMBER_READY_BUDGET`], and each deleted pod gone before the next is timed.
+async fn single_member_pod_is_ready_in_time(ctx: TestContext) -> anyhow::Result<()> {
     let api: Api<Pod> = ctx.api();
     let mut times = Vec::new();
     for i in 0..3 {
@@ -369,9 +374,17 @@ async fn single_member_ready_time(ctx: TestContext) -> anyhow::Result<()> {
             &Member::new(&name, V36).pod(ctx.ns()),
         )
         .await?;
-        wait_ready(&api, &name).await?;
-        times.push(started.elapsed());
+        let pod = wait_ready(&api, &name).await?;
+        let elapsed = started.elapsed();
+        times.push(elapsed);
+        ensure!(
+            elapsed <= SINGLE_MEMBER_READY_BUDGET,
+            "pod {name}: creation -> Ready took {elapsed:?}, over the budget of \
+             {SINGLE_MEMBER_READY_BUDGET:?} (all so far: {times:?})"
+        );
         api.delete(&name, &DeleteParams::default()).await?;
+        let uid = pod.metadata.uid.unwrap_or_default();
+        await_condition(api.clone(), &name, conditions::is_deleted(&uid), WAIT).await?;
     }
     let mut sorted = times.clone();
     sorted.sort();

@@ -46,6 +46,7 @@ fn main() -> std::process::ExitCode {
         a_tls_cluster_talks_mutual_tls_to_peers_and_clients,
         a_member_of_every_line_starts_plain_and_with_tls,
         learners_joining_never_look_like_lost_quorum,
+        pods_are_admitted_in_a_namespace_enforcing_pod_security_restricted,
     ];
     tests.extend([
         etcd_tests::Test::new(
@@ -1228,5 +1229,70 @@ async fn learners_joining_never_look_like_lost_quorum(ctx: TestContext) -> anyho
         lost.is_empty(),
         "quorum reported lost while learners joined: {lost:?}"
     );
+    Ok(())
+}
+
+/// Issue 14, item 12: in a namespace labelled `pod-security.kubernetes.io/enforce=restricted`
+/// the API server's PodSecurity admission accepts the operator's member pods (the defaults
+/// are `restricted`), and the cluster comes up; the same pod without the operator's security
+/// contexts is refused there, so the admission really judged them.
+async fn pods_are_admitted_in_a_namespace_enforcing_pod_security_restricted(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::PostParams;
+
+    install(&ctx).await?;
+    let namespaces: Api<Namespace> = Api::all(ctx.client());
+    let labels = serde_json::json!({ "metadata": { "labels": {
+        "pod-security.kubernetes.io/enforce": "restricted",
+        "pod-security.kubernetes.io/enforce-version": "latest",
+    }}});
+    namespaces
+        .patch(ctx.ns(), &PatchParams::default(), &Patch::Merge(&labels))
+        .await
+        .context("labelling the test namespace for Pod Security")?;
+    let _controller = Controller::start(&ctx)?;
+    create_settled(&ctx, "restricted", 3, None).await?;
+
+    let pods: Api<Pod> = ctx.api();
+    let members = member_pods(&pods, "restricted").await?;
+    ensure!(members.len() == 3, "{:?}", members.keys());
+    let (name, pod) = members.into_iter().next().context("no member pod")?;
+    let spec = pod.spec.clone().context("pod without spec")?;
+    let context = spec.security_context.clone().unwrap_or_default();
+    ensure!(
+        context.run_as_non_root == Some(true)
+            && context.seccomp_profile.as_ref().map(|p| p.type_.as_str()) == Some("RuntimeDefault"),
+        "{name}: pod security context {context:?}"
+    );
+
+    // The control: the same pod without the operator's security contexts is refused.
+    let mut bare = Pod {
+        metadata: kube::api::ObjectMeta {
+            name: Some(format!("{name}-bare")),
+            labels: Some(BTreeMap::from([("test".to_string(), "bare".to_string())])),
+            ..Default::default()
+        },
+        spec: Some(spec),
+        status: None,
+    };
+    if let Some(spec) = bare.spec.as_mut() {
+        spec.security_context = None;
+        spec.node_name = None;
+        for c in &mut spec.containers {
+            c.security_context = None;
+        }
+    }
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    match pods.create(&dry_run, &bare).await {
+        Err(kube::Error::Api(e)) if e.message.contains("violates PodSecurity") => {
+            println!("control refused as expected: {}", e.message);
+        }
+        other => bail!("a pod without security contexts was not refused by PodSecurity: {other:?}"),
+    }
     Ok(())
 }

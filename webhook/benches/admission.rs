@@ -15,17 +15,18 @@
 //! scheduled send time (so a stalled server cannot hide queueing). "server p99" is read from
 //! the server's own duration histogram (a bucket bound). Figures are medians over the runs.
 
+#[path = "../tests/support/process.rs"]
+mod process;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::io::BufRead;
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use process::{Server, memory_kib, stop};
 use serde_json::{Value, json};
-use support::{Ca, Conn, client_config, cluster, review, write_pair};
+use support::{Ca, Conn, client_config, cluster, review};
 
 struct Options {
     runs: usize,
@@ -78,70 +79,19 @@ fn unpin(all: &[usize]) {
     nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).unwrap();
 }
 
-struct Server {
-    child: Child,
-    addr: SocketAddr,
-    metrics: SocketAddr,
-}
-
 /// Starts the binary, pinned to `cpu` with one runtime thread if given (children inherit the
 /// affinity of this process at spawn time), else free with the default threads.
 fn start_server(dir: &std::path::Path, ca: &Ca, cpu: Option<usize>, all: &[usize]) -> Server {
-    let (cert, key) = write_pair(dir, &ca.issue(1));
     if let Some(cpu) = cpu {
         pin(cpu);
     }
-    let mut child = Command::new(env!("CARGO_BIN_EXE_etcd-webhook"))
-        .arg(format!("--tls-cert-file={}", cert.display()))
-        .arg(format!("--tls-private-key-file={}", key.display()))
-        .args([
-            "--bind-address=127.0.0.1:0",
-            "--metrics-bind-address=127.0.0.1:0",
-            "--health-probe-bind-address=127.0.0.1:0",
-            "--log-format=json",
-            "--log-level=info",
-        ])
-        .args(cpu.map(|_| "--worker-threads=1"))
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start etcd-webhook");
+    let extra: Vec<String> = cpu
+        .map(|_| "--worker-threads=1".to_string())
+        .into_iter()
+        .collect();
+    let server = process::start_server(env!("CARGO_BIN_EXE_etcd-webhook"), dir, ca, &extra);
     unpin(all);
-    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    let (addr, metrics) = loop {
-        let line = lines
-            .next()
-            .expect("etcd-webhook exited before serving")
-            .unwrap();
-        let v: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
-        if v["message"] == "etcd-webhook serving" {
-            let metrics = v["metrics"].as_str().unwrap();
-            let metrics = metrics.trim_start_matches("Some(").trim_end_matches(')');
-            break (
-                v["admission"].as_str().unwrap().parse().unwrap(),
-                metrics.parse().unwrap(),
-            );
-        }
-    };
-    // Keep draining the log so the server never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    Server {
-        child,
-        addr,
-        metrics,
-    }
-}
-
-/// (`VmHWM`, `VmRSS`) of `pid` in KiB.
-fn memory_kib(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
-            .unwrap_or(0)
-    };
-    (field("VmHWM:"), field("VmRSS:"))
+    server
 }
 
 /// CPU seconds (user + system) used by `pid` so far.
@@ -408,15 +358,6 @@ fn body(path: &str) -> hyper::body::Bytes {
         Value::Null,
     );
     serde_json::to_vec(&r).unwrap().into()
-}
-
-fn stop(server: &mut Server) -> std::process::ExitStatus {
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(server.child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    server.child.wait().unwrap()
 }
 
 fn main() {

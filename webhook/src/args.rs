@@ -1,13 +1,13 @@
 //! The command line. Flags follow Kubernetes conventions (`--tls-cert-file`,
 //! `--metrics-bind-address`, ...) and each has an `ETCD_WEBHOOK_*` environment variable.
 
-use std::fmt;
-use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
+use etcd_shared::process::duration::parse_duration;
+pub use etcd_shared::process::listen::ListenAddress;
+pub use etcd_shared::process::logging::LogFormat;
 use etcd_shared::version::{DEFAULT_REPOSITORY, DEFAULT_VERSION};
 
 /// Default `--max-request-body-size`: 4 MiB. The API server stores objects of up to 1.5 MiB
@@ -32,7 +32,8 @@ pub struct Args {
     #[arg(long, env = "ETCD_WEBHOOK_TLS_PRIVATE_KEY_FILE", value_name = "PATH")]
     pub tls_private_key_file: PathBuf,
 
-    /// Address of the HTTPS admission server, HOST:PORT or :PORT for every interface.
+    /// Address of the HTTPS admission server: IP:PORT, [IPv6]:PORT, HOST:PORT, or :PORT for
+    /// every interface (IPv6 and IPv4, or IPv4 alone on a host without IPv6).
     #[arg(
         long,
         env = "ETCD_WEBHOOK_BIND_ADDRESS",
@@ -72,7 +73,7 @@ pub struct Args {
 
     /// How often the certificate and key files are re-read (cert-manager and kubelet replace
     /// Secret volumes through a `..data` symlink swap, so the files are polled, not watched).
-    /// A duration such as 10s, 500ms or 1m.
+    /// A duration in Go's grammar, such as 10s, 500ms, 1.5s or 1m30s (every duration flag).
     #[arg(long, env = "ETCD_WEBHOOK_CERT_RELOAD_INTERVAL", value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub cert_reload_interval: Duration,
 
@@ -80,6 +81,23 @@ pub struct Args {
     /// The default, 4Mi, fits an UPDATE review of two objects at the API server's 1.5 MiB limit.
     #[arg(long, env = "ETCD_WEBHOOK_MAX_REQUEST_BODY_SIZE", value_name = "BYTES", default_value = "4Mi", value_parser = parse_size)]
     pub max_request_body_size: usize,
+
+    /// Memory the admission requests in flight may reserve together, bytes or with a Ki/Mi
+    /// suffix. Each request reserves 3 bytes per body byte (measured peak: see the README) plus
+    /// 64 KiB before its body is read; one that cannot get its share within 1 s is answered 429
+    /// with Retry-After. One request of the largest size is always admitted alone.
+    #[arg(long, env = "ETCD_WEBHOOK_MAX_IN_FLIGHT_MEMORY", value_name = "BYTES", default_value = "48Mi", value_parser = parse_size)]
+    pub max_in_flight_memory: usize,
+
+    /// Most connections open at once on each listener; more are closed as soon as accepted.
+    #[arg(long, env = "ETCD_WEBHOOK_MAX_CONNECTIONS", value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
+
+    /// A connection that moves no byte for this long is closed (HTTP/1 keep-alive, HTTP/2, a
+    /// TLS connection that never sends a request). Must be longer than --request-timeout. The
+    /// API server's HTTP/2 client pings every 30 s, so its connections stay open.
+    #[arg(long, env = "ETCD_WEBHOOK_IDLE_TIMEOUT", value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
 
     /// Time allowed to receive and answer one request; a slower request gets 408.
     #[arg(long, env = "ETCD_WEBHOOK_REQUEST_TIMEOUT", value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
@@ -100,119 +118,14 @@ pub struct Args {
     pub log_format: LogFormat,
 
     /// Log filter in tracing EnvFilter syntax, for example info or
-    /// info,etcd_webhook=debug (debug logs one line per request).
-    #[arg(
-        long,
-        env = "ETCD_WEBHOOK_LOG_LEVEL",
-        value_name = "FILTER",
-        default_value = "info"
-    )]
-    pub log_level: String,
+    /// info,etcd_webhook=debug (debug logs one line per request). Without it, $RUST_LOG when
+    /// set, else info. Text lines are coloured only on a terminal.
+    #[arg(long, env = "ETCD_WEBHOOK_LOG_LEVEL", value_name = "FILTER")]
+    pub log_level: Option<String>,
 
     /// Threads of the async runtime; defaults to the CPUs this process may use.
     #[arg(long, env = "ETCD_WEBHOOK_WORKER_THREADS", value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub worker_threads: Option<u16>,
-}
-
-/// How log lines are written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line.
-    Json,
-}
-
-/// A listen address as Kubernetes components take it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ListenAddress {
-    /// `0`: the server is off.
-    Disabled,
-    /// `:PORT`: every interface (IPv6 and IPv4 where the host has IPv6, else IPv4).
-    AnyInterface(u16),
-    /// `IP:PORT` or `[IPv6]:PORT`.
-    Socket(SocketAddr),
-    /// `HOSTNAME:PORT`, resolved when binding.
-    Host(String, u16),
-}
-
-/// Why a listen address does not parse.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("must be HOST:PORT, :PORT or 0, got {0:?}")]
-pub struct ParseListenAddressError(String);
-
-impl FromStr for ListenAddress {
-    type Err = ParseListenAddressError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let err = || ParseListenAddressError(s.to_string());
-        if s == "0" {
-            return Ok(ListenAddress::Disabled);
-        }
-        if let Ok(addr) = s.parse::<SocketAddr>() {
-            return Ok(ListenAddress::Socket(addr));
-        }
-        let (host, port) = s.rsplit_once(':').ok_or_else(err)?;
-        let port: u16 = port.parse().map_err(|_| err())?;
-        if host.is_empty() {
-            Ok(ListenAddress::AnyInterface(port))
-        } else if host.contains(':') || host.contains(char::is_whitespace) {
-            Err(err())
-        } else {
-            Ok(ListenAddress::Host(host.to_string(), port))
-        }
-    }
-}
-
-impl fmt::Display for ListenAddress {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ListenAddress::Disabled => write!(f, "0"),
-            ListenAddress::AnyInterface(port) => write!(f, ":{port}"),
-            ListenAddress::Socket(addr) => write!(f, "{addr}"),
-            ListenAddress::Host(host, port) => write!(f, "{host}:{port}"),
-        }
-    }
-}
-
-impl ListenAddress {
-    /// Binds a non-blocking TCP listener, or returns `None` for [`ListenAddress::Disabled`].
-    pub fn bind(&self) -> std::io::Result<Option<TcpListener>> {
-        let listener = match self {
-            ListenAddress::Disabled => return Ok(None),
-            ListenAddress::AnyInterface(port) => {
-                // `[::]` accepts IPv4 too on Linux (bindv6only=0); hosts without IPv6 get `0.0.0.0`.
-                TcpListener::bind((std::net::Ipv6Addr::UNSPECIFIED, *port))
-                    .or_else(|_| TcpListener::bind((std::net::Ipv4Addr::UNSPECIFIED, *port)))?
-            }
-            ListenAddress::Socket(addr) => TcpListener::bind(addr)?,
-            ListenAddress::Host(host, port) => {
-                let addrs: Vec<SocketAddr> = (host.as_str(), *port).to_socket_addrs()?.collect();
-                TcpListener::bind(&addrs[..])?
-            }
-        };
-        listener.set_nonblocking(true)?;
-        Ok(Some(listener))
-    }
-}
-
-/// Parses a duration: a number with the unit `ms`, `s`, `m` or `h` (`500ms`, `10s`, `1m`);
-/// a bare number is seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let err = || format!("must be a duration such as 500ms, 10s or 1m, got {s:?}");
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (digits, unit) = s.split_at(split);
-    let n: u64 = digits.parse().map_err(|_| err())?;
-    let scale_ms = match unit {
-        "ms" => 1,
-        "" | "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        _ => return Err(err()),
-    };
-    n.checked_mul(scale_ms)
-        .map(Duration::from_millis)
-        .ok_or_else(err)
 }
 
 /// Parses a size in bytes: a number, optionally with `Ki`, `Mi` or `Gi` (powers of 1024) or
@@ -244,35 +157,7 @@ mod tests {
     use clap::CommandFactory;
 
     #[test]
-    fn listen_addresses() {
-        assert_eq!("0".parse(), Ok(ListenAddress::Disabled));
-        assert_eq!(":8080".parse(), Ok(ListenAddress::AnyInterface(8080)));
-        assert_eq!(
-            "127.0.0.1:0".parse(),
-            Ok(ListenAddress::Socket("127.0.0.1:0".parse().unwrap()))
-        );
-        assert_eq!(
-            "[::1]:9443".parse(),
-            Ok(ListenAddress::Socket("[::1]:9443".parse().unwrap()))
-        );
-        assert_eq!(
-            "localhost:9443".parse(),
-            Ok(ListenAddress::Host("localhost".into(), 9443))
-        );
-        for bad in ["", "8080", ":http", "a:b:1", "host:99999", "::1:80"] {
-            assert!(bad.parse::<ListenAddress>().is_err(), "{bad:?} parsed");
-        }
-        assert_eq!(ListenAddress::AnyInterface(8080).to_string(), ":8080");
-    }
-
-    #[test]
-    fn durations_and_sizes() {
-        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
-        assert!(parse_duration("1.5s").is_err());
-        assert!(parse_duration("s").is_err());
+    fn sizes() {
         assert_eq!(parse_size("4Mi"), Ok(4 << 20));
         assert_eq!(parse_size("1000"), Ok(1000));
         assert!(parse_size("0").is_err());
@@ -299,6 +184,18 @@ mod tests {
         assert_eq!(args.default_version, DEFAULT_VERSION);
         assert_eq!(args.max_request_body_size, DEFAULT_MAX_REQUEST_BODY);
         assert_eq!(args.log_format, LogFormat::Text);
+        assert_eq!(args.log_level, None);
+        assert_eq!(args.cert_reload_interval, Duration::from_secs(10));
+        let fractional = Args::try_parse_from([
+            "etcd-webhook",
+            "--tls-cert-file=c",
+            "--tls-private-key-file=k",
+            "--shutdown-delay=1.5s",
+            "--log-level=debug",
+        ])
+        .unwrap();
+        assert_eq!(fractional.shutdown_delay, Duration::from_millis(1500));
+        assert_eq!(fractional.log_level.as_deref(), Some("debug"));
         // Every flag has a documented ETCD_WEBHOOK_* variable.
         let cmd = Args::command();
         for arg in cmd.get_arguments() {

@@ -1,13 +1,15 @@
-//! The HTTP side: the admission router (`POST /validate`, `POST /mutate`), the metrics router
-//! (`GET /metrics`) and the probe router (`GET /healthz`, `GET /readyz`).
+//! The HTTP side of the admission server: `POST /validate` and `POST /mutate` (the metrics and
+//! probe routers are the process shell's, [`etcd_shared::process::admin`]).
 //!
 //! Bad input gets a plain-text HTTP error and is counted with `result="error"`: 415 for a
-//! content type other than `application/json`, 413 for a body over the limit, 400 for a body
-//! that is not an AdmissionReview, 408 for a request not received and answered in time, 404
-//! for an unknown path and 405 for another method.
+//! content type other than `application/json`, 413 for a body over the limit (or an
+//! envelope of more JSON values than the webhook reads), 400 for a body that is not an
+//! AdmissionReview, 408 for a request not received and answered in time, 429 (with
+//! `Retry-After`) when the memory budget of the requests in flight stays exhausted, 404 for
+//! an unknown path and 405 for another method. Bodies over [`BLOCKING_BODY_BYTES`] are
+//! reviewed on the blocking pool, so small requests never wait behind them.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -15,12 +17,17 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::post;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use tracing::{debug, info, warn};
 
 use crate::admission::{Answer, Endpoint, ReviewError, Reviewer};
+use crate::inflight::InflightBudget;
 use crate::metrics::{Metrics, RequestResult};
+
+/// Bodies larger than this are reviewed on tokio's blocking pool (a review takes about a
+/// millisecond per 100 KiB), so the runtime's threads stay free for small requests.
+pub const BLOCKING_BODY_BYTES: usize = 64 * 1024;
 
 /// What the admission handlers share.
 #[derive(Debug)]
@@ -33,6 +40,8 @@ pub struct WebhookState {
     pub max_body_bytes: usize,
     /// Time allowed to receive and answer one request.
     pub request_timeout: Duration,
+    /// The memory budget of the requests in flight.
+    pub budget: InflightBudget,
 }
 
 /// An HTTP error answer.
@@ -40,6 +49,7 @@ pub struct WebhookState {
 struct HttpError {
     status: StatusCode,
     message: String,
+    retry_after_seconds: Option<u32>,
 }
 
 impl HttpError {
@@ -47,6 +57,7 @@ impl HttpError {
         HttpError {
             status,
             message: message.into(),
+            retry_after_seconds: None,
         }
     }
 }
@@ -63,12 +74,18 @@ impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
         let mut message = self.message;
         message.push('\n');
-        (
+        let mut response = (
             self.status,
             [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
             message,
         )
-            .into_response()
+            .into_response();
+        if let Some(seconds) = self.retry_after_seconds {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
     }
 }
 
@@ -82,11 +99,11 @@ pub fn webhook_router(state: Arc<WebhookState>) -> Router {
 }
 
 async fn validate(State(state): State<Arc<WebhookState>>, request: Request) -> Response {
-    handle(&state, Endpoint::Validate, request).await
+    handle(state, Endpoint::Validate, request).await
 }
 
 async fn mutate(State(state): State<Arc<WebhookState>>, request: Request) -> Response {
-    handle(&state, Endpoint::Mutate, request).await
+    handle(state, Endpoint::Mutate, request).await
 }
 
 async fn not_found() -> Response {
@@ -109,20 +126,23 @@ impl Drop for InFlight<'_> {
     }
 }
 
-async fn handle(state: &WebhookState, endpoint: Endpoint, request: Request) -> Response {
+async fn handle(state: Arc<WebhookState>, endpoint: Endpoint, request: Request) -> Response {
     let started = Instant::now();
     let _in_flight = InFlight::enter(&state.metrics);
-    let answered = tokio::time::timeout(state.request_timeout, answer(state, endpoint, request))
-        .await
-        .unwrap_or_else(|_| {
-            Err(HttpError::new(
-                StatusCode::REQUEST_TIMEOUT,
-                format!(
-                    "the request was not received and answered within {:?}",
-                    state.request_timeout
-                ),
-            ))
-        });
+    let answered = tokio::time::timeout(
+        state.request_timeout,
+        answer(state.clone(), endpoint, request),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        Err(HttpError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "the request was not received and answered within {:?}",
+                state.request_timeout
+            ),
+        ))
+    });
     let elapsed = started.elapsed();
     match answered {
         Ok(Answer { body, verdict }) => {
@@ -189,7 +209,7 @@ async fn handle(state: &WebhookState, endpoint: Endpoint, request: Request) -> R
 }
 
 async fn answer(
-    state: &WebhookState,
+    state: Arc<WebhookState>,
     endpoint: Endpoint,
     request: Request,
 ) -> Result<Answer, HttpError> {
@@ -209,6 +229,16 @@ async fn answer(
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
+    // Reserve before reading: a body without a declared length may use up to the limit.
+    let expected = declared.map_or(limit, |n| n as usize);
+    let shed = |e: crate::inflight::Exhausted| {
+        state.metrics.count_shed();
+        HttpError {
+            retry_after_seconds: Some(1),
+            ..HttpError::new(StatusCode::TOO_MANY_REQUESTS, e.to_string())
+        }
+    };
+    let mut reservation = state.budget.reserve(expected).await.map_err(shed)?;
     let body = match Limited::new(request.into_body(), limit).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(e) if e.is::<LengthLimitError>() => return Err(too_large()),
@@ -219,7 +249,30 @@ async fn answer(
             ));
         }
     };
-    Ok(state.reviewer.review(endpoint, &body)?)
+    // Then only what answering it costs, from its size and its JSON values.
+    let values = crate::admission::count_values(&body, crate::inflight::MAX_DECODED_VALUES);
+    state.budget.shrink(&mut reservation, body.len(), values);
+    let reserved = reservation;
+    if body.len() <= BLOCKING_BODY_BYTES {
+        let answer = state.reviewer.review(endpoint, &body);
+        drop(reserved);
+        return Ok(answer?);
+    }
+    // The reservation moves with the work: a request that timed out keeps its share until the
+    // review it started has finished.
+    let work = tokio::task::spawn_blocking(move || {
+        let answer = state.reviewer.review(endpoint, &body);
+        drop(body);
+        drop(reserved);
+        answer
+    });
+    match work.await {
+        Ok(answer) => Ok(answer?),
+        Err(e) => Err(HttpError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the review failed: {e}"),
+        )),
+    }
 }
 
 fn check_content_type(headers: &HeaderMap) -> Result<(), HttpError> {
@@ -235,65 +288,5 @@ fn check_content_type(headers: &HeaderMap) -> Result<(), HttpError> {
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             format!("content type must be application/json, got {value:?}"),
         ))
-    }
-}
-
-/// The metrics router: `GET /metrics` in the Prometheus text format.
-pub fn metrics_router(metrics: Metrics) -> Router {
-    Router::new()
-        .route("/metrics", get(serve_metrics))
-        .fallback(not_found)
-        .with_state(metrics)
-}
-
-async fn serve_metrics(State(metrics): State<Metrics>) -> Response {
-    match metrics.encode() {
-        Ok(text) => (
-            [(
-                header::CONTENT_TYPE,
-                "text/plain; version=0.0.4; charset=utf-8",
-            )],
-            text,
-        )
-            .into_response(),
-        Err(e) => HttpError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("cannot encode the metrics: {e}"),
-        )
-        .into_response(),
-    }
-}
-
-/// Whether the webhook should get traffic: set once the HTTPS listener accepts connections,
-/// cleared when shutdown begins.
-#[derive(Debug, Default)]
-pub struct Readiness(AtomicBool);
-
-impl Readiness {
-    /// Sets whether the webhook is ready.
-    pub fn set(&self, ready: bool) {
-        self.0.store(ready, Ordering::SeqCst);
-    }
-
-    /// Whether the webhook is ready.
-    pub fn is_ready(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
-    }
-}
-
-/// The probe router: `GET /healthz` (the process serves) and `GET /readyz` (see [`Readiness`]).
-pub fn probe_router(readiness: Arc<Readiness>) -> Router {
-    Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(ready))
-        .fallback(not_found)
-        .with_state(readiness)
-}
-
-async fn ready(State(readiness): State<Arc<Readiness>>) -> Response {
-    if readiness.is_ready() {
-        "ok\n".into_response()
-    } else {
-        HttpError::new(StatusCode::SERVICE_UNAVAILABLE, "not ready").into_response()
     }
 }

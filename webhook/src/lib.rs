@@ -10,39 +10,48 @@
 //!
 //! - [`args`]: the command line (every flag has an `ETCD_WEBHOOK_*` environment variable).
 //! - [`admission`]: AdmissionReview in, AdmissionReview out; no HTTP, no I/O.
-//! - [`http`]: the axum routers of the webhook, metrics and probe servers.
+//! - [`http`]: the axum router of the admission server (the metrics and probe servers are the
+//!   process shell's, [`etcd_shared::process::admin`]).
+//! - [`inflight`]: the memory budget of the requests in flight (429 when exhausted).
+//! - [`connections`]: the cap on open connections and the idle timeout of every listener
+//!   (the process shell's, [`etcd_shared::process::connections`]).
 //! - [`tls`]: certificate loading, the SNI-less certificate resolver, hot reload.
 //! - [`metrics`]: the Prometheus registry and its metrics.
 //! - [`server`]: binds the three listeners and runs them until shutdown.
-//! - [`shutdown`]: the one shutdown signal shared by every server, SIGTERM/SIGINT.
+//! - [`shutdown`]: the one shutdown signal shared by every server, SIGTERM/SIGINT (the process
+//!   shell's, [`etcd_shared::process::signals`]).
 //! - [`registration`]: the Validating/MutatingWebhookConfiguration objects that point the API
 //!   server at this webhook.
-//! - [`logging`]: tracing in text or JSON.
+//!
+//! Listen addresses, durations, logging, signals and the admin servers are the process shell's
+//! ([`etcd_shared::process`]), the same as the controller's.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod admission;
 pub mod args;
+pub use etcd_shared::process::connections;
 pub mod http;
-pub mod logging;
+pub mod inflight;
 pub mod metrics;
 pub mod registration;
 pub mod server;
-pub mod shutdown;
+pub use etcd_shared::process::signals as shutdown;
 pub mod tls;
 
 use std::process::ExitCode;
 
 pub use args::Args;
+pub use etcd_shared::process::signals::Shutdown;
 pub use server::{RunningServer, ServerError};
-pub use shutdown::Shutdown;
 
 /// Runs the webhook until SIGTERM or SIGINT, then drains it: what the binary's `main` calls.
 /// Returns success after a clean shutdown and failure (with the reason logged and printed)
 /// when the configuration, the certificate or a listener is unusable.
 pub fn main(args: Args) -> ExitCode {
-    if let Err(e) = logging::init(args.log_format, &args.log_level) {
+    if let Err(e) = etcd_shared::process::logging::init(args.log_format, args.log_level.as_deref())
+    {
         eprintln!("etcd-webhook: {e}");
         return ExitCode::from(2);
     }
@@ -70,7 +79,7 @@ pub fn main(args: Args) -> ExitCode {
 /// Starts every server, waits for SIGTERM or SIGINT and shuts down gracefully.
 pub async fn run(args: Args) -> Result<(), ServerError> {
     let shutdown = Shutdown::new();
-    let server = server::start(&args, shutdown.clone()).await?;
-    tokio::spawn(shutdown::on_signal(shutdown));
+    shutdown::install(&shutdown).map_err(ServerError::Signals)?;
+    let server = server::start(&args, shutdown).await?;
     server.wait().await
 }

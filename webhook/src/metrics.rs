@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::connections::ConnectionMetrics;
 use prometheus::{
     Encoder, Gauge, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
     Registry, TextEncoder,
@@ -48,6 +49,9 @@ pub struct Metrics {
     certificate_expiry: Gauge,
     certificate_reloads: IntCounter,
     certificate_reload_failures: IntCounter,
+    shed: IntCounter,
+    reserved_bytes: IntGauge,
+    connections: ConnectionMetrics,
 }
 
 impl Metrics {
@@ -92,6 +96,33 @@ impl Metrics {
             "etcd_webhook_certificate_reload_failures_total",
             "Times a changed certificate or key file could not be used (the previous pair stays in use).",
         )?;
+        let shed = IntCounter::new(
+            "etcd_webhook_requests_shed_total",
+            "Admission requests answered 429 because the memory budget of the requests in flight stayed exhausted (--max-in-flight-memory).",
+        )?;
+        let reserved_bytes = IntGauge::new(
+            "etcd_webhook_in_flight_reserved_bytes",
+            "Bytes of the memory budget reserved by the admission requests in flight.",
+        )?;
+        let connections = ConnectionMetrics {
+            open: IntGauge::new(
+                "etcd_webhook_open_connections",
+                "Connections open on the webhook's listeners (admission, metrics, probes).",
+            )?,
+            rejected: IntCounter::new(
+                "etcd_webhook_connections_rejected_total",
+                "Connections closed as soon as accepted because --max-connections were open on that listener.",
+            )?,
+            idle_closed: IntCounter::new(
+                "etcd_webhook_connections_idle_closed_total",
+                "Connections closed because no byte moved for --idle-timeout.",
+            )?,
+        };
+        registry.register(Box::new(shed.clone()))?;
+        registry.register(Box::new(reserved_bytes.clone()))?;
+        registry.register(Box::new(connections.open.clone()))?;
+        registry.register(Box::new(connections.rejected.clone()))?;
+        registry.register(Box::new(connections.idle_closed.clone()))?;
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(refusals.clone()))?;
         registry.register(Box::new(duration.clone()))?;
@@ -111,7 +142,25 @@ impl Metrics {
             certificate_expiry,
             certificate_reloads,
             certificate_reload_failures,
+            shed,
+            reserved_bytes,
+            connections,
         })
+    }
+
+    /// Counts a request answered 429 for want of memory budget.
+    pub fn count_shed(&self) {
+        self.shed.inc();
+    }
+
+    /// The gauge of reserved budget bytes.
+    pub fn reserved_bytes(&self) -> &IntGauge {
+        &self.reserved_bytes
+    }
+
+    /// The connection counters the listeners' guards update.
+    pub fn connections(&self) -> &ConnectionMetrics {
+        &self.connections
     }
 
     /// Counts one answered request and observes its duration.
@@ -189,6 +238,11 @@ mod tests {
             "etcd_webhook_certificate_reloads_total 1",
             "etcd_webhook_certificate_reload_failures_total 1",
             "etcd_webhook_requests_in_flight 0",
+            "etcd_webhook_requests_shed_total 0",
+            "etcd_webhook_in_flight_reserved_bytes 0",
+            "etcd_webhook_open_connections 0",
+            "etcd_webhook_connections_rejected_total 0",
+            "etcd_webhook_connections_idle_closed_total 0",
         ] {
             assert!(text.contains(want), "missing {want}\n{text}");
         }

@@ -5,23 +5,31 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum_server::tls_rustls::RustlsConfig;
-use axum_server::{Control, Handle};
+use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
 use etcd_shared::EtcdCluster;
 use etcd_shared::admission::{AdmissionPolicy, Defaults};
+use etcd_shared::process::admin::{
+    self, AdminConfig, AdminError, MetricsSource, Readiness, ServeError, Servers,
+};
+use etcd_shared::process::listen::BindError;
 use etcd_shared::version::EtcdVersion;
-use tokio::task::JoinSet;
 use tracing::{error, info};
 
 use crate::admission::Reviewer;
-use crate::args::{Args, ListenAddress};
-use crate::http::{Readiness, WebhookState, metrics_router, probe_router, webhook_router};
+use crate::args::Args;
+use crate::connections::{ConnectionLimits, GuardAcceptor};
+use crate::http::{WebhookState, webhook_router};
+use crate::inflight::InflightBudget;
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 use crate::tls::{CertReloader, CertResolver, TlsError, server_config};
 
-/// Time allowed for an HTTP/1 client to send a request's headers.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time allowed for the TLS handshake (the header-read and first-request timeouts are the
+/// process shell's, [`admin::http_server`]).
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a request waits for its share of the memory budget before it is answered 429.
+const BUDGET_WAIT: Duration = Duration::from_secs(1);
 
 /// Why the webhook cannot start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -38,32 +46,27 @@ pub enum ServerError {
     #[error("TLS: {0}")]
     Tls(#[from] TlsError),
     /// A listener cannot be bound.
-    #[error("cannot listen on {address} ({flag}): {source}")]
-    Bind {
-        /// The flag of the address.
-        flag: &'static str,
-        /// The address.
-        address: String,
-        /// The I/O error.
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Bind(#[from] BindError),
+    /// The metrics or probe server cannot start.
+    #[error(transparent)]
+    Admin(#[from] AdminError),
     /// The metrics cannot be registered.
     #[error("metrics: {0}")]
     Metrics(#[from] prometheus::Error),
-    /// A server failed while serving.
-    #[error("the {server} server failed: {source}")]
-    Serve {
-        /// Which server.
-        server: &'static str,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// A server stopped without being asked to.
-    #[error("the {server} server stopped unexpectedly")]
-    Stopped {
-        /// Which server.
-        server: &'static str,
-    },
+    /// A server failed, or stopped without being asked to.
+    #[error(transparent)]
+    Serve(#[from] ServeError),
+    /// The SIGTERM/SIGINT handlers cannot be installed.
+    #[error("cannot listen for SIGTERM and SIGINT: {0}")]
+    Signals(std::io::Error),
+}
+
+/// `/metrics` serves the webhook's registry.
+impl MetricsSource for Metrics {
+    fn render(&self) -> Result<String, prometheus::Error> {
+        self.encode()
+    }
 }
 
 /// A started webhook: its addresses, its metrics and the means to stop it.
@@ -74,7 +77,7 @@ pub struct RunningServer {
     probe_addr: Option<SocketAddr>,
     metrics: Metrics,
     resolver: Arc<CertResolver>,
-    readiness: Arc<Readiness>,
+    readiness: Readiness,
     shutdown: Shutdown,
     supervisor: tokio::task::JoinHandle<Result<(), ServerError>>,
 }
@@ -107,7 +110,7 @@ impl RunningServer {
 
     /// Whether `/readyz` answers ready.
     pub fn is_ready(&self) -> bool {
-        self.readiness.is_ready()
+        self.readiness.get()
     }
 
     /// The shutdown trigger shared by every server of this webhook.
@@ -125,10 +128,7 @@ impl RunningServer {
     pub async fn wait(self) -> Result<(), ServerError> {
         match self.supervisor.await {
             Ok(result) => result,
-            Err(e) => Err(ServerError::Serve {
-                server: "supervisor",
-                source: std::io::Error::other(e.to_string()),
-            }),
+            Err(e) => Err(ServeError::Task(e).into()),
         }
     }
 }
@@ -166,33 +166,20 @@ pub fn policy_from_args(args: &Args) -> Result<AdmissionPolicy, ServerError> {
     Ok(policy)
 }
 
-fn bind(
-    flag: &'static str,
-    address: &ListenAddress,
-) -> Result<Option<std::net::TcpListener>, ServerError> {
-    address.bind().map_err(|source| ServerError::Bind {
-        flag,
-        address: address.to_string(),
-        source,
-    })
-}
-
-fn local_addr(
-    flag: &'static str,
-    listener: &std::net::TcpListener,
-) -> Result<SocketAddr, ServerError> {
-    listener.local_addr().map_err(|source| ServerError::Bind {
-        flag,
-        address: "?".into(),
-        source,
-    })
-}
-
 /// Loads the certificate, binds every listener and starts serving. Fails, before anything is
 /// served, when a flag is unusable, the certificate pair cannot be loaded or a listener cannot be
 /// bound. `shutdown` stops the servers started here.
 pub async fn start(args: &Args, shutdown: Shutdown) -> Result<RunningServer, ServerError> {
     let policy = policy_from_args(args)?;
+    if args.idle_timeout <= args.request_timeout {
+        return Err(ServerError::Config {
+            flag: "--idle-timeout",
+            message: format!(
+                "{:?} must be longer than --request-timeout ({:?}), or requests being answered would be cut",
+                args.idle_timeout, args.request_timeout
+            ),
+        });
+    }
     let metrics = Metrics::new()?;
     let (reloader, resolver) = CertReloader::start(
         &args.tls_cert_file,
@@ -201,76 +188,61 @@ pub async fn start(args: &Args, shutdown: Shutdown) -> Result<RunningServer, Ser
     )?;
     let tls = RustlsConfig::from_config(Arc::new(server_config(resolver.clone())?));
 
+    const TLS_FLAG: &str = "--bind-address";
     let tls_listener =
-        bind("--bind-address", &args.bind_address)?.ok_or_else(|| ServerError::Config {
-            flag: "--bind-address",
-            message: "the admission server cannot be turned off".into(),
-        })?;
-    let metrics_listener = bind("--metrics-bind-address", &args.metrics_bind_address)?;
-    let probe_listener = bind(
-        "--health-probe-bind-address",
-        &args.health_probe_bind_address,
-    )?;
-    let tls_addr = local_addr("--bind-address", &tls_listener)?;
-    let metrics_addr = metrics_listener
-        .as_ref()
-        .map(|l| local_addr("--metrics-bind-address", l))
-        .transpose()?;
-    let probe_addr = probe_listener
-        .as_ref()
-        .map(|l| local_addr("--health-probe-bind-address", l))
-        .transpose()?;
+        args.bind_address
+            .bind_flag(TLS_FLAG)?
+            .ok_or_else(|| ServerError::Config {
+                flag: TLS_FLAG,
+                message: "the admission server cannot be turned off".into(),
+            })?;
+    let tls_bind_error = |source| BindError {
+        flag: TLS_FLAG,
+        address: args.bind_address.to_string(),
+        source,
+    };
+    let tls_addr = tls_listener.local_addr().map_err(tls_bind_error)?;
 
-    let control = Control::new();
-    let readiness = Arc::new(Readiness::default());
-    let mut servers = JoinSet::new();
+    let readiness = Readiness::new();
+    let mut servers = Servers::new();
 
     let state = Arc::new(WebhookState {
         reviewer: Reviewer::new(policy),
         metrics: metrics.clone(),
         max_body_bytes: args.max_request_body_size,
         request_timeout: args.request_timeout,
+        budget: InflightBudget::new(
+            args.max_in_flight_memory,
+            BUDGET_WAIT,
+            metrics.reserved_bytes().clone(),
+        ),
     });
-    let tls_handle: Handle<SocketAddr> = Handle::with_control(control.clone());
-    let mut server =
-        axum_server::from_tcp_rustls(tls_listener, tls).map_err(|source| ServerError::Bind {
-            flag: "--bind-address",
-            address: tls_addr.to_string(),
-            source,
-        })?;
-    server
-        .http_builder()
-        .http1()
-        .header_read_timeout(Some(HEADER_READ_TIMEOUT));
-    let app = webhook_router(state);
-    let handle = tls_handle.clone();
-    servers.spawn(async move {
-        let result = server.handle(handle).serve(app.into_make_service()).await;
-        ("admission", result)
-    });
-
-    if let Some(listener) = metrics_listener {
-        let server = plain_server(listener, "--metrics-bind-address")?;
-        let handle = Handle::with_control(control.clone());
-        let app = metrics_router(metrics.clone());
-        servers.spawn(async move {
-            (
-                "metrics",
-                server.handle(handle).serve(app.into_make_service()).await,
-            )
-        });
-    }
-    if let Some(listener) = probe_listener {
-        let server = plain_server(listener, "--health-probe-bind-address")?;
-        let handle = Handle::with_control(control.clone());
-        let app = probe_router(readiness.clone());
-        servers.spawn(async move {
-            (
-                "probe",
-                server.handle(handle).serve(app.into_make_service()).await,
-            )
-        });
-    }
+    let limits = ConnectionLimits {
+        max: args.max_connections as usize,
+        idle_timeout: args.idle_timeout,
+    };
+    let tls_handle = servers.handle();
+    let tls_acceptor = RustlsAcceptor::new(tls).handshake_timeout(HANDSHAKE_TIMEOUT);
+    let server = admin::http_server(tls_listener)
+        .map_err(tls_bind_error)?
+        .acceptor(GuardAcceptor::new(limits, metrics.connections().clone()).acceptor(tls_acceptor))
+        .handle(tls_handle.clone());
+    servers.spawn(
+        "admission",
+        server.serve(webhook_router(state).into_make_service()),
+    );
+    let admin = admin::start(
+        AdminConfig {
+            probes: args.health_probe_bind_address.clone(),
+            metrics: args.metrics_bind_address.clone(),
+            readiness: readiness.clone(),
+            source: Arc::new(metrics.clone()),
+            limits,
+            connections: metrics.connections().clone(),
+        },
+        &mut servers,
+    )?;
+    let (metrics_addr, probe_addr) = (admin.metrics, admin.probes);
 
     let reload_stop = shutdown.token().child_token();
     tokio::spawn(reloader.run(args.cert_reload_interval, reload_stop.clone()));
@@ -289,7 +261,6 @@ pub async fn start(args: &Args, shutdown: Shutdown) -> Result<RunningServer, Ser
 
     let supervisor = tokio::spawn(supervise(Supervision {
         servers,
-        control,
         shutdown: shutdown.clone(),
         readiness: readiness.clone(),
         delay: args.shutdown_delay,
@@ -308,31 +279,10 @@ pub async fn start(args: &Args, shutdown: Shutdown) -> Result<RunningServer, Ser
     })
 }
 
-fn plain_server(
-    listener: std::net::TcpListener,
-    flag: &'static str,
-) -> Result<axum_server::Server<SocketAddr>, ServerError> {
-    let address = listener
-        .local_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
-    let mut server = axum_server::from_tcp(listener).map_err(|source| ServerError::Bind {
-        flag,
-        address,
-        source,
-    })?;
-    server
-        .http_builder()
-        .http1()
-        .header_read_timeout(Some(HEADER_READ_TIMEOUT));
-    Ok(server)
-}
-
 struct Supervision {
-    servers: JoinSet<(&'static str, std::io::Result<()>)>,
-    control: Control,
+    servers: Servers,
     shutdown: Shutdown,
-    readiness: Arc<Readiness>,
+    readiness: Readiness,
     delay: Duration,
     grace: Duration,
     reload_stop: tokio_util::sync::CancellationToken,
@@ -340,9 +290,9 @@ struct Supervision {
 
 /// Runs until shutdown (or a server's failure), then drains every server together.
 async fn supervise(mut s: Supervision) -> Result<(), ServerError> {
-    let mut failure = tokio::select! {
+    let failure = tokio::select! {
         _ = s.shutdown.triggered() => None,
-        Some(joined) = s.servers.join_next() => Some(server_error(joined)),
+        e = s.servers.stopped() => Some(e),
     };
     s.readiness.set(false);
     if failure.is_none() && !s.delay.is_zero() {
@@ -350,44 +300,16 @@ async fn supervise(mut s: Supervision) -> Result<(), ServerError> {
         tokio::time::sleep(s.delay).await;
     }
     info!(grace = ?s.grace, "shutting down: listeners closed, finishing in-flight requests");
-    s.control.graceful_shutdown(Some(s.grace));
     s.reload_stop.cancel();
-    while let Some(joined) = s.servers.join_next().await {
-        if let Err(e) = flatten(joined)
-            && failure.is_none()
-        {
-            failure = Some(e);
-        }
-    }
-    match failure {
-        Some(e) => {
+    let drained = s.servers.drain(s.grace).await;
+    match failure.map_or(drained, Err) {
+        Err(e) => {
             error!(error = %e, "etcd-webhook stopped");
-            Err(e)
+            Err(e.into())
         }
-        None => {
+        Ok(()) => {
             info!("etcd-webhook stopped");
             Ok(())
         }
-    }
-}
-
-type Joined = Result<(&'static str, std::io::Result<()>), tokio::task::JoinError>;
-
-/// A server that ended before shutdown: its error, or [`ServerError::Stopped`].
-fn server_error(joined: Joined) -> ServerError {
-    match flatten(joined) {
-        Err(e) => e,
-        Ok(server) => ServerError::Stopped { server },
-    }
-}
-
-fn flatten(joined: Joined) -> Result<&'static str, ServerError> {
-    match joined {
-        Ok((server, Ok(()))) => Ok(server),
-        Ok((server, Err(source))) => Err(ServerError::Serve { server, source }),
-        Err(e) => Err(ServerError::Serve {
-            server: "task",
-            source: std::io::Error::other(e.to_string()),
-        }),
     }
 }

@@ -397,9 +397,9 @@ fn rule_cases() -> Vec<Case> {
             ),
         ),
         case(
-            "removed v2 flag on 3.6",
+            "v2 variable on 3.6: etcd ignores it",
             quiet(json!({"pod": {"etcdEnv": [{"name": "ETCD_ENABLE_V2", "value": "true"}]}})),
-            Want::Refused("env-removed-flag", "ETCD_ENABLE_V2 was removed in etcd 3.6"),
+            Want::Allowed(&["spec.pod.etcdEnv[0].name: ETCD_ENABLE_V2 is ignored by etcd 3.6"]),
         ),
         // resources
         case(
@@ -948,7 +948,7 @@ async fn bad_input_gets_http_errors() {
             br#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{}}"#
                 .to_vec(),
             StatusCode::BAD_REQUEST,
-            "request body is not an AdmissionReview",
+            "only admission.k8s.io/v1 AdmissionReview is supported",
         ),
         (
             "text/plain",
@@ -1142,7 +1142,10 @@ async fn probes_answer() {
         (StatusCode::OK, "ok\n")
     );
     let reply = http_get(probes, "/healthz").await.unwrap();
-    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(
+        (reply.status, reply.text().as_str()),
+        (StatusCode::OK, "ok\n")
+    );
     assert_eq!(
         http_get(probes, "/metrics").await.unwrap().status,
         StatusCode::NOT_FOUND
@@ -1722,4 +1725,256 @@ async fn the_binary_logs_json_and_exits_zero_on_sigterm() {
         .find(|v| v["message"] == "admission request")
         .unwrap();
     assert_eq!(request["level"], "DEBUG");
+}
+
+/// Reads until the server closes the stream (EOF or an error); the time it took.
+async fn closed_within<S: tokio::io::AsyncRead + Unpin>(
+    stream: &mut S,
+    limit: Duration,
+) -> Duration {
+    let started = Instant::now();
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout(limit, stream.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return started.elapsed(),
+            Ok(Ok(_)) => {}
+            Err(_) => panic!("still open after {limit:?}"),
+        }
+    }
+}
+
+/// Waits until a gauge or counter of the server (read in-process: a scrape would open a
+/// connection of its own) has the value.
+async fn wait_for_metric(h: &Harness, name: &str, want: f64) {
+    let started = Instant::now();
+    loop {
+        let text = h.server.metrics().encode().unwrap();
+        let got = metric(&parse_prometheus(&text).unwrap(), name, &[]);
+        if got == want {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{name} is {got}, not {want}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_are_closed_and_busy_ones_kept() {
+    let h = Harness::start(&["--idle-timeout=1s", "--request-timeout=500ms"]).await;
+    // TLS done, no request ever sent.
+    let mut silent = h.raw().await;
+    // HTTP/2: the preface and an empty SETTINGS frame, then nothing.
+    let tcp = tokio::net::TcpStream::connect(h.server.tls_addr())
+        .await
+        .unwrap();
+    let h2 = client_config(&h.ca.cert_pem, &[b"h2"], &[&rustls::version::TLS13]);
+    let name = rustls::pki_types::ServerName::IpAddress(h.server.tls_addr().ip().into());
+    let mut h2 = tokio_rustls::TlsConnector::from(h2)
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    assert_eq!(h2.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    h2.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .await
+        .unwrap();
+    // HTTP/1 keep-alive after one answered request.
+    let mut kept = h.raw().await;
+    let body = serde_json::to_vec(&review(
+        "idle",
+        "CREATE",
+        cluster("demo", json!({})),
+        Value::Null,
+    ))
+    .unwrap();
+    let request = format!(
+        "POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    kept.write_all(request.as_bytes()).await.unwrap();
+    kept.write_all(&body).await.unwrap();
+    // A busy connection: a request every 300 ms for 2.5 s stays open throughout.
+    let mut busy = h.conn().await;
+    let busy_task = tokio::spawn(async move {
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_millis(2500) {
+            let answer = busy
+                .review(
+                    "/validate",
+                    &review("busy", "CREATE", cluster("demo", json!({})), Value::Null),
+                )
+                .await;
+            assert_eq!(answer["allowed"], true);
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    });
+
+    for (what, elapsed) in [
+        (
+            "TLS without a request",
+            closed_within(&mut silent, Duration::from_secs(5)).await,
+        ),
+        (
+            "HTTP/2 after the preface",
+            closed_within(&mut h2, Duration::from_secs(5)).await,
+        ),
+        (
+            "HTTP/1 keep-alive",
+            closed_within(&mut kept, Duration::from_secs(5)).await,
+        ),
+    ] {
+        assert!(
+            elapsed < Duration::from_secs(3),
+            "{what}: closed after {elapsed:?}"
+        );
+    }
+    busy_task
+        .await
+        .expect("the busy connection kept working past the idle timeout");
+    let samples = h.metrics().await;
+    assert!(metric(&samples, "etcd_webhook_connections_idle_closed_total", &[]) >= 3.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_over_the_cap_are_closed_at_once() {
+    let h = Harness::start(&["--max-connections=3"]).await;
+    let open = vec![h.raw().await, h.raw().await, h.raw().await];
+    wait_for_metric(&h, "etcd_webhook_open_connections", 3.0).await;
+    // The fourth is accepted by the kernel and closed by the webhook: no handshake.
+    let tcp = tokio::net::TcpStream::connect(h.server.tls_addr())
+        .await
+        .unwrap();
+    let name = rustls::pki_types::ServerName::IpAddress(h.server.tls_addr().ip().into());
+    let refused = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio_rustls::TlsConnector::from(h.client.clone()).connect(name, tcp),
+    )
+    .await
+    .expect("closed at once, not left hanging");
+    assert!(refused.is_err(), "the fourth connection got a handshake");
+    let samples = h.metrics().await;
+    assert_eq!(
+        metric(&samples, "etcd_webhook_connections_rejected_total", &[]),
+        1.0
+    );
+    // The metrics listener has its own cap: the scrape above worked.
+    drop(open);
+    wait_for_metric(&h, "etcd_webhook_open_connections", 0.0).await;
+    let mut conn = h.conn().await;
+    let answer = conn
+        .review(
+            "/validate",
+            &review("after", "CREATE", cluster("demo", json!({})), Value::Null),
+        )
+        .await;
+    assert_eq!(answer["allowed"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_over_the_memory_budget_is_answered_429() {
+    let h = Harness::start(&["--max-in-flight-memory=2Mi", "--max-request-body-size=2Mi"]).await;
+    let big = 1024 * 1024;
+    let head = |len: usize| {
+        format!(
+            "POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len}\r\n\r\n"
+        )
+    };
+    // 2 MiB: 0.5 for small bodies, 1.5 for large ones. A 1 MiB body announced and not yet
+    // sent holds 1 MiB + 64 KiB of the large pool while it is received.
+    let mut holder = h.raw().await;
+    holder.write_all(head(big).as_bytes()).await.unwrap();
+    holder.flush().await.unwrap();
+    let started = Instant::now();
+    while h.server.metrics().reserved_bytes().get() == 0 {
+        assert!(started.elapsed() < Duration::from_secs(5), "never reserved");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // A second one cannot get its share: 429 after the wait, with Retry-After.
+    let mut second = h.raw().await;
+    second.write_all(head(big).as_bytes()).await.unwrap();
+    let mut answer = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), second.read(&mut answer))
+        .await
+        .expect("answered")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
+    assert!(
+        answer.to_ascii_lowercase().contains("retry-after: 1"),
+        "{answer}"
+    );
+    assert!(answer.contains("retry shortly"), "{answer}");
+    // A small request still fits beside the held share.
+    let mut conn = h.conn().await;
+    let small = conn
+        .review(
+            "/validate",
+            &review("small", "CREATE", cluster("demo", json!({})), Value::Null),
+        )
+        .await;
+    assert_eq!(small["allowed"], true);
+    // The held one is answered once its body arrives, and its share is returned.
+    let mut object = cluster("demo", json!({}));
+    object["metadata"]["annotations"] = json!({"pad": ""});
+    let mut body = serde_json::to_vec(&review("held", "CREATE", object, Value::Null)).unwrap();
+    let pad = big - body.len();
+    let at = body.windows(9).position(|w| w == b"\"pad\":\"\"}").unwrap() + 7;
+    body.splice(at..at, std::iter::repeat_n(b'x', pad));
+    assert_eq!(body.len(), big);
+    holder.write_all(&body).await.unwrap();
+    let mut answer = vec![0u8; 8192];
+    let n = tokio::time::timeout(Duration::from_secs(5), holder.read(&mut answer))
+        .await
+        .expect("answered")
+        .unwrap();
+    assert!(String::from_utf8_lossy(&answer[..n]).starts_with("HTTP/1.1 200"));
+    wait_for_metric(&h, "etcd_webhook_in_flight_reserved_bytes", 0.0).await;
+    assert_eq!(
+        metric(&h.metrics().await, "etcd_webhook_requests_shed_total", &[]),
+        1.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_connections_are_served_through_the_shutdown_delay() {
+    let h = Harness::start(&["--shutdown-delay=1500ms"]).await;
+    let probe = h.server.probe_addr().expect("probes on");
+    assert_eq!(
+        http_get(probe, "/readyz").await.unwrap().status,
+        StatusCode::OK
+    );
+    h.server.shutdown();
+    let triggered = Instant::now();
+    // Not ready at once, so the endpoint is taken out of the Service...
+    let started = Instant::now();
+    while http_get(probe, "/readyz").await.map(|r| r.status).ok()
+        != Some(StatusCode::SERVICE_UNAVAILABLE)
+    {
+        assert!(started.elapsed() < Duration::from_secs(1), "still ready");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // ...while API servers that still pick it get answers on new connections.
+    let mut answered = 0;
+    while triggered.elapsed() < Duration::from_millis(1200) {
+        let mut conn = h.conn().await;
+        let answer = conn
+            .review(
+                "/validate",
+                &review("late", "CREATE", cluster("demo", json!({})), Value::Null),
+            )
+            .await;
+        assert_eq!(answer["allowed"], true);
+        answered += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(answered >= 5, "{answered}");
+    let addr = h.server.tls_addr();
+    tokio::time::timeout(Duration::from_secs(5), h.server.wait())
+        .await
+        .expect("stops after the delay")
+        .expect("clean stop");
+    assert!(triggered.elapsed() >= Duration::from_millis(1500));
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
 }

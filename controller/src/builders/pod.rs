@@ -9,7 +9,12 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+// The security contexts of the member pods (see `pod_security_context`).
+use k8s_openapi::api::core::v1::{
+    Capabilities, PodSecurityContext, SeccompProfile, SecurityContext,
+};
 
+use etcd_shared::member_flags::{MemberFlag, POD_ENV, POD_IP};
 use etcd_shared::names::{self, CLIENT_PORT, METRICS_PORT, PEER_PORT};
 use etcd_shared::version::{EtcdVersion, LineCapabilities};
 
@@ -75,33 +80,29 @@ pub fn member_pod(view: &ClusterView, plan: &MemberPlan) -> Pod {
         .map(|(n, url)| format!("{n}={url}"))
         .collect::<Vec<_>>()
         .join(",");
+    // Every flag through MemberFlag: the admission rules reserve their ETCD_* variables.
     let mut args = vec![
-        format!("--name={}", plan.name),
-        format!("--data-dir={DATA_DIR}/data"),
-        format!("--listen-peer-urls={peer_scheme}://$(POD_IP):{PEER_PORT}"),
-        format!("--listen-client-urls={client_scheme}://$(POD_IP):{CLIENT_PORT}"),
-        format!("--advertise-client-urls={}", view.client_url(&plan.name)),
-        format!(
-            "--initial-advertise-peer-urls={}",
-            view.peer_url(&plan.name)
-        ),
-        format!("--initial-cluster={initial_cluster}"),
-        format!(
-            "--initial-cluster-state={}",
-            match plan.state {
-                InitialState::New => "new",
-                InitialState::Existing => "existing",
-            }
-        ),
-        format!("--initial-cluster-token={}", view.token()),
+        MemberFlag::Name.arg(&plan.name),
+        MemberFlag::DataDir.arg(format_args!("{DATA_DIR}/data")),
+        MemberFlag::ListenPeerUrls.arg(format_args!("{peer_scheme}://$({POD_IP}):{PEER_PORT}")),
+        MemberFlag::ListenClientUrls
+            .arg(format_args!("{client_scheme}://$({POD_IP}):{CLIENT_PORT}")),
+        MemberFlag::AdvertiseClientUrls.arg(view.client_url(&plan.name)),
+        MemberFlag::InitialAdvertisePeerUrls.arg(view.peer_url(&plan.name)),
+        MemberFlag::InitialCluster.arg(initial_cluster),
+        MemberFlag::InitialClusterState.arg(match plan.state {
+            InitialState::New => "new",
+            InitialState::Existing => "existing",
+        }),
+        MemberFlag::InitialClusterToken.arg(view.token()),
     ];
     if caps.metrics_urls {
-        args.push(format!(
-            "--listen-metrics-urls=http://$(POD_IP):{METRICS_PORT}"
-        ));
+        args.push(
+            MemberFlag::ListenMetricsUrls.arg(format_args!("http://$({POD_IP}):{METRICS_PORT}")),
+        );
     }
     if caps.zap_logger {
-        args.push("--logger=zap".into());
+        args.push(MemberFlag::Logger.arg("zap"));
     }
     let mut mounts = vec![VolumeMount {
         name: "data".into(),
@@ -111,30 +112,30 @@ pub fn member_pod(view: &ClusterView, plan: &MemberPlan) -> Pod {
     let mut volumes = vec![data_volume(view, &plan.name)];
     if let Some(secret) = &view.tls.peer_secret {
         args.extend([
-            format!("--peer-cert-file={PEER_TLS_DIR}/peer.crt"),
-            format!("--peer-key-file={PEER_TLS_DIR}/peer.key"),
-            format!("--peer-trusted-ca-file={PEER_TLS_DIR}/peer-ca.crt"),
-            "--peer-client-cert-auth=true".into(),
+            MemberFlag::PeerCertFile.arg(format_args!("{PEER_TLS_DIR}/peer.crt")),
+            MemberFlag::PeerKeyFile.arg(format_args!("{PEER_TLS_DIR}/peer.key")),
+            MemberFlag::PeerTrustedCaFile.arg(format_args!("{PEER_TLS_DIR}/peer-ca.crt")),
+            MemberFlag::PeerClientCertAuth.arg(true),
         ]);
         mounts.push(secret_mount("peer-tls", PEER_TLS_DIR));
         volumes.push(secret_volume("peer-tls", secret));
     }
     if let Some(secret) = &view.tls.server_secret {
         args.extend([
-            format!("--cert-file={SERVER_TLS_DIR}/server.crt"),
-            format!("--key-file={SERVER_TLS_DIR}/server.key"),
-            format!("--trusted-ca-file={SERVER_TLS_DIR}/server-ca.crt"),
-            "--client-cert-auth=true".into(),
+            MemberFlag::CertFile.arg(format_args!("{SERVER_TLS_DIR}/server.crt")),
+            MemberFlag::KeyFile.arg(format_args!("{SERVER_TLS_DIR}/server.key")),
+            MemberFlag::TrustedCaFile.arg(format_args!("{SERVER_TLS_DIR}/server-ca.crt")),
+            MemberFlag::ClientCertAuth.arg(true),
         ]);
         mounts.push(secret_mount("server-tls", SERVER_TLS_DIR));
         volumes.push(secret_volume("server-tls", secret));
     }
 
-    let mut env = vec![
-        field_env("POD_NAME", "metadata.name"),
-        field_env("POD_NAMESPACE", "metadata.namespace"),
-        field_env("POD_IP", "status.podIP"),
-    ];
+    // The container's own variables, from the one list the admission rules reserve.
+    let mut env: Vec<EnvVar> = POD_ENV
+        .iter()
+        .map(|(name, path)| field_env(name, path))
+        .collect();
     env.extend(view.pod.etcd_env.iter().cloned());
 
     let mut ports = vec![port("client", CLIENT_PORT), port("peer", PEER_PORT)];
@@ -152,6 +153,7 @@ pub fn member_pod(view: &ClusterView, plan: &MemberPlan) -> Pod {
         volume_mounts: Some(mounts),
         resources: view.pod.resources.clone(),
         readiness_probe: Some(readiness_probe(caps, view.tls.server_secret.is_some())),
+        security_context: Some(container_security_context()),
         ..Container::default()
     };
 
@@ -170,13 +172,67 @@ pub fn member_pod(view: &ClusterView, plan: &MemberPlan) -> Pod {
             topology_spread_constraints: (!view.pod.topology_spread_constraints.is_empty())
                 .then(|| view.pod.topology_spread_constraints.clone()),
             priority_class_name: view.pod.priority_class_name.clone(),
-            security_context: view.pod.security_context.clone(),
+            security_context: Some(pod_security_context(view.pod.security_context.as_ref())),
             automount_service_account_token: Some(false),
             enable_service_links: Some(false),
             termination_grace_period_seconds: Some(30),
             ..PodSpec::default()
         }),
         status: None,
+    }
+}
+
+/// The user and group the members run as by default: 65532, the `nonroot` user of the
+/// distroless base image of etcd's own images (which do not set a user, so they would run
+/// as root).
+pub const MEMBER_UID: i64 = 65532;
+
+/// Whether the user's pod security context asks for root (`runAsUser: 0` or
+/// `runAsNonRoot: false`): the documented opt-in for old images and for data volumes that
+/// only root can write (CoreOS' operator ran its members as root).
+pub fn runs_as_root(user: Option<&PodSecurityContext>) -> bool {
+    user.is_some_and(|c| c.run_as_user == Some(0) || c.run_as_non_root == Some(false))
+}
+
+/// The pod security context of a member: every field the user set in
+/// `spec.pod.securityContext`, and for each one left out the operator's default, which
+/// together with [`container_security_context`] passes Pod Security `restricted`:
+/// `runAsNonRoot: true`, user, group and fsGroup [`MEMBER_UID`] (so the member can write
+/// its data volume and read its TLS secrets, made group-readable by the kubelet),
+/// `fsGroupChangePolicy: OnRootMismatch` (the volume is walked once, not on every start)
+/// and seccomp `RuntimeDefault`. With the root opt-in ([`runs_as_root`]) only the seccomp
+/// default is added; that pod passes `baseline`, not `restricted`.
+pub fn pod_security_context(user: Option<&PodSecurityContext>) -> PodSecurityContext {
+    let mut context = user.cloned().unwrap_or_default();
+    if !runs_as_root(user) {
+        context.run_as_non_root.get_or_insert(true);
+        context.run_as_user.get_or_insert(MEMBER_UID);
+        context.run_as_group.get_or_insert(MEMBER_UID);
+        context.fs_group.get_or_insert(MEMBER_UID);
+        context
+            .fs_group_change_policy
+            .get_or_insert_with(|| "OnRootMismatch".into());
+    }
+    context
+        .seccomp_profile
+        .get_or_insert_with(|| SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            localhost_profile: None,
+        });
+    context
+}
+
+/// The etcd container's security context, whatever the spec says (the spec has no
+/// container security context): no privilege escalation and no capabilities; etcd needs
+/// none, it binds ports above 1024.
+pub fn container_security_context() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            add: None,
+            drop: Some(vec!["ALL".into()]),
+        }),
+        ..SecurityContext::default()
     }
 }
 
@@ -461,6 +517,59 @@ mod tests {
         assert_eq!(probe.port, IntOrString::Int(METRICS_PORT));
     }
 
+    /// Every `--flag` the builder passes, on every line, plain and with each TLS mode, is one
+    /// of the shared [`MemberFlag`]s, so its `ETCD_*` variable is reserved at admission; and
+    /// every variable of the container is reserved too. A flag written here by hand and not
+    /// added to the shared list fails this test.
+    #[test]
+    fn every_flag_and_variable_the_builder_sets_is_reserved_at_admission() {
+        use etcd_shared::member_flags::reserved_env;
+        let tls_modes = [
+            "",
+            "\nTLS:\n  static:\n    member:\n      peerSecret: p",
+            "\nTLS:\n  static:\n    member:\n      serverSecret: s\n    operatorSecret: o",
+            "\nTLS:\n  static:\n    member:\n      peerSecret: p\n      serverSecret: s\n    operatorSecret: o",
+        ];
+        let mut seen = std::collections::BTreeSet::new();
+        for line in etcd_shared::version::LINES {
+            for tls in tls_modes {
+                let view = view_of(&format!("version: {}.{}.0{tls}", line.major, line.minor));
+                for state in [InitialState::New, InitialState::Existing] {
+                    let pod = member_pod(&view, &plan(&view, state));
+                    let container = &pod.spec.as_ref().unwrap().containers[0];
+                    for arg in args(&pod) {
+                        let flag = arg
+                            .strip_prefix("--")
+                            .and_then(|a| a.split_once('=').map(|(f, _)| f))
+                            .unwrap_or_else(|| panic!("{arg:?} is not --flag=value"));
+                        // etcd's own rule, written out independently of the shared list.
+                        let env = format!("ETCD_{}", flag.to_ascii_uppercase().replace('-', "_"));
+                        assert!(
+                            MemberFlag::from_env(&env).is_some() && reserved_env(&env).is_some(),
+                            "{arg} ({env}) on {}.{} is not in etcd_shared::member_flags",
+                            line.major,
+                            line.minor
+                        );
+                        seen.insert(flag.to_string());
+                    }
+                    for var in container.env.as_ref().unwrap() {
+                        assert!(
+                            reserved_env(&var.name).is_some(),
+                            "{} is not reserved",
+                            var.name
+                        );
+                    }
+                }
+            }
+        }
+        // Every listed flag is one the builder really passes somewhere.
+        let listed: std::collections::BTreeSet<String> = MemberFlag::ALL
+            .iter()
+            .map(|f| f.name().to_string())
+            .collect();
+        assert_eq!(seen, listed);
+    }
+
     /// The readiness probe of every line, plain and with client TLS: `/health` only where it
     /// is a v3 read, on the plain metrics port where there is one.
     #[test]
@@ -504,6 +613,120 @@ mod tests {
                 other => panic!("{other:?}"),
             };
             assert_eq!(got, want, "{version} tls={tls}");
+        }
+    }
+
+    /// The default member pod passes Pod Security `restricted`, on every line, plain and
+    /// with TLS, on an emptyDir and on a claim: what a namespace labelled
+    /// `pod-security.kubernetes.io/enforce=restricted` admits.
+    #[test]
+    fn the_default_member_pod_passes_pod_security_restricted() {
+        use etcd_shared::admission::pod_security::restricted_violations;
+        let tls = "\nTLS:\n  static:\n    member:\n      peerSecret: p\n      serverSecret: s\n    operatorSecret: o";
+        let claim = "\npod:\n  persistentVolumeClaimSpec:\n    resources:\n      requests:\n        storage: 1Gi";
+        for line in etcd_shared::version::LINES {
+            for extra in ["", tls, claim] {
+                let view = view_of(&format!("version: {}.{}.0{extra}", line.major, line.minor));
+                let pod = member_pod(&view, &plan(&view, InitialState::New));
+                let found = restricted_violations(&pod);
+                assert!(
+                    found.is_empty(),
+                    "{}.{} {extra:?}: {found:#?}",
+                    line.major,
+                    line.minor
+                );
+            }
+        }
+        // The users' example, unchanged: 3.2.13 as non-root, group-owned volumes.
+        let view = view_of("size: 3\nversion: 3.2.13");
+        let pod = member_pod(&view, &plan(&view, InitialState::New));
+        let spec = pod.spec.as_ref().unwrap();
+        let context = spec.security_context.as_ref().unwrap();
+        assert_eq!(context.run_as_non_root, Some(true));
+        assert_eq!(context.run_as_user, Some(MEMBER_UID));
+        assert_eq!(context.run_as_group, Some(MEMBER_UID));
+        assert_eq!(context.fs_group, Some(MEMBER_UID));
+        assert_eq!(
+            context.fs_group_change_policy.as_deref(),
+            Some("OnRootMismatch")
+        );
+        assert_eq!(
+            context.seccomp_profile.as_ref().map(|p| p.type_.as_str()),
+            Some("RuntimeDefault")
+        );
+        let container = spec.containers[0].security_context.as_ref().unwrap();
+        assert_eq!(container.allow_privilege_escalation, Some(false));
+        assert_eq!(
+            container.capabilities.as_ref().unwrap().drop.as_deref(),
+            Some(&["ALL".to_string()][..])
+        );
+    }
+
+    /// Fields of `spec.pod.securityContext` win over the defaults one by one; asking for
+    /// root (`runAsUser: 0` or `runAsNonRoot: false`) is the explicit opt-in for old images,
+    /// and gives a pod that passes `baseline` (what the webhook enforces) but not
+    /// `restricted`.
+    #[test]
+    fn the_users_security_context_wins_and_root_is_an_explicit_opt_in() {
+        use etcd_shared::admission::pod_security::{baseline_violations, restricted_violations};
+        let pod_of = |context: &str| {
+            let view = view_of(&format!(
+                "version: 3.6.16\npod:\n  securityContext:\n{context}"
+            ));
+            member_pod(&view, &plan(&view, InitialState::New))
+        };
+        let context = |pod: &Pod| pod.spec.as_ref().unwrap().security_context.clone().unwrap();
+
+        // CoreOS' documented non-root example: kept as written, the rest defaulted.
+        let coreos = pod_of("    runAsUser: 1000\n    fsGroup: 1000");
+        let c = context(&coreos);
+        assert_eq!((c.run_as_user, c.fs_group), (Some(1000), Some(1000)));
+        assert_eq!(c.run_as_non_root, Some(true));
+        assert!(restricted_violations(&coreos).is_empty());
+
+        for opt_in in ["    runAsUser: 0", "    runAsNonRoot: false"] {
+            let root = pod_of(opt_in);
+            let c = context(&root);
+            assert_ne!(c.run_as_non_root, Some(true), "{opt_in}");
+            assert_eq!(c.run_as_user.filter(|u| *u != 0), None, "{opt_in}");
+            assert_eq!(c.fs_group, None, "{opt_in}");
+            assert_eq!(
+                c.seccomp_profile.as_ref().map(|p| p.type_.as_str()),
+                Some("RuntimeDefault")
+            );
+            assert!(baseline_violations(&root).is_empty(), "{opt_in}");
+            assert!(!restricted_violations(&root).is_empty(), "{opt_in}");
+        }
+
+        // A seccomp profile of the user's own replaces the default.
+        let localhost =
+            pod_of("    seccompProfile:\n      type: Localhost\n      localhostProfile: etcd.json");
+        assert_eq!(
+            context(&localhost).seccomp_profile.unwrap().type_,
+            "Localhost"
+        );
+    }
+
+    /// The restricted check itself refuses what it should: a pod without the defaults.
+    #[test]
+    fn the_restricted_check_refuses_a_bare_pod() {
+        use etcd_shared::admission::pod_security::restricted_violations;
+        let view = view_of("version: 3.6.16");
+        let mut pod = member_pod(&view, &plan(&view, InitialState::New));
+        let spec = pod.spec.as_mut().unwrap();
+        spec.security_context = None;
+        spec.containers[0].security_context = None;
+        let fields: Vec<String> = restricted_violations(&pod)
+            .into_iter()
+            .map(|v| v.field)
+            .collect();
+        for want in [
+            "spec.containers[0].securityContext.allowPrivilegeEscalation",
+            "spec.containers[0].securityContext.runAsNonRoot",
+            "spec.containers[0].securityContext.seccompProfile.type",
+            "spec.containers[0].securityContext.capabilities.drop",
+        ] {
+            assert!(fields.iter().any(|f| f == want), "{want} in {fields:?}");
         }
     }
 }

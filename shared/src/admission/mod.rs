@@ -5,7 +5,10 @@
 //! rule; accepted objects may carry warnings that `kubectl` prints.
 
 mod defaults;
+mod image_ref;
 mod pod_rules;
+pub mod pod_security;
+mod pod_spec_rules;
 mod quantity;
 mod spec_rules;
 mod syntax;
@@ -16,6 +19,7 @@ use std::fmt;
 
 pub use defaults::Defaults;
 pub use quantity::{ParseQuantityError, parse_quantity};
+pub use syntax::clipped;
 
 use crate::EtcdCluster;
 
@@ -135,30 +139,78 @@ impl AdmissionPolicy {
 pub(crate) struct Report {
     violations: Vec<Violation>,
     warnings: Vec<String>,
+    unlisted_violations: usize,
+    unlisted_warnings: usize,
 }
 
+/// The most violations, and the most warnings, one answer lists: an object with thousands of
+/// bad labels gets the first ones and a count of the rest, so an answer (and its log line)
+/// stays under about 25 KiB whatever the object holds.
+pub const MAX_LISTED: usize = 25;
+
+/// The longest field path a report holds, in bytes (a label key is part of its path).
+const MAX_FIELD: usize = 256;
+/// The longest message a report holds, in bytes: with its field, a violation or warning stays
+/// under 1 KiB whatever the object holds.
+const MAX_MESSAGE: usize = 700;
+
 impl Report {
+    /// Records a violation; the field and message are clipped (rules quote values with
+    /// [`syntax::quoted`] already; this guards what they quote otherwise).
     pub(crate) fn refuse(
         &mut self,
         rule: &'static str,
         field: impl Into<String>,
         message: impl Into<String>,
     ) {
-        self.violations.push(Violation::new(rule, field, message));
+        if self.violations.len() >= MAX_LISTED {
+            self.unlisted_violations += 1;
+            return;
+        }
+        self.violations.push(Violation::new(
+            rule,
+            syntax::clipped(field.into(), MAX_FIELD),
+            syntax::clipped(message.into(), MAX_MESSAGE),
+        ));
     }
 
+    /// Records a warning, clipped as [`Report::refuse`] clips.
     pub(crate) fn warn(&mut self, field: &str, message: impl fmt::Display) {
+        if self.warnings.len() >= MAX_LISTED {
+            self.unlisted_warnings += 1;
+            return;
+        }
+        let field = syntax::clipped(field.to_string(), MAX_FIELD);
+        let message = syntax::clipped(message.to_string(), MAX_MESSAGE);
         self.warnings.push(format!("{field}: {message}"));
     }
 
-    fn finish(self) -> Result<Vec<String>, Refusal> {
+    fn finish(mut self) -> Result<Vec<String>, Refusal> {
         if self.violations.is_empty() {
+            if self.unlisted_warnings > 0 {
+                self.warnings.push(format!(
+                    "and {} more warnings (only the first {MAX_LISTED} are listed)",
+                    self.unlisted_warnings
+                ));
+            }
             Ok(self.warnings)
         } else {
+            if self.unlisted_violations > 0 {
+                self.violations.push(Violation::new(
+                    "more-violations",
+                    "spec",
+                    format!(
+                        "and {} more violations (only the first {MAX_LISTED} are listed)",
+                        self.unlisted_violations
+                    ),
+                ));
+            }
             Err(Refusal(self.violations))
         }
     }
 }
 
+#[cfg(test)]
+mod pod_tests;
 #[cfg(test)]
 mod tests;

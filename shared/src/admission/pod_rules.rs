@@ -4,41 +4,13 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
 
-use super::quantity::{Quantity, quoted, shown};
+use super::quantity::Quantity;
 use super::syntax::{is_dns1123_subdomain, is_env_var_name, is_label_value, is_qualified_name};
+use super::syntax::{quoted, shown};
 use super::{Defaults, Report};
 use crate::EtcdCluster;
 use crate::names::is_reserved_label;
 use crate::version::EtcdVersion;
-
-/// Environment variables that set what the operator itself must control. etcd reads
-/// `ETCD_<FLAG>` for every flag, so these would silently override the member's identity,
-/// its cluster, its URLs, its data or its TLS files.
-pub const RESERVED_ENV: &[&str] = &[
-    "ETCD_NAME",
-    "ETCD_DATA_DIR",
-    "ETCD_WAL_DIR",
-    "ETCD_INITIAL_CLUSTER",
-    "ETCD_INITIAL_CLUSTER_STATE",
-    "ETCD_INITIAL_CLUSTER_TOKEN",
-    "ETCD_INITIAL_ADVERTISE_PEER_URLS",
-    "ETCD_ADVERTISE_CLIENT_URLS",
-    "ETCD_LISTEN_CLIENT_URLS",
-    "ETCD_LISTEN_PEER_URLS",
-    "ETCD_LISTEN_METRICS_URLS",
-    "ETCD_DISCOVERY",
-    "ETCD_DISCOVERY_SRV",
-    "ETCD_CERT_FILE",
-    "ETCD_KEY_FILE",
-    "ETCD_TRUSTED_CA_FILE",
-    "ETCD_CLIENT_CERT_AUTH",
-    "ETCD_AUTO_TLS",
-    "ETCD_PEER_CERT_FILE",
-    "ETCD_PEER_KEY_FILE",
-    "ETCD_PEER_TRUSTED_CA_FILE",
-    "ETCD_PEER_CLIENT_CERT_AUTH",
-    "ETCD_PEER_AUTO_TLS",
-];
 
 /// Every rule on `spec.pod`.
 pub(crate) fn check(cluster: &EtcdCluster, defaults: &Defaults, report: &mut Report) {
@@ -69,7 +41,8 @@ pub(crate) fn check(cluster: &EtcdCluster, defaults: &Defaults, report: &mut Rep
         }
     }
     for key in pod.annotations.keys() {
-        if !is_qualified_name(key) {
+        // The API server checks annotation keys lowercased (`ValidateAnnotations`).
+        if !is_qualified_name(&key.to_ascii_lowercase()) {
             report.refuse(
                 "annotation-syntax",
                 format!("spec.pod.annotations[{key}]"),
@@ -87,6 +60,7 @@ pub(crate) fn check(cluster: &EtcdCluster, defaults: &Defaults, report: &mut Rep
         }
     }
     check_env(cluster, defaults, report);
+    super::pod_spec_rules::check(pod, report);
     if let Some(resources) = &pod.resources {
         check_resources(resources, report);
     }
@@ -146,16 +120,19 @@ fn check_cluster_domain(domain: Option<&str>, report: &mut Report) {
     }
 }
 
+/// `spec.pod.etcdEnv`: valid, distinct names, none of them the operator's
+/// ([`crate::member_flags::reserved_env`]: the flags the pod builder passes, the container's
+/// own variables and etcd's dangerous switches). User values are quoted clipped.
 fn check_env(cluster: &EtcdCluster, defaults: &Defaults, report: &mut Report) {
+    use super::syntax::{quoted, shown};
     let Some(pod) = cluster.spec.pod.as_ref() else {
         return;
     };
-    let v2_removed = defaults
+    let line = defaults
         .version_of(cluster)
         .parse::<EtcdVersion>()
         .ok()
-        .and_then(|v| v.capabilities())
-        .is_some_and(|c| !c.v2_flag);
+        .and_then(|v| v.capabilities());
     let mut seen = BTreeSet::new();
     for (i, env) in pod.etcd_env.iter().enumerate() {
         let field = format!("spec.pod.etcdEnv[{i}].name");
@@ -164,27 +141,56 @@ fn check_env(cluster: &EtcdCluster, defaults: &Defaults, report: &mut Report) {
             report.refuse(
                 "env-syntax",
                 field,
-                format!("{name:?} is not a valid environment variable name (letters, digits, '_', '-' and '.', not starting with a digit)"),
+                format!("{} is not a valid environment variable name (letters, digits, '_', '-' and '.', not starting with a digit)", quoted(name)),
             );
-        } else if RESERVED_ENV.contains(&name) {
+        } else if let Some(why) = crate::member_flags::reserved_env(name) {
             report.refuse(
                 "env-reserved",
                 field,
-                format!("{name} is set by the operator (member identity, cluster membership, URLs, data directory and TLS files); it cannot be overridden"),
+                format!(
+                    "{} is set by the operator and cannot be overridden: it {why}",
+                    shown(name)
+                ),
             );
         } else if !seen.insert(name) {
             report.refuse(
                 "env-duplicate",
                 field,
-                format!("{name} is set more than once"),
+                format!("{} is set more than once", shown(name)),
             );
-        } else if v2_removed && name == "ETCD_ENABLE_V2" {
-            report.refuse(
-                "env-removed-flag",
-                field,
-                "ETCD_ENABLE_V2 was removed in etcd 3.6; a member given it does not start",
-            );
+        } else if name == "ETCD_ENABLE_V2"
+            && let Some(line) = line
+        {
+            warn_enable_v2(line, &field, report);
         }
+    }
+}
+
+/// `ETCD_ENABLE_V2`, as each line's binary treats it (measured with `ETCD_ENABLE_V2=true` on
+/// 3.2.13, 3.3.27, 3.4.45, 3.5.35, 3.6.16 and 3.7.3): 3.2 to 3.4 use it and say no more; 3.5
+/// uses it and logs a deprecation; 3.6 and 3.7 no longer have the flag, log "unrecognized
+/// environment variable" and start without the v2 API. (The flag `--enable-v2` itself makes
+/// 3.6 and 3.7 exit with "flag provided but not defined"; the operator never passes it.)
+fn warn_enable_v2(line: &crate::version::LineCapabilities, field: &str, report: &mut Report) {
+    let next_drops_it = crate::version::LINES
+        .iter()
+        .any(|l| l.major == line.major && l.minor == line.minor + 1 && !l.v2_flag);
+    if !line.v2_flag {
+        report.warn(
+            field,
+            format_args!(
+                "ETCD_ENABLE_V2 is ignored by etcd {}.{}: --enable-v2 was removed in 3.6, the member logs \"unrecognized environment variable\" and starts without the v2 API; remove it",
+                line.major, line.minor
+            ),
+        );
+    } else if next_drops_it {
+        report.warn(
+            field,
+            format_args!(
+                "etcd {}.{} logs \"--enable-v2 is deprecated in 3.5 and will be decommissioned in 3.6.\": 3.6 ignores ETCD_ENABLE_V2; before upgrading, check the v2 store with `etcdutl check v2store`",
+                line.major, line.minor
+            ),
+        );
     }
 }
 

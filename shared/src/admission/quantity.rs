@@ -28,6 +28,10 @@
 use std::fmt;
 use std::str::FromStr;
 
+use super::syntax::quoted;
+#[cfg(test)]
+use super::syntax::shown;
+
 /// Nano-units per unit.
 const NANOS: u128 = 1_000_000_000;
 
@@ -36,9 +40,6 @@ const MAX_NANOS: u128 = i64::MAX as u128 * NANOS;
 
 /// Decimal digits of the smallest nano count above [`MAX_NANOS`] (10^28 > 9.2e27).
 const OUT_OF_RANGE_DIGITS: usize = 29;
-
-/// The most characters of a value a message quotes: a refused value can be 1.5 MiB long.
-const SHOWN_CHARS: usize = 64;
 
 /// A quantity that is not in Kubernetes' quantity syntax, or out of the range this operator
 /// judges. Displayed with at most 64 characters of the value.
@@ -175,30 +176,6 @@ impl fmt::Display for Quantity {
 /// for an exact answer.
 pub fn parse_quantity(s: &str) -> Result<f64, ParseQuantityError> {
     Quantity::parse(s).map(Quantity::as_f64)
-}
-
-/// At most 64 characters of `value`, then how long it is.
-pub(super) fn shown(value: &str) -> String {
-    match value.char_indices().nth(SHOWN_CHARS) {
-        None => value.to_string(),
-        Some((end, _)) => format!(
-            "{}... ({} characters)",
-            &value[..end],
-            value.chars().count()
-        ),
-    }
-}
-
-/// [`shown`] in double quotes, with escapes.
-pub(super) fn quoted(value: &str) -> String {
-    match value.char_indices().nth(SHOWN_CHARS) {
-        None => format!("{value:?}"),
-        Some((end, _)) => format!(
-            "{:?}... ({} characters)",
-            &value[..end],
-            value.chars().count()
-        ),
-    }
 }
 
 /// The leading ASCII digits of `s` and the rest.

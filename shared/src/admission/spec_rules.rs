@@ -1,6 +1,6 @@
 //! Rules on the name, size, version and repository of a cluster.
 
-use super::syntax::is_dns1035_label;
+use super::syntax::{is_dns1035_label, quoted};
 use super::{Defaults, Report};
 use crate::EtcdCluster;
 use crate::names::MAX_CLUSTER_NAME_LEN;
@@ -31,7 +31,8 @@ pub(crate) fn check_name(cluster: &EtcdCluster, report: &mut Report) {
             "name-syntax",
             "metadata.name",
             format!(
-                "must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter) because Services are named after it, got {name:?}"
+                "must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter) because Services are named after it, got {}",
+                quoted(name)
             ),
         );
     }
@@ -70,8 +71,17 @@ pub(crate) fn check_version(cluster: &EtcdCluster, defaults: &Defaults, report: 
     let raw = defaults.version_of(cluster);
     let version: EtcdVersion = match raw.parse() {
         Ok(v) => v,
-        Err(e) => {
-            report.refuse("version-syntax", "spec.version", e.to_string());
+        Err(_) => {
+            // Not ParseVersionError's text: it holds the whole value.
+            report.refuse(
+                "version-syntax",
+                "spec.version",
+                format!(
+                    "must be a released etcd version MAJOR.MINOR.PATCH such as {}, got {}",
+                    crate::version::DEFAULT_VERSION,
+                    quoted(raw)
+                ),
+            );
             return;
         }
     };
@@ -115,25 +125,36 @@ pub(crate) fn check_repository(cluster: &EtcdCluster, report: &mut Report) {
     let Some(repo) = cluster.spec.repository.as_deref() else {
         return;
     };
+    // An image name is at most 255 characters: anything longer is refused before it is parsed.
+    if repo.len() > super::image_ref::NAME_TOTAL_LENGTH_MAX {
+        report.refuse(
+            "repository-syntax",
+            "spec.repository",
+            format!(
+                "must be an image repository of at most {} characters, got {}",
+                super::image_ref::NAME_TOTAL_LENGTH_MAX,
+                quoted(repo)
+            ),
+        );
+        return;
+    }
     let last = repo.rsplit('/').next().unwrap_or(repo);
     if repo.contains('@') || last.contains(':') {
         report.refuse(
             "repository-tag",
             "spec.repository",
             format!(
-                "must be an image repository without a tag or digest (the tag comes from spec.version), got {repo:?}"
+                "must be an image repository without a tag or digest (the tag comes from spec.version), got {}",
+                quoted(repo)
             ),
         );
-    } else if repo
-        .chars()
-        .any(|c| c.is_whitespace() || c.is_ascii_uppercase())
-        || repo.ends_with('/')
-    {
+    } else if let Err(why) = super::image_ref::parse_repository(repo) {
         report.refuse(
             "repository-syntax",
             "spec.repository",
             format!(
-                "must be a lowercase image repository such as quay.io/coreos/etcd, got {repo:?}"
+                "must be an image repository such as quay.io/coreos/etcd, got {}: {why}",
+                quoted(repo)
             ),
         );
     }

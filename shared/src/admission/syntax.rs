@@ -54,9 +54,67 @@ pub(crate) fn is_env_var_name(s: &str) -> bool {
         && !s.starts_with(|c: char| c.is_ascii_digit())
 }
 
+/// How many characters of a user's value a message quotes.
+pub(crate) const SHOWN_CHARS: usize = 64;
+
+/// At most [`SHOWN_CHARS`] characters of a user's `value`, then how long it is: every
+/// message that names a user's value goes through this or [`quoted`], so a 3 MiB label makes
+/// a short message, log line and response.
+pub(crate) fn shown(value: &str) -> String {
+    match value.char_indices().nth(SHOWN_CHARS) {
+        None => value.to_string(),
+        Some((end, _)) => format!(
+            "{}... ({} characters)",
+            &value[..end],
+            value.chars().count()
+        ),
+    }
+}
+
+/// [`shown`] in double quotes, with escapes.
+pub(crate) fn quoted(value: &str) -> String {
+    match value.char_indices().nth(SHOWN_CHARS) {
+        None => format!("{value:?}"),
+        Some((end, _)) => format!(
+            "{:?}... ({} characters)",
+            &value[..end],
+            value.chars().count()
+        ),
+    }
+}
+
+/// `text` cut to at most `max` bytes (at a character boundary), with its length after the
+/// cut: the last guard of every field path and message a report holds, for a value a rule
+/// quoted without [`shown`].
+pub fn clipped(text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}... ({} bytes)", &text[..end], text.len())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn values_are_quoted_short() {
+        assert_eq!(shown("3.6.16"), "3.6.16");
+        assert_eq!(quoted("a\"b"), "\"a\\\"b\"");
+        let long = "é".repeat(3 << 20);
+        assert_eq!(
+            shown(&long),
+            format!("{}... (3145728 characters)", "é".repeat(64))
+        );
+        assert!(quoted(&long).len() < 200);
+        let cut = clipped(long.clone(), 101);
+        assert!(cut.starts_with(&"é".repeat(50)) && cut.ends_with("... (6291456 bytes)"));
+        assert_eq!(clipped("short".into(), 101), "short");
+    }
 
     #[test]
     fn labels_and_names() {

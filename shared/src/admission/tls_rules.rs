@@ -1,7 +1,7 @@
 //! Rules on `spec.TLS`: static secrets come in complete sets with valid names.
 
 use super::Report;
-use super::syntax::is_dns1123_subdomain;
+use super::syntax::{is_dns1123_subdomain, quoted};
 use crate::EtcdCluster;
 
 /// Every rule on `spec.TLS`.
@@ -32,7 +32,7 @@ pub(crate) fn check(cluster: &EtcdCluster, report: &mut Report) {
             report.refuse(
                 "tls-secret-name",
                 field,
-                format!("{name:?} is not a valid Secret name"),
+                format!("{} is not a valid Secret name", quoted(name)),
             );
         }
     }

@@ -1,7 +1,12 @@
 //! Rules on updates: the upgrade path of `spec.version` and the fields a running cluster
 //! cannot change.
 
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaimSpec;
+
 use super::quantity::Quantity;
+use super::syntax::{quoted, shown};
 use super::{Defaults, Report};
 use crate::EtcdCluster;
 use crate::names;
@@ -43,7 +48,9 @@ fn check_cluster_domain(new: &EtcdCluster, old: &EtcdCluster, report: &mut Repor
             "immutable-cluster-domain",
             "spec.pod.ClusterDomain",
             format!(
-                "cannot change on a running cluster (from {from} to {to}): every member's peer URL is registered under it"
+                "cannot change on a running cluster (from {} to {}): every member's peer URL is registered under it",
+                shown(from),
+                shown(to)
             ),
         );
     }
@@ -53,44 +60,112 @@ fn version(c: &EtcdCluster, defaults: &Defaults) -> Option<EtcdVersion> {
     defaults.version_of(c).parse().ok()
 }
 
+/// The lowest version the members run, as the status records it: `status.currentVersion` is
+/// the lowest version a healthy member reported (during an upgrade, the version being left).
+/// Read leniently: missing or unreadable (CoreOS writes "") is unknown, never a refusal.
+fn running_version(c: &EtcdCluster) -> Option<EtcdVersion> {
+    c.status
+        .as_ref()
+        .and_then(|s| s.current_version.as_deref())
+        .and_then(|v| v.parse().ok())
+}
+
+/// The move of `spec.version` from the stored spec, and from what the members run. The running
+/// version is checked whatever the stored spec says: also when its version is missing or no
+/// version (an object stored before the version rules, or written around the webhook).
 fn check_upgrade_path(
     new: &EtcdCluster,
     old: &EtcdCluster,
     defaults: &Defaults,
     report: &mut Report,
 ) {
-    let (Some(to), Some(from)) = (version(new, defaults), version(old, defaults)) else {
-        return; // a bad new version is refused by the create rules; a bad old one has no path.
+    let Some(to) = version(new, defaults) else {
+        return; // a bad new version is refused by the create rules.
     };
-    if to == from {
+    // Only a version the stored spec holds: a missing one is not the operator's default.
+    let from: Option<EtcdVersion> = old.spec.version.as_deref().and_then(|v| v.parse().ok());
+    let running = running_version(old);
+    if let (Some(from), Some(running)) = (from, running)
+        && running.major == from.major
+        && running.minor < from.minor
+        && to.major == running.major
+        && to.minor == running.minor
+    {
+        check_rollback(from, running, to, report);
         return;
     }
-    if let Err(e) = check_upgrade(&from, &to) {
+    if let Some(from) = from
+        && from != to
+        && let Err(e) = check_upgrade(&from, &to)
+    {
         report.refuse(e.rule, "spec.version", e.message);
         return;
     }
-    // The members may still run an older version than the old spec asks for (an upgrade in
-    // progress): the path must hold from what they run too. The status is read for nothing
-    // else, and leniently: a missing or unreadable currentVersion (CoreOS writes "") only skips
-    // this check, never the spec's own path above, and never refuses by itself.
-    let running: Option<EtcdVersion> = old
-        .status
-        .as_ref()
-        .and_then(|s| s.current_version.as_deref())
-        .and_then(|v| v.parse().ok());
-    if let Some(running) = running
-        && running != from
-        && let Err(e) = check_upgrade(&running, &to)
-    {
-        let message = if running.minor != from.minor && e.rule == "version-skip" {
-            format!(
-                "cannot move to {to} while the members still run {running} (an upgrade to {from} is in progress); wait until status.currentVersion is {from}"
-            )
-        } else {
-            e.message
-        };
-        report.refuse("version-upgrade-in-progress", "spec.version", message);
+    // The members may run an older version than the old spec asks for (an upgrade in
+    // progress, or a stored version that is none): the path must hold from what they run too.
+    let Some(running) = running else {
+        return;
+    };
+    if Some(running) == from || running == to {
+        return;
     }
+    let Err(e) = check_upgrade(&running, &to) else {
+        return;
+    };
+    match from {
+        Some(from) => {
+            let message = if running.minor != from.minor && e.rule == "version-skip" {
+                format!(
+                    "cannot move to {to} while the members still run {running} (an upgrade to {from} is in progress); wait until status.currentVersion is {from}"
+                )
+            } else {
+                e.message
+            };
+            report.refuse("version-upgrade-in-progress", "spec.version", message);
+        }
+        None => {
+            let stored = match old.spec.version.as_deref() {
+                None => "is not set".to_string(),
+                Some(v) => format!("{} is no version", quoted(v)),
+            };
+            report.refuse(
+                e.rule,
+                "spec.version",
+                format!(
+                    "{} (the members run {running} as status.currentVersion says; the stored spec.version {stored})",
+                    e.message
+                ),
+            );
+        }
+    }
+}
+
+/// Back to the line the members still run, from an upgrade to the next line that has not
+/// finished (`status.currentVersion` is still on the old line). etcd runs a mixed cluster at
+/// its oldest member's version, and every member may return to that line's binary until all
+/// run the new one. Members the controller already moved run next to `to` meanwhile, so `to`
+/// must be a version that can run next to `from`; when the members could never have moved
+/// (the controller refuses a path etcd does not support), any patch of the line is fine.
+fn check_rollback(from: EtcdVersion, running: EtcdVersion, to: EtcdVersion, report: &mut Report) {
+    let may_have_started = check_upgrade(&running, &from).is_ok();
+    if may_have_started && let Err(e) = check_upgrade(&to, &from) {
+        report.refuse(
+            "version-rollback",
+            "spec.version",
+            format!(
+                "cannot roll the unfinished upgrade to {from} back to {to}: members that already run {from} would run next to {to} ({})",
+                e.message
+            ),
+        );
+        return;
+    }
+    report.warn(
+        "spec.version",
+        format_args!(
+            "rolls back the unfinished upgrade to {from}: status.currentVersion is still {running}, so the cluster runs at {} and members already on {from} return to {to}",
+            running.line()
+        ),
+    );
 }
 
 /// The claim size the spec asks for, exactly (no float rounding), with its text.
@@ -104,6 +179,49 @@ fn claim_size(pod: Option<&PodPolicy>) -> Option<(String, Quantity)> {
         .as_ref()?
         .get("storage")?;
     Some((q.0.clone(), Quantity::parse(&q.0).ok()?))
+}
+
+/// A claim's storage class in words: unset is the cluster's default class, `""` is none.
+fn class_words(class: Option<&str>) -> String {
+    match class {
+        None => "unset (the default StorageClass)".to_string(),
+        Some("") => "\"\" (no StorageClass)".to_string(),
+        Some(class) => quoted(class),
+    }
+}
+
+/// A claim's volumeMode, with Kubernetes' default: unset is `Filesystem`.
+fn volume_mode(claim: &PersistentVolumeClaimSpec) -> &str {
+    claim
+        .volume_mode
+        .as_deref()
+        .filter(|m| !m.is_empty())
+        .unwrap_or("Filesystem")
+}
+
+/// A claim's access modes as a set, with the controller's default: none is `ReadWriteOnce`
+/// (what the claim builder fills in).
+fn access_modes(claim: &PersistentVolumeClaimSpec) -> BTreeSet<&str> {
+    let modes: BTreeSet<&str> = claim
+        .access_modes
+        .iter()
+        .flatten()
+        .map(String::as_str)
+        .collect();
+    if modes.is_empty() {
+        BTreeSet::from(["ReadWriteOnce"])
+    } else {
+        modes
+    }
+}
+
+/// Access modes in words: `[ReadWriteOnce, ReadOnlyMany]`, each clipped, at most 8 shown.
+fn modes_words(modes: &BTreeSet<&str>) -> String {
+    let mut words: Vec<String> = modes.iter().take(8).map(|m| shown(m)).collect();
+    if modes.len() > 8 {
+        words.push(format!("and {} more", modes.len() - 8));
+    }
+    format!("[{}]", words.join(", "))
 }
 
 fn check_storage_immutable(new: &EtcdCluster, old: &EtcdCluster, report: &mut Report) {
@@ -130,9 +248,33 @@ fn check_storage_immutable(new: &EtcdCluster, old: &EtcdCluster, report: &mut Re
                     "immutable-storage-class",
                     "spec.pod.persistentVolumeClaimSpec.storageClassName",
                     format!(
-                        "cannot change from {:?} to {:?}: the existing members' volumes stay in their class",
-                        o.storage_class_name.as_deref().unwrap_or(""),
-                        n.storage_class_name.as_deref().unwrap_or("")
+                        "cannot change from {} to {}: the existing members' volumes stay in their class",
+                        class_words(o.storage_class_name.as_deref()),
+                        class_words(n.storage_class_name.as_deref())
+                    ),
+                );
+            }
+            let (o_mode, n_mode) = (volume_mode(o), volume_mode(n));
+            if o_mode != n_mode {
+                report.refuse(
+                    "immutable-volume-mode",
+                    "spec.pod.persistentVolumeClaimSpec.volumeMode",
+                    format!(
+                        "cannot change from {} to {} on a running cluster: a claim's volumeMode is immutable, and the existing members' claims keep theirs",
+                        quoted(o_mode),
+                        quoted(n_mode)
+                    ),
+                );
+            }
+            let (o_modes, n_modes) = (access_modes(o), access_modes(n));
+            if o_modes != n_modes {
+                report.refuse(
+                    "immutable-access-modes",
+                    "spec.pod.persistentVolumeClaimSpec.accessModes",
+                    format!(
+                        "cannot change from {} to {} on a running cluster: a bound claim's accessModes are immutable, and the existing members' claims keep theirs",
+                        modes_words(&o_modes),
+                        modes_words(&n_modes)
                     ),
                 );
             }
@@ -144,7 +286,9 @@ fn check_storage_immutable(new: &EtcdCluster, old: &EtcdCluster, report: &mut Re
                     "immutable-claim-shrink",
                     "spec.pod.persistentVolumeClaimSpec.resources.requests.storage",
                     format!(
-                        "cannot shrink from {o_text} to {n_text}: Kubernetes volumes cannot shrink"
+                        "cannot shrink from {} to {}: Kubernetes volumes cannot shrink",
+                        shown(&o_text),
+                        shown(&n_text)
                     ),
                 );
             }
@@ -158,9 +302,9 @@ fn check_storage_immutable(new: &EtcdCluster, old: &EtcdCluster, report: &mut Re
                     "immutable-storage-medium",
                     "spec.pod.storageMedium",
                     format!(
-                        "cannot change from {:?} to {:?} on a running cluster: the members' data volumes cannot move",
-                        medium(old_pod),
-                        medium(new_pod)
+                        "cannot change from {} to {} on a running cluster: the members' data volumes cannot move",
+                        quoted(&medium(old_pod)),
+                        quoted(&medium(new_pod))
                     ),
                 );
             }

@@ -6,10 +6,17 @@
 //! it, the version the members run (`status.currentVersion`, for the upgrade-in-progress rule),
 //! is read leniently: anything but a non-empty string reads as unknown.
 
+use std::collections::BTreeMap;
+
+use etcd_shared::admission::clipped;
 use etcd_shared::{EtcdCluster, EtcdClusterSpec, EtcdClusterStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use serde_json::value::RawValue;
+
+use super::raw::{MAX_VALUES, ObjectParts, TooManyValues, check_values, is_object, kind_of};
 
 /// Why `metadata` or `spec` does not read as an EtcdCluster's.
 #[derive(Debug, thiserror::Error)]
@@ -17,7 +24,23 @@ use serde_json::Value;
 pub(crate) struct DecodeError {
     field: String,
     #[source]
-    source: serde_json::Error,
+    source: Cause,
+}
+
+/// The longest field path a decode error names, bytes (a path holds the user's map keys).
+const MAX_FIELD: usize = 256;
+/// The longest reason a decode error gives, bytes (serde quotes the offending value whole).
+/// With [`MAX_FIELD`], a refusal or warning from a decode error stays around 1 KiB whatever the
+/// object holds, as the rules' own messages do (issue 14, item 6).
+const MAX_REASON: usize = 700;
+
+/// What is wrong with the field.
+#[derive(Debug, thiserror::Error)]
+enum Cause {
+    #[error("{}", clipped(DecodeError::without_position(.0), MAX_REASON))]
+    Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    TooLarge(#[from] TooManyValues),
 }
 
 impl DecodeError {
@@ -31,6 +54,28 @@ impl DecodeError {
     pub fn reason(&self) -> String {
         self.source.to_string()
     }
+
+    /// The message of a JSON error without serde_json's position in the part's text (which
+    /// names no line of anything the user wrote).
+    fn without_position(e: &serde_json::Error) -> String {
+        let text = e.to_string();
+        match (e.line(), text.rfind(" at line ")) {
+            (1.., Some(i)) => text[..i].to_string(),
+            _ => text,
+        }
+    }
+
+    fn json(field: impl Into<String>, source: serde_json::Error) -> Self {
+        DecodeError {
+            field: clipped(field.into(), MAX_FIELD),
+            source: Cause::Json(source),
+        }
+    }
+
+    fn not_an_object(field: &str, raw: &RawValue, expected: &'static str) -> Self {
+        let source = <serde_json::Error as serde::de::Error>::invalid_type(kind_of(raw), &expected);
+        DecodeError::json(field, source)
+    }
 }
 
 fn at(field: &str) -> String {
@@ -42,89 +87,216 @@ fn at(field: &str) -> String {
 }
 
 /// Reads `metadata` and `spec` of the raw object; a missing or null one reads as empty (an
-/// empty spec is what defaulting fills). The status holds only the members' version.
-pub(crate) fn decode(raw: &Value) -> Result<EtcdCluster, DecodeError> {
-    let Some(fields) = raw.as_object() else {
-        let source = <serde_json::Error as serde::de::Error>::invalid_type(
-            unexpected(raw),
-            &"an EtcdCluster object",
-        );
-        return Err(DecodeError {
-            field: String::new(),
-            source,
-        });
+/// empty spec is what defaulting fills). `metadata.managedFields` is skipped unread, and each
+/// part may hold at most [`MAX_VALUES`] JSON values. The status holds only the members' version.
+pub(crate) fn decode(raw: &RawValue) -> Result<EtcdCluster, DecodeError> {
+    if !is_object(raw) {
+        return Err(DecodeError::not_an_object("", raw, "an EtcdCluster object"));
+    }
+    let parts: ObjectParts<'_> =
+        serde_json::from_str(raw.get()).map_err(|e| DecodeError::json("", e))?;
+    let metadata: ObjectMeta = match parts.metadata {
+        Some(meta) => decode_metadata(meta)?,
+        None => ObjectMeta::default(),
     };
-    let metadata: ObjectMeta = part(fields.get("metadata"), "metadata")?;
-    let spec: EtcdClusterSpec = part(fields.get("spec"), "spec")?;
+    let spec: EtcdClusterSpec = match parts.spec {
+        Some(spec) => {
+            if is_object(spec) {
+                check_values(spec, &[], "spec", MAX_VALUES).map_err(|e| DecodeError {
+                    field: "spec".into(),
+                    source: e.into(),
+                })?;
+            }
+            part(spec, "spec")?
+        }
+        None => EtcdClusterSpec::default(),
+    };
     let mut cluster = EtcdCluster::new("", spec);
     cluster.metadata = metadata;
-    cluster.status = running_version(fields.get("status")).map(|v| EtcdClusterStatus {
+    cluster.status = running_version(parts.status).map(|v| EtcdClusterStatus {
         current_version: Some(v),
         ..EtcdClusterStatus::default()
     });
     Ok(cluster)
 }
 
+/// `metadata` without `managedFields` (which no rule reads and which can be the largest part
+/// of an object): the other fields' text is decoded as `ObjectMeta`.
+fn decode_metadata(raw: &RawValue) -> Result<ObjectMeta, DecodeError> {
+    if !is_object(raw) {
+        return Err(DecodeError::not_an_object("metadata", raw, "an object"));
+    }
+    const SKIPPED: &[&str] = &["managedFields"];
+    check_values(raw, SKIPPED, "metadata", MAX_VALUES).map_err(|e| DecodeError {
+        field: "metadata".into(),
+        source: e.into(),
+    })?;
+    let mut fields: BTreeMap<String, &RawValue> =
+        serde_json::from_str(raw.get()).map_err(|e| DecodeError::json("metadata", e))?;
+    if fields.remove("managedFields").is_none() {
+        return part(raw, "metadata");
+    }
+    let mut text = String::with_capacity(raw.get().len());
+    text.push('{');
+    for (i, (key, value)) in fields.iter().enumerate() {
+        if i > 0 {
+            text.push(',');
+        }
+        let key = serde_json::to_string(key).map_err(|e| DecodeError::json("metadata", e))?;
+        text.push_str(&key);
+        text.push(':');
+        text.push_str(value.get());
+    }
+    text.push('}');
+    let rest = RawValue::from_string(text).map_err(|e| DecodeError::json("metadata", e))?;
+    part(&rest, "metadata")
+}
+
 /// The version the members run, from a raw status of any shape: `status.currentVersion` when it
-/// is a non-empty string, else unknown.
-pub(crate) fn running_version(status: Option<&Value>) -> Option<String> {
-    status?
-        .get("currentVersion")?
-        .as_str()
+/// is a non-empty string, else unknown. Nothing else of the status is read or kept.
+pub(crate) fn running_version(status: Option<&RawValue>) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Version<'a> {
+        #[serde(rename = "currentVersion", borrow, default)]
+        current_version: Option<&'a RawValue>,
+    }
+    let status = status.filter(|s| is_object(s))?;
+    let version: Version<'_> = serde_json::from_str(status.get()).ok()?;
+    serde_json::from_str::<String>(version.current_version?.get())
+        .ok()
         .filter(|v| !v.is_empty())
-        .map(str::to_string)
 }
 
 /// Decodes one top-level field; on failure, again with the path tracker for the message.
-fn part<T: DeserializeOwned + Default>(value: Option<&Value>, key: &str) -> Result<T, DecodeError> {
-    let Some(value) = value.filter(|v| !v.is_null()) else {
-        return Ok(T::default());
-    };
+fn part<T: DeserializeOwned>(raw: &RawValue, key: &str) -> Result<T, DecodeError> {
     // serde reads a struct from an array too (`spec: []` would read as an empty spec, and the
     // defaulting patch could then not apply to the raw array): both parts must be objects.
-    if !value.is_object() {
-        return Err(DecodeError {
-            field: key.to_string(),
-            source: <serde_json::Error as serde::de::Error>::invalid_type(
-                unexpected(value),
-                &"an object",
+    if !is_object(raw) {
+        return Err(DecodeError::not_an_object(key, raw, "an object"));
+    }
+    // A part with long strings is judged on a copy with them cut first: serde quotes the
+    // whole value of a field of the wrong type in its message, twice here (the plain decoder,
+    // then the path tracker), and quoting a 700 KB string takes 100 ms or more (`{:?}` looks
+    // up every character; the fuzz run's slowest inputs, tests/fuzz.rs). A string cut to
+    // LONG_STRING bytes is still a string, and no field that fails on it reads a string of
+    // that length, so the copy fails where and as the part does; only when it decodes is the
+    // part itself decoded.
+    if raw.get().len() > LONG_STRING
+        && let Ok(mut tree) = serde_json::from_str::<Value>(raw.get())
+        && shorten(&mut tree)
+        && T::deserialize(&tree).is_err()
+    {
+        return Err(match serde_path_to_error::deserialize::<_, T>(&tree) {
+            Err(e) => DecodeError::json(path_of(key, &e.path().to_string()), e.into_inner()),
+            Ok(_) => DecodeError::json(
+                key,
+                <serde_json::Error as serde::de::Error>::custom("cannot be decoded"),
             ),
         });
     }
     // The plain decoder first (the path tracker costs).
-    if let Ok(v) = T::deserialize(value) {
+    if let Ok(v) = serde_json::from_str(raw.get()) {
         return Ok(v);
     }
-    serde_path_to_error::deserialize::<_, T>(value).map_err(|e| {
-        let path = e.path().to_string();
-        let field = match path.as_str() {
-            "." => key.to_string(),
-            p if p.starts_with('[') => format!("{key}{p}"),
-            p => format!("{key}.{p}"),
-        };
-        DecodeError {
-            field,
-            source: e.into_inner(),
-        }
-    })
+    let mut de = serde_json::Deserializer::from_str(raw.get());
+    serde_path_to_error::deserialize::<_, T>(&mut de)
+        .map_err(|e| DecodeError::json(path_of(key, &e.path().to_string()), e.into_inner()))
 }
 
-fn unexpected(value: &Value) -> serde::de::Unexpected<'_> {
-    use serde::de::Unexpected;
-    match value {
-        Value::Null => Unexpected::Unit,
-        Value::Bool(b) => Unexpected::Bool(*b),
-        Value::Number(_) => Unexpected::Other("a number"),
-        Value::String(s) => Unexpected::Str(s),
-        Value::Array(_) => Unexpected::Seq,
-        Value::Object(_) => Unexpected::Map,
+/// Strings longer than this, bytes, are cut in the copy a failing part is judged on.
+pub(crate) const LONG_STRING: usize = 4096;
+
+/// Cuts every string of `tree` longer than [`LONG_STRING`] bytes (at a character boundary);
+/// whether any was.
+pub(crate) fn shorten(tree: &mut Value) -> bool {
+    match tree {
+        Value::String(s) if s.len() > LONG_STRING => {
+            let mut end = LONG_STRING;
+            while !s.is_char_boundary(end) {
+                end -= 1;
+            }
+            s.truncate(end);
+            true
+        }
+        Value::Array(a) => a.iter_mut().fold(false, |cut, v| shorten(v) | cut),
+        Value::Object(m) => m.values_mut().fold(false, |cut, v| shorten(v) | cut),
+        _ => false,
+    }
+}
+
+/// The field path of a decode error in `key`, from serde_path_to_error's path.
+fn path_of(key: &str, path: &str) -> String {
+    match path {
+        "." => key.to_string(),
+        p if p.starts_with('[') => format!("{key}{p}"),
+        p => format!("{key}.{p}"),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
+
+    fn to_raw(v: &Value) -> Box<RawValue> {
+        serde_json::value::to_raw_value(v).expect("serializable")
+    }
+
+    // The tests speak in `Value`s; the module reads raw text.
+    fn decode(v: &Value) -> Result<EtcdCluster, DecodeError> {
+        super::decode(&to_raw(v))
+    }
+
+    fn running_version(v: Option<&Value>) -> Option<String> {
+        super::running_version(v.map(to_raw).as_deref())
+    }
+
+    #[test]
+    fn a_huge_value_of_the_wrong_type_is_quoted_short() {
+        let e = decode(&object(json!({"size": "x".repeat(3 << 20)}), Value::Null))
+            .expect_err("a string is no size");
+        assert_eq!(e.field(), "spec.size");
+        assert!(e.to_string().len() < 1024, "{}", e.to_string().len());
+        assert!(
+            e.reason().starts_with("invalid type: string \"xxx"),
+            "{}",
+            &e.reason()[..40]
+        );
+    }
+
+    #[test]
+    fn managed_fields_are_skipped_and_parts_are_bounded() {
+        let mut o = object(json!({"size": 3}), Value::Null);
+        o["metadata"]["labels"] = json!({"team": "db"});
+        o["metadata"]["managedFields"] =
+            json!([{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]);
+        let c = decode(&o).expect("decodes");
+        assert_eq!(c.metadata.managed_fields, None);
+        assert_eq!(c.metadata.labels.expect("labels")["team"], "db");
+        assert_eq!(c.metadata.name.as_deref(), Some("x"));
+
+        // managedFields are not counted; the rest of metadata is.
+        let many: Vec<Value> = (0..MAX_VALUES)
+            .map(|i| json!({"manager": format!("m{i}")}))
+            .collect();
+        o["metadata"]["managedFields"] = json!(many);
+        assert!(decode(&o).is_ok());
+        let labels: serde_json::Map<String, Value> = (0..MAX_VALUES)
+            .map(|i| (format!("l{i}"), json!("v")))
+            .collect();
+        o["metadata"]["labels"] = Value::Object(labels);
+        let e = decode(&o).expect_err("too many labels");
+        assert_eq!(e.field(), "metadata");
+        assert_eq!(e.reason(), "metadata holds more than 10000 JSON values");
+
+        let env: Vec<Value> = (0..MAX_VALUES)
+            .map(|i| json!({"name": format!("E{i}")}))
+            .collect();
+        let e = decode(&object(json!({"pod": {"etcdEnv": env}}), Value::Null))
+            .expect_err("too many env entries");
+        assert_eq!(e.field(), "spec");
+        assert_eq!(e.reason(), "spec holds more than 10000 JSON values");
+    }
 
     fn object(spec: Value, status: Value) -> Value {
         json!({
@@ -176,6 +348,36 @@ mod tests {
             assert_eq!(running_version(Some(&status)).as_deref(), want, "{status}");
         }
         assert_eq!(running_version(None), None);
+    }
+
+    /// A long string in a field of another type is refused as quickly as a short one, with
+    /// the same field and a clipped quote (the fuzz run found 233,000 U+202E characters in
+    /// `spec.pod.persistentVolumeClaimSpec.resources` taking 200-300 ms in a release build:
+    /// serde formatted the whole string twice).
+    #[test]
+    fn a_long_string_of_the_wrong_type_is_refused_fast() {
+        let long = "\u{202e}".repeat(233_000);
+        for (spec, field) in [
+            (json!({"size": long}), "spec.size"),
+            (
+                json!({"pod": {"persistentVolumeClaimSpec": {"resources": long}}}),
+                "spec.pod.persistentVolumeClaimSpec.resources",
+            ),
+        ] {
+            let started = std::time::Instant::now();
+            let e = decode(&object(spec, Value::Null)).expect_err("a string is no number");
+            let took = started.elapsed();
+            assert_eq!(e.field(), field);
+            let reason = e.reason();
+            assert!(reason.starts_with("invalid type: string \""), "{reason}");
+            assert!(reason.len() < 1024, "{} bytes", reason.len());
+            // Formatting the whole string took 100 ms and more in a release build, seconds in
+            // a debug one; the cut copy takes a few milliseconds.
+            assert!(took < std::time::Duration::from_millis(500), "{took:?}");
+        }
+        // A long string where a string belongs still decodes whole.
+        let c = decode(&object(json!({"repository": long}), Value::Null)).expect("decodes");
+        assert_eq!(c.spec.repository.as_deref(), Some(long.as_str()));
     }
 
     #[test]

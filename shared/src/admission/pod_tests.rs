@@ -1,0 +1,423 @@
+//! Table-driven tests of the rules the API server and Pod Security `baseline` apply to the
+//! member pods, judged on `spec.pod` at admission (issue 14, items 11 and 12).
+
+use crate::EtcdCluster;
+use crate::admission::AdmissionPolicy;
+
+use super::image_ref::parse_repository;
+use super::pod_security::{BASELINE_SYSCTLS, is_baseline_sysctl, normalized_sysctl};
+use super::pod_spec_rules::{TOTAL_ANNOTATION_SIZE_LIMIT, operator_annotation_bytes};
+
+/// A durable cluster whose `pod:` holds the given lines (YAML, indented under `pod:`).
+fn with_pod(lines: &str) -> EtcdCluster {
+    let indented: String = lines.lines().map(|l| format!("    {l}\n")).collect();
+    let yaml = format!(
+        "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdCluster\nmetadata:\n  name: demo\n  namespace: default\nspec:\n  pod:\n    persistentVolumeClaimSpec:\n      resources:\n        requests:\n          storage: 1Gi\n{indented}"
+    );
+    serde_yaml::from_str(&yaml).unwrap_or_else(|e| panic!("fixture does not parse: {e}\n{yaml}"))
+}
+
+/// The violations of `c`, displayed; empty when accepted.
+fn violations(c: &EtcdCluster) -> Vec<String> {
+    match AdmissionPolicy::default().validate(c, None) {
+        Ok(_) => Vec::new(),
+        Err(r) => r.0.iter().map(ToString::to_string).collect(),
+    }
+}
+
+/// Each row: the `pod:` lines and `None` (accepted) or a part of the violation expected.
+fn run(rows: &[(&str, Option<&str>)]) {
+    for (lines, want) in rows {
+        let got = violations(&with_pod(lines));
+        match want {
+            None => assert!(got.is_empty(), "{lines}\nwant acceptance, got {got:#?}"),
+            Some(want) => assert!(
+                got.iter().any(|v| v.contains(want)),
+                "{lines}\nwant a violation containing {want:?}, got {got:#?}"
+            ),
+        }
+    }
+}
+
+#[test]
+fn tolerations_as_the_api_server_validates_them() {
+    run(&[
+        (
+            "tolerations:\n- {key: dedicated, operator: Equal, value: etcd, effect: NoSchedule}",
+            None,
+        ),
+        ("tolerations:\n- {key: dedicated, value: etcd}", None),
+        ("tolerations:\n- {operator: Exists}", None),
+        (
+            "tolerations:\n- {key: example.com/node, operator: Exists, effect: NoExecute, tolerationSeconds: 30}",
+            None,
+        ),
+        (
+            "tolerations:\n- {operator: Exists, value: x}",
+            Some("tolerations[0].value: must be empty when `operator` is Exists"),
+        ),
+        (
+            "tolerations:\n- {key: a, operator: Exists, value: x}",
+            Some("tolerations[0].value: must be empty when `operator` is Exists"),
+        ),
+        (
+            "tolerations:\n- {value: x}",
+            Some("tolerations[0].operator: must be Exists when `key` is empty"),
+        ),
+        (
+            "tolerations:\n- {key: a, value: x, effect: NoSchedule, tolerationSeconds: 5}",
+            Some("tolerations[0].effect: must be NoExecute when `tolerationSeconds` is set"),
+        ),
+        (
+            "tolerations:\n- {key: a, value: x, effect: NoRun}",
+            Some("tolerations[0].effect: \"NoRun\" is not supported"),
+        ),
+        (
+            "tolerations:\n- {key: a, operator: Gt, value: \"1\"}",
+            Some("tolerations[0].operator: \"Gt\" is not supported: Equal or Exists"),
+        ),
+        (
+            "tolerations:\n- {key: \"bad key\", operator: Exists}",
+            Some("tolerations[0].key: \"bad key\" is not a valid taint key"),
+        ),
+        (
+            "tolerations:\n- {key: a, value: \"not/a value\"}",
+            Some("tolerations[0].value: \"not/a value\" is not a valid taint value"),
+        ),
+    ]);
+}
+
+#[test]
+fn topology_spread_as_the_api_server_validates_it() {
+    let ok = "topologySpreadConstraints:\n- maxSkew: 1\n  topologyKey: topology.kubernetes.io/zone\n  whenUnsatisfiable: DoNotSchedule\n  minDomains: 3\n  nodeAffinityPolicy: Honor\n  nodeTaintsPolicy: Ignore\n  labelSelector:\n    matchLabels: {etcd_cluster: demo}\n  matchLabelKeys: [pod-template-hash]";
+    run(&[
+        (ok, None),
+        (
+            "topologySpreadConstraints:\n- {maxSkew: 0, topologyKey: zone, whenUnsatisfiable: DoNotSchedule}",
+            Some("topologySpreadConstraints[0].maxSkew: must be greater than 0, got 0"),
+        ),
+        (
+            "topologySpreadConstraints:\n- {maxSkew: -1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule}",
+            Some("maxSkew: must be greater than 0, got -1"),
+        ),
+        (
+            "topologySpreadConstraints:\n- {maxSkew: 1, topologyKey: \"\", whenUnsatisfiable: DoNotSchedule}",
+            Some("topologySpreadConstraints[0].topologyKey: can not be empty"),
+        ),
+        (
+            "topologySpreadConstraints:\n- {maxSkew: 1, topologyKey: zone, whenUnsatisfiable: Sometimes}",
+            Some(
+                "whenUnsatisfiable: \"Sometimes\" is not supported: DoNotSchedule or ScheduleAnyway",
+            ),
+        ),
+        (
+            "topologySpreadConstraints:\n- {maxSkew: 1, topologyKey: zone, whenUnsatisfiable: ScheduleAnyway, minDomains: 2}",
+            Some(
+                "minDomains: can only use minDomains if whenUnsatisfiable=DoNotSchedule, not \"ScheduleAnyway\"",
+            ),
+        ),
+        (
+            "topologySpreadConstraints:\n- {maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule, minDomains: 0}",
+            Some("minDomains: must be greater than 0, got 0"),
+        ),
+        (
+            "topologySpreadConstraints:\n- {maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule}\n- {maxSkew: 2, topologyKey: zone, whenUnsatisfiable: DoNotSchedule}",
+            Some("{\"zone\", \"DoNotSchedule\"} is repeated"),
+        ),
+        (
+            "topologySpreadConstraints:\n- {maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule}\n- {maxSkew: 2, topologyKey: zone, whenUnsatisfiable: ScheduleAnyway}",
+            None,
+        ),
+        (
+            "topologySpreadConstraints:\n- {maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule, nodeTaintsPolicy: Always}",
+            Some("nodeTaintsPolicy: \"Always\" is not supported: Honor or Ignore"),
+        ),
+        (
+            "topologySpreadConstraints:\n- {maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule, matchLabelKeys: [app]}",
+            Some("matchLabelKeys: must not be specified when labelSelector is not set"),
+        ),
+        (
+            "topologySpreadConstraints:\n- maxSkew: 1\n  topologyKey: zone\n  whenUnsatisfiable: DoNotSchedule\n  labelSelector: {matchLabels: {app: etcd}}\n  matchLabelKeys: [app]",
+            Some("\"app\" exists in both matchLabelKeys and labelSelector"),
+        ),
+        (
+            "topologySpreadConstraints:\n- maxSkew: 1\n  topologyKey: zone\n  whenUnsatisfiable: DoNotSchedule\n  labelSelector:\n    matchExpressions:\n    - {key: app, operator: In}",
+            Some(
+                "labelSelector.matchExpressions[0].values: must be specified when `operator` is 'In' or 'NotIn'",
+            ),
+        ),
+        (
+            "topologySpreadConstraints:\n- maxSkew: 1\n  topologyKey: zone\n  whenUnsatisfiable: DoNotSchedule\n  labelSelector:\n    matchExpressions:\n    - {key: app, operator: Exists, values: [x]}",
+            Some("may not be specified when `operator` is 'Exists' or 'DoesNotExist'"),
+        ),
+        (
+            "topologySpreadConstraints:\n- maxSkew: 1\n  topologyKey: zone\n  whenUnsatisfiable: DoNotSchedule\n  labelSelector:\n    matchExpressions:\n    - {key: app, operator: Like, values: [x]}",
+            Some("\"Like\" is not a valid label selector operator"),
+        ),
+    ]);
+}
+
+#[test]
+fn resource_names_as_the_api_server_validates_them() {
+    run(&[
+        (
+            "resources:\n  requests: {cpu: 500m, memory: 1Gi, ephemeral-storage: 1Gi}\n  limits: {cpu: \"1\", memory: 2Gi}",
+            None,
+        ),
+        (
+            "resources:\n  requests: {cpus: \"1\"}",
+            Some("resources.requests.cpus: \"cpus\" is not a standard resource for containers"),
+        ),
+        (
+            "resources:\n  limits: {storage: 1Gi}",
+            Some("\"storage\" is not a standard resource for containers"),
+        ),
+        (
+            "resources:\n  limits: {pods: \"1\"}",
+            Some("\"pods\" is not a standard resource for containers"),
+        ),
+        (
+            "resources:\n  limits: {\"bad name\": \"1\"}",
+            Some("\"bad name\" is not a valid resource name"),
+        ),
+        ("resources:\n  limits: {example.com/device: \"2\"}", None),
+        (
+            "resources:\n  requests: {example.com/device: \"2\"}\n  limits: {example.com/device: \"2\"}",
+            None,
+        ),
+        (
+            "resources:\n  limits: {example.com/device: 500m}",
+            Some("limits.example.com/device: \"500m\" must be an integer"),
+        ),
+        (
+            "resources:\n  requests: {example.com/device: \"1\"}",
+            Some("limits.example.com/device: Limit must be set for non overcommitable resources"),
+        ),
+        (
+            "resources:\n  requests: {example.com/device: \"1\"}\n  limits: {example.com/device: \"2\"}",
+            Some(
+                "requests.example.com/device: \"1\" must be equal to example.com/device limit of \"2\"",
+            ),
+        ),
+        (
+            "resources:\n  limits: {requests.example.com/device: \"1\"}",
+            Some("doesn't follow the extended resource name standard"),
+        ),
+        (
+            "resources:\n  requests: {memory: 1Gi, hugepages-2Mi: 4Mi}\n  limits: {memory: 1Gi, hugepages-2Mi: 4Mi}",
+            None,
+        ),
+        (
+            "resources:\n  limits: {memory: 1Gi, hugepages-2Mi: 3Mi}",
+            Some("\"3Mi\" is not a positive integer multiple of the page size \"2Mi\""),
+        ),
+        (
+            "resources:\n  limits: {hugepages-2Mi: 4Mi}",
+            Some("spec.pod.resources: HugePages require cpu or memory"),
+        ),
+        (
+            "resources:\n  requests: {memory: 1Gi, hugepages-1Gi: 1Gi}",
+            Some("limits.hugepages-1Gi: Limit must be set for non overcommitable resources"),
+        ),
+        (
+            "resources:\n  claims:\n  - name: gpu",
+            Some("resources.claims: is not supported"),
+        ),
+    ]);
+}
+
+#[test]
+fn annotations_total_at_most_256_kib_with_the_operators_own() {
+    let room = TOTAL_ANNOTATION_SIZE_LIMIT - operator_annotation_bytes();
+    // One annotation `a: VALUE`: the key takes one byte.
+    let fits = format!("annotations:\n  a: {}", "x".repeat(room - 1));
+    let over = format!("annotations:\n  a: {}", "x".repeat(room));
+    run(&[
+        (&fits, None),
+        (
+            &over,
+            Some(&format!(
+                "spec.pod.annotations: total {} bytes (keys and values); the API server allows 262144 bytes",
+                room + 1
+            )),
+        ),
+    ]);
+    // Spread over many keys, still the sum that counts.
+    let many: String = (0..300)
+        .map(|i| format!("\n  k{i:03}: {}", "y".repeat(1000)))
+        .collect();
+    run(&[(&format!("annotations:{many}"), Some("total 301200 bytes"))]);
+    // And the message never quotes the values.
+    let got = violations(&with_pod(&over));
+    assert!(got.iter().all(|v| v.len() < 1000), "{got:?}");
+}
+
+#[test]
+fn annotation_keys_are_judged_lowercased_as_the_api_server_does() {
+    run(&[
+        ("annotations:\n  Example.COM/Owner: me", None),
+        (
+            "annotations:\n  \"bad key\": me",
+            Some("is not a valid annotation key"),
+        ),
+    ]);
+}
+
+/// Pod Security `baseline` on every pod field the spec lets a user set: the pod security
+/// context and the AppArmor annotations. What baseline allows (and the restricted-only
+/// controls, such as running as root or privilege escalation) stays allowed.
+#[test]
+fn pod_security_baseline_is_refused_outright() {
+    run(&[
+        // Allowed by baseline: root (the opt-in for old images), groups, safe sysctls.
+        (
+            "securityContext:\n  runAsUser: 0\n  runAsNonRoot: false\n  fsGroup: 0",
+            None,
+        ),
+        (
+            "securityContext:\n  runAsUser: 1000\n  runAsGroup: 1000\n  fsGroup: 1000\n  fsGroupChangePolicy: OnRootMismatch\n  supplementalGroups: [5, 6]",
+            None,
+        ),
+        (
+            "securityContext:\n  sysctls:\n  - {name: net.ipv4.tcp_keepalive_time, value: \"60\"}\n  - {name: net/ipv4/ip_local_port_range, value: \"1024 65000\"}",
+            None,
+        ),
+        (
+            "securityContext:\n  seccompProfile: {type: RuntimeDefault}\n  appArmorProfile: {type: RuntimeDefault}",
+            None,
+        ),
+        (
+            "securityContext:\n  seccompProfile: {type: Localhost, localhostProfile: profiles/etcd.json}",
+            None,
+        ),
+        (
+            "securityContext:\n  seLinuxOptions: {type: container_t, level: \"s0:c123,c456\"}",
+            None,
+        ),
+        (
+            "annotations:\n  container.apparmor.security.beta.kubernetes.io/etcd: runtime/default",
+            None,
+        ),
+        // Forbidden by baseline.
+        (
+            "securityContext:\n  sysctls:\n  - {name: kernel.msgmax, value: \"65536\"}",
+            Some(
+                "spec.pod.securityContext.sysctls[0].name: \"kernel.msgmax\" is not a safe sysctl",
+            ),
+        ),
+        (
+            "securityContext:\n  sysctls:\n  - {name: net.core.somaxconn, value: \"1024\"}",
+            Some("\"net.core.somaxconn\" is not a safe sysctl"),
+        ),
+        (
+            "securityContext:\n  seccompProfile: {type: Unconfined}",
+            Some(
+                "securityContext.seccompProfile.type: Unconfined is forbidden by Pod Security baseline",
+            ),
+        ),
+        (
+            "securityContext:\n  appArmorProfile: {type: Unconfined}",
+            Some(
+                "securityContext.appArmorProfile.type: Unconfined is forbidden by Pod Security baseline",
+            ),
+        ),
+        (
+            "annotations:\n  container.apparmor.security.beta.kubernetes.io/etcd: unconfined",
+            Some("AppArmor profile \"unconfined\" is forbidden by Pod Security baseline"),
+        ),
+        (
+            "securityContext:\n  seLinuxOptions: {type: spc_t}",
+            Some("seLinuxOptions.type: SELinux type \"spc_t\" is forbidden"),
+        ),
+        (
+            "securityContext:\n  seLinuxOptions: {user: system_u, role: system_r}",
+            Some("seLinuxOptions.user: setting the SELinux user is forbidden"),
+        ),
+        (
+            "securityContext:\n  windowsOptions: {hostProcess: true}",
+            Some("windowsOptions.hostProcess: HostProcess containers are forbidden"),
+        ),
+    ]);
+}
+
+/// The rest of what the API server checks on a pod security context.
+#[test]
+fn pod_security_context_as_the_api_server_validates_it() {
+    run(&[
+        (
+            "securityContext: {runAsUser: -1}",
+            Some("securityContext.runAsUser: must be between 0 and 2147483647, got -1"),
+        ),
+        (
+            "securityContext: {runAsUser: 0, runAsNonRoot: true}",
+            Some("securityContext.runAsNonRoot: true contradicts runAsUser: 0"),
+        ),
+        (
+            "securityContext: {fsGroup: 2147483648}",
+            Some("securityContext.fsGroup: must be between 0 and 2147483647"),
+        ),
+        (
+            "securityContext: {supplementalGroups: [1, -5]}",
+            Some("supplementalGroups[1]: must be between 0 and 2147483647, got -5"),
+        ),
+        (
+            "securityContext: {fsGroupChangePolicy: Sometimes}",
+            Some("fsGroupChangePolicy: \"Sometimes\" is not supported: OnRootMismatch or Always"),
+        ),
+        (
+            "securityContext:\n  seccompProfile: {type: Localhost}",
+            Some("seccompProfile.localhostProfile: must be set when the profile type is Localhost"),
+        ),
+        (
+            "securityContext:\n  seccompProfile: {type: RuntimeDefault, localhostProfile: x.json}",
+            Some(
+                "seccompProfile.localhostProfile: can only be set when the profile type is Localhost",
+            ),
+        ),
+        (
+            "securityContext:\n  seccompProfile: {type: Strict}",
+            Some("seccompProfile.type: \"Strict\" is not supported"),
+        ),
+        (
+            "securityContext:\n  sysctls:\n  - {name: net.ipv4.tcp_syncookies, value: \"1\"}\n  - {name: net/ipv4/tcp_syncookies, value: \"0\"}",
+            Some("sysctls[1].name: \"net/ipv4/tcp_syncookies\" is listed more than once"),
+        ),
+    ]);
+}
+
+#[test]
+fn the_baseline_sysctls_are_the_current_safe_set() {
+    assert_eq!(BASELINE_SYSCTLS.len(), 12);
+    for name in BASELINE_SYSCTLS {
+        assert!(is_baseline_sysctl(name));
+        assert!(is_baseline_sysctl(&name.replace('.', "/")), "{name}");
+    }
+    for name in [
+        "kernel.msgmax",
+        "kernel.shmmax",
+        "net.core.somaxconn",
+        "vm.swappiness",
+        "net.ipv4",
+        "",
+    ] {
+        assert!(!is_baseline_sysctl(name), "{name}");
+    }
+    // An interface name with a dot, in the slash spelling, keeps its dot.
+    assert_eq!(
+        normalized_sysctl("net/ipv4/conf/eno2.100/rp_filter"),
+        "net.ipv4.conf.eno2/100.rp_filter"
+    );
+}
+
+/// The repository rule the admission check is asked to use (see `image_ref`), on the
+/// repositories the tests and CoreOS users run.
+#[test]
+fn repositories_in_use_parse_as_image_names() {
+    for repo in [
+        "quay.io/coreos/etcd",
+        "gcr.io/etcd-development/etcd",
+        "registry.example.test/etcd",
+    ] {
+        assert!(parse_repository(repo).is_ok(), "{repo}");
+    }
+}

@@ -1,0 +1,157 @@
+//! The `EtcdBackup` custom resource: CoreOS' backup API (`etcd.database.coreos.com/v1beta2`),
+//! served by this operator's controller.
+//!
+//! Every CoreOS field is kept under its JSON name, so CoreOS' manifests and Go clients work
+//! unchanged; what this operator adds (conditions, the snapshot's size, hash and object path)
+//! is only in the status.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::storage::StorageSource;
+use super::{lenient, schema};
+
+/// A backup of an etcd cluster to object storage: once, or every `backupIntervalInSecond`.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "etcd.database.coreos.com",
+    version = "v1beta2",
+    kind = "EtcdBackup",
+    plural = "etcdbackups",
+    namespaced,
+    doc = "A snapshot of an etcd cluster of this namespace, taken once or periodically and written to object storage.",
+    status = "EtcdBackupStatus",
+    printcolumn = r#"{"name":"Storage","type":"string","jsonPath":".spec.storageType","description":"Where snapshots go"}"#,
+    printcolumn = r#"{"name":"Succeeded","type":"boolean","jsonPath":".status.succeeded","description":"Whether the last backup succeeded"}"#,
+    printcolumn = r#"{"name":"Revision","type":"integer","jsonPath":".status.etcdRevision","description":"etcd revision of the last snapshot"}"#,
+    printcolumn = r#"{"name":"Last Success","type":"date","jsonPath":".status.lastSuccessDate","description":"When the last snapshot was written"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdBackupSpec {
+    /// Client URLs of the cluster to back up, such as `http://example-client:2379`. They must
+    /// name one EtcdCluster of this namespace (its client Service or its members); the
+    /// snapshot is taken from the member with the highest revision.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), inner(length(max = 2048)))]
+    pub etcd_endpoints: Vec<String>,
+
+    /// Where snapshots go: S3 (ABS, GCS and OSS are CoreOS' and not supported yet). The
+    /// matching source (`s3`) must be set.
+    #[schemars(extend("enum" = ["S3", "ABS", "GCS", "OSS"]))]
+    pub storage_type: String,
+
+    /// When and how long: one-shot without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_policy: Option<BackupPolicy>,
+
+    /// The storage location, inline: `s3`, `abs`, `gcs` or `oss`.
+    #[serde(flatten)]
+    pub source: StorageSource,
+
+    /// Secret with a client certificate for a cluster with client TLS (keys etcd-client.crt,
+    /// etcd-client.key, etcd-client-ca.crt). Blank: the cluster's operator secret is used.
+    #[serde(
+        default,
+        rename = "clientTLSSecret",
+        skip_serializing_if = "String::is_empty"
+    )]
+    #[schemars(length(max = 253))]
+    pub client_tls_secret: String,
+}
+
+/// When backups are taken and how many are kept (CoreOS' `BackupPolicy`).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupPolicy {
+    /// Longest a whole backup may take, seconds; 0 means the default of 60.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(range(min = 0, max = 86400))]
+    pub timeout_in_second: i64,
+
+    /// Seconds between two backups; 0 means one backup only.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(range(min = 0, max = 31536000))]
+    pub backup_interval_in_second: i64,
+
+    /// Periodic backups to keep, the oldest deleted first; 0 keeps all. The newest good
+    /// snapshot is never deleted.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(range(min = 0, max = 10000))]
+    pub max_backups: i64,
+}
+
+fn is_zero(v: &i64) -> bool {
+    *v == 0
+}
+
+/// The outcome of the latest backup (CoreOS' `BackupStatus`, plus conditions and the
+/// snapshot's object).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdBackupStatus {
+    /// Whether the latest backup succeeded.
+    #[serde(default, deserialize_with = "lenient::flag")]
+    pub succeeded: bool,
+
+    /// Why the latest backup failed; blank when it succeeded. (CoreOS' JSON name, with a
+    /// capital R.)
+    #[serde(
+        default,
+        rename = "Reason",
+        deserialize_with = "lenient::non_empty",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub reason: Option<String>,
+
+    /// etcd version of the member the latest snapshot was taken from.
+    #[serde(
+        default,
+        deserialize_with = "lenient::non_empty",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub etcd_version: Option<String>,
+
+    /// etcd revision of the latest snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_revision: Option<i64>,
+
+    /// When the latest snapshot was written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_success_date: Option<Time>,
+
+    /// BUCKET/KEY of the latest snapshot.
+    #[serde(
+        default,
+        deserialize_with = "lenient::non_empty",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub last_backup_path: Option<String>,
+
+    /// Size of the latest snapshot, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_backup_size: Option<i64>,
+
+    /// SHA-256 of the latest snapshot's bytes, hex (also in the object's metadata).
+    #[serde(
+        default,
+        deserialize_with = "lenient::non_empty",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub last_backup_sha256: Option<String>,
+
+    /// Conditions: Succeeded (the latest backup), Scheduled (a periodic backup is due).
+    #[serde(
+        default,
+        deserialize_with = "lenient::conditions",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    #[schemars(schema_with = "schema::conditions")]
+    pub conditions: Vec<Condition>,
+
+    /// The metadata.generation the controller last acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}

@@ -1,0 +1,115 @@
+//! The `EtcdRestore` custom resource: CoreOS' restore API (`etcd.database.coreos.com/v1beta2`),
+//! served by this operator's controller.
+//!
+//! CoreOS' restore operator deleted the named cluster first and then seeded a new one from
+//! the snapshot, so a wrong path lost the live cluster. This operator downloads and checks the
+//! snapshot (its hash, and that its etcd line is not newer than the cluster's) before anything
+//! of the cluster is touched, and says in the status which snapshot and revision the restored
+//! cluster came from.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::storage::StorageSource;
+use super::{lenient, schema};
+
+/// A restore of an etcd cluster of this namespace from a snapshot in object storage.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "etcd.database.coreos.com",
+    version = "v1beta2",
+    kind = "EtcdRestore",
+    plural = "etcdrestores",
+    namespaced,
+    doc = "Replaces an etcd cluster of this namespace by one seeded from a snapshot: the cluster's spec is the template, the snapshot is checked before the cluster is touched.",
+    status = "EtcdRestoreStatus",
+    printcolumn = r#"{"name":"Cluster","type":"string","jsonPath":".spec.etcdCluster.name","description":"The cluster restored"}"#,
+    printcolumn = r#"{"name":"Succeeded","type":"boolean","jsonPath":".status.succeeded","description":"Whether the restore succeeded"}"#,
+    printcolumn = r#"{"name":"Revision","type":"integer","jsonPath":".status.snapshotRevision","description":"etcd revision of the snapshot"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdRestoreSpec {
+    /// Where the snapshot is: S3 (ABS, GCS and OSS are CoreOS' and not supported yet). The
+    /// matching source (`s3`) must be set.
+    #[schemars(extend("enum" = ["S3", "ABS", "GCS", "OSS"]))]
+    pub backup_storage_type: String,
+
+    /// The snapshot's location, inline: `s3`, `abs`, `gcs` or `oss`.
+    #[serde(flatten)]
+    pub source: StorageSource,
+
+    /// The EtcdCluster of this namespace to restore: its spec is the template of the restored
+    /// cluster, which keeps its name.
+    pub etcd_cluster: EtcdClusterRef,
+}
+
+/// A reference to an EtcdCluster of the same namespace.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct EtcdClusterRef {
+    /// Name of the EtcdCluster.
+    #[serde(default)]
+    #[schemars(length(max = 63))]
+    pub name: String,
+}
+
+/// The outcome of a restore (CoreOS' `RestoreStatus`, plus conditions and the snapshot's
+/// identity).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdRestoreStatus {
+    /// Whether the cluster was restored.
+    #[serde(default, deserialize_with = "lenient::flag")]
+    pub succeeded: bool,
+
+    /// Why the restore failed or waits; blank when it succeeded.
+    #[serde(
+        default,
+        deserialize_with = "lenient::non_empty",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub reason: Option<String>,
+
+    /// BUCKET/KEY of the snapshot the cluster was restored from.
+    #[serde(
+        default,
+        deserialize_with = "lenient::non_empty",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub snapshot_path: Option<String>,
+
+    /// etcd revision of the snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_revision: Option<i64>,
+
+    /// etcd version that took the snapshot.
+    #[serde(
+        default,
+        deserialize_with = "lenient::non_empty",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub snapshot_etcd_version: Option<String>,
+
+    /// SHA-256 of the snapshot's bytes, hex, as checked before the restore.
+    #[serde(
+        default,
+        deserialize_with = "lenient::non_empty",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub snapshot_sha256: Option<String>,
+
+    /// Conditions: Verified (the snapshot was downloaded and checked), Restored.
+    #[serde(
+        default,
+        deserialize_with = "lenient::conditions",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    #[schemars(schema_with = "schema::conditions")]
+    pub conditions: Vec<Condition>,
+
+    /// The metadata.generation the controller last acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}

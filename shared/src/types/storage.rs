@@ -1,0 +1,194 @@
+//! Where snapshots are kept: CoreOS' storage types and inline sources, shared by
+//! [`EtcdBackup`](super::backup::EtcdBackup) (where a backup goes) and
+//! [`EtcdRestore`](super::restore::EtcdRestore) (where a restore reads from).
+//!
+//! The JSON names are CoreOS' (`storageType`, `s3.path`, `s3.awsSecret`, ...), and so is the
+//! shape: the source is inline in the spec, one of `s3`, `abs`, `gcs` or `oss`, matching the
+//! storage type.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The storage types CoreOS' API names, as written in `storageType` / `backupStorageType`.
+pub const STORAGE_TYPES: [&str; 4] = ["S3", "ABS", "GCS", "OSS"];
+
+/// The storage type this operator can write to and read from today.
+pub const SUPPORTED_STORAGE_TYPES: [&str; 1] = ["S3"];
+
+/// The storage sources, inline in a backup's or a restore's spec (CoreOS' `BackupSource` and
+/// `RestoreSource`): exactly the one matching the storage type is set.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct StorageSource {
+    /// An S3 bucket of AWS or of any S3-compatible store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<S3Source>,
+
+    /// An Azure Blob Storage container (CoreOS' API; not supported by this operator yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abs: Option<AbsSource>,
+
+    /// A Google Cloud Storage bucket (CoreOS' API; not supported by this operator yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gcs: Option<GcsSource>,
+
+    /// An Alibaba Cloud OSS bucket (CoreOS' API; not supported by this operator yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oss: Option<OssSource>,
+}
+
+impl StorageSource {
+    /// The source of the given storage type, as the JSON field name and whether it is set.
+    pub fn has(&self, storage_type: &str) -> bool {
+        match storage_type {
+            "S3" => self.s3.is_some(),
+            "ABS" => self.abs.is_some(),
+            "GCS" => self.gcs.is_some(),
+            "OSS" => self.oss.is_some(),
+            _ => false,
+        }
+    }
+
+    /// The JSON names of the sources that are set.
+    pub fn set_sources(&self) -> Vec<&'static str> {
+        let mut set = Vec::new();
+        if self.s3.is_some() {
+            set.push("s3");
+        }
+        if self.abs.is_some() {
+            set.push("abs");
+        }
+        if self.gcs.is_some() {
+            set.push("gcs");
+        }
+        if self.oss.is_some() {
+            set.push("oss");
+        }
+        set
+    }
+}
+
+/// The JSON field of the source that goes with a storage type (`S3` -> `s3`).
+pub fn source_field(storage_type: &str) -> Option<&'static str> {
+    match storage_type {
+        "S3" => Some("s3"),
+        "ABS" => Some("abs"),
+        "GCS" => Some("gcs"),
+        "OSS" => Some("oss"),
+        _ => None,
+    }
+}
+
+/// An S3 location (CoreOS' `S3BackupSource` / `S3RestoreSource`).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct S3Source {
+    /// BUCKET/KEY of the snapshot object, such as `etcd-backups/example/snapshot.db`. A
+    /// periodic backup appends `_v<revision>_<time as 2006-01-02-15:04:05>` to the key of each
+    /// snapshot it takes.
+    #[serde(default)]
+    #[schemars(length(max = 1024))]
+    pub path: String,
+
+    /// Name of a Secret in the same namespace with the AWS shared files: key `credentials`
+    /// (a `[default]` profile with aws_access_key_id and aws_secret_access_key) and optionally
+    /// key `config` (a `[default]` profile with region).
+    #[serde(default)]
+    #[schemars(length(max = 253))]
+    pub aws_secret: String,
+
+    /// URL of an S3-compatible store, such as `http://minio.storage:9000`; blank means AWS.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 2048))]
+    pub endpoint: String,
+
+    /// Address buckets by path (`ENDPOINT/BUCKET/KEY`) instead of by host name
+    /// (`BUCKET.ENDPOINT/KEY`): what most S3-compatible stores need.
+    #[serde(default)]
+    pub force_path_style: bool,
+}
+
+/// An Azure Blob Storage location (CoreOS' `ABSBackupSource`).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AbsSource {
+    /// CONTAINER/BLOB of the snapshot.
+    #[serde(default)]
+    #[schemars(length(max = 1024))]
+    pub path: String,
+
+    /// Secret with keys `storage-account`, `storage-key` and optionally `cloud`.
+    #[serde(default)]
+    #[schemars(length(max = 253))]
+    pub abs_secret: String,
+}
+
+/// A Google Cloud Storage location (CoreOS' `GCSBackupSource`).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GcsSource {
+    /// BUCKET/OBJECT of the snapshot.
+    #[serde(default)]
+    #[schemars(length(max = 1024))]
+    pub path: String,
+
+    /// Secret with key `access-token` or `credentials.json`; blank for the default account.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 253))]
+    pub gcp_secret: String,
+}
+
+/// An Alibaba Cloud OSS location (CoreOS' `OSSBackupSource`).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OssSource {
+    /// BUCKET/OBJECT of the snapshot.
+    #[serde(default)]
+    #[schemars(length(max = 1024))]
+    pub path: String,
+
+    /// Secret with keys `accessKeyID` and `accessKeySecret`.
+    #[serde(default)]
+    #[schemars(length(max = 253))]
+    pub oss_secret: String,
+
+    /// OSS endpoint, such as `http://oss-cn-hangzhou.aliyuncs.com`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 2048))]
+    pub endpoint: String,
+}
+
+/// Splits an object path `BUCKET/KEY` into the bucket and the key; `None` when either is empty.
+pub fn split_path(path: &str) -> Option<(&str, &str)> {
+    let (bucket, key) = path.split_once('/')?;
+    (!bucket.is_empty() && !key.is_empty()).then_some((bucket, key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_split_at_the_first_slash() {
+        assert_eq!(split_path("b/k"), Some(("b", "k")));
+        assert_eq!(split_path("b/dir/k.db"), Some(("b", "dir/k.db")));
+        assert_eq!(split_path("b/"), None);
+        assert_eq!(split_path("/k"), None);
+        assert_eq!(split_path("bk"), None);
+    }
+
+    #[test]
+    fn each_type_has_its_source_field() {
+        for t in STORAGE_TYPES {
+            let field = source_field(t).expect("a field");
+            assert_eq!(field, t.to_ascii_lowercase());
+        }
+        assert_eq!(source_field("s3"), None);
+        let s = StorageSource {
+            s3: Some(S3Source::default()),
+            ..StorageSource::default()
+        };
+        assert!(s.has("S3"));
+        assert!(!s.has("GCS"));
+        assert_eq!(s.set_sources(), vec!["s3"]);
+    }
+}
