@@ -6,7 +6,7 @@
 #
 #   hack/build-tools.sh            build whatever is missing, then print each tool's version
 #   hack/build-tools.sh --check    exit 1 (building nothing) when something is missing
-#   ONLY=helm hack/build-tools.sh  only one group: etcd, etcd-source, kubernetes or helm
+#   ONLY=helm hack/build-tools.sh  only one group: etcd, etcd-source, kubernetes, helm or s3
 #
 # Cache: $ETCD_OPERATOR_TOOLS (default ~/.cache/etcd-operator/tools). Go's own module and
 # build caches (GOMODCACHE, GOCACHE) stay where Go puts them, also outside the repo.
@@ -97,18 +97,50 @@ package tools
 
 import (
 	_ "go.etcd.io/etcd/etcdctl/v3"
+	_ "go.etcd.io/etcd/etcdutl/v3"
 	_ "go.etcd.io/etcd/server/v3"
 )
 GO
-    go get "go.etcd.io/etcd/server/v3@v$v" "go.etcd.io/etcd/etcdctl/v3@v$v" >/dev/null 2>&1 ||
-      go get "go.etcd.io/etcd/server/v3@v$v" "go.etcd.io/etcd/etcdctl/v3@v$v"
+    local mods=("go.etcd.io/etcd/server/v3@v$v" "go.etcd.io/etcd/etcdctl/v3@v$v" "go.etcd.io/etcd/etcdutl/v3@v$v")
+    go get "${mods[@]}" >/dev/null 2>&1 || go get "${mods[@]}"
     go mod tidy -e >/dev/null
     mkdir -p "$out/bin.tmp"
     go build -v -trimpath -ldflags "-s -w" -o "$out/bin.tmp/etcd" go.etcd.io/etcd/server/v3 2>&1 | progress "etcd v$v"
     [[ "${PIPESTATUS[0]}" == 0 ]] || exit 1
     go build -trimpath -ldflags "-s -w" -o "$out/bin.tmp/etcdctl" go.etcd.io/etcd/etcdctl/v3
+    # etcdutl (3.5+): the offline snapshot restore the restore of an EtcdRestore runs.
+    go build -trimpath -ldflags "-s -w" -o "$out/bin.tmp/etcdutl" go.etcd.io/etcd/etcdutl/v3
   ) || { rm -rf "$work" "$out/bin.tmp"; log "etcd v$v build failed"; return 1; }
   rm -rf "$work" "$out/bin"; mv "$out/bin.tmp" "$out/bin"; touch "$out/.complete"
+}
+
+# A cache filled before etcdutl was part of the build: add it alone (3.5+ from the proxy).
+build_etcdutl() {
+  local v="$1" out="$TOOLS/etcd/v$1"
+  [[ -f "$out/.complete" && ! -x "$out/bin/etcdutl" ]] || return 0
+  if [[ "$mode" == "--check" ]]; then log "missing: $out/bin/etcdutl"; missing=1; return 0; fi
+  log "building etcdutl v$v"
+  local work; work="$(mktemp -d)"
+  (
+    cd "$work"
+    go mod init etcdutlbuild >/dev/null 2>&1
+    go get "go.etcd.io/etcd/etcdutl/v3@v$v" >/dev/null 2>&1 || go get "go.etcd.io/etcd/etcdutl/v3@v$v"
+    go build -trimpath -ldflags "-s -w" -o "$out/bin/etcdutl.tmp" go.etcd.io/etcd/etcdutl/v3
+  ) || { rm -rf "$work" "$out/bin/etcdutl.tmp"; log "etcdutl v$v build failed"; return 1; }
+  rm -rf "$work"; mv "$out/bin/etcdutl.tmp" "$out/bin/etcdutl"
+}
+
+# The S3 server of the backup tests: the Versity S3 Gateway (a real S3 implementation: SigV4,
+# buckets, multipart, object metadata) over a POSIX directory.
+build_versitygw() {
+  local v="$VERSITYGW_VERSION" out="$TOOLS/versitygw/v$VERSITYGW_VERSION"
+  need "$out" || return 0
+  log "building versitygw v$v (the S3 server of the backup tests); first build 2-3 min on 2 cores"
+  mkdir -p "$out/bin.tmp"
+  GOBIN="$out/bin.tmp" go install -v -trimpath -ldflags "-s -w" \
+    "github.com/versity/versitygw/cmd/versitygw@v$v" 2>&1 | progress "versitygw v$v"
+  [[ "${PIPESTATUS[0]}" == 0 ]] || { rm -rf "$out/bin.tmp"; log "versitygw v$v build failed"; return 1; }
+  rm -rf "$out/bin"; mv "$out/bin.tmp" "$out/bin"; touch "$out/.complete"
 }
 
 # The archive of etcd tag v$1: from ../shared/third_party/etcd beside the repo when present,
@@ -201,9 +233,10 @@ build_helm() {
 only="${ONLY:-all}"
 case "$only" in all|etcd) build_etcd "$APISERVER_ETCD_VERSION" ;; esac
 case "$only" in all|kubernetes) build_kubernetes ;; esac
-case "$only" in all|etcd) for v in $ETCD_VERSIONS; do build_etcd "$v"; done ;; esac
+case "$only" in all|etcd) for v in $APISERVER_ETCD_VERSION $ETCD_VERSIONS; do build_etcd "$v"; build_etcdutl "$v"; done ;; esac
 case "$only" in all|etcd|etcd-source) for v in $ETCD_SOURCE_VERSIONS; do build_etcd_source "$v"; done ;; esac
 case "$only" in all|helm) build_helm ;; esac
+case "$only" in all|s3) build_versitygw ;; esac
 
 if [[ "$mode" == "--check" ]]; then exit "$missing"; fi
 log "tools in $TOOLS:"
@@ -213,3 +246,5 @@ show "$TOOLS/kubernetes/v$KUBERNETES_VERSION/bin/kube-apiserver" --version
 show "$TOOLS/kubernetes/v$KUBERNETES_VERSION/bin/kubectl" version --client
 for v in $ETCD_SOURCE_VERSIONS $ETCD_VERSIONS; do show "$TOOLS/etcd/v$v/bin/etcd" --version; done
 for v in "$HELM_VERSION" "$HELM4_VERSION"; do show "$TOOLS/helm/v$v/bin/helm" version --short; done
+for v in $ETCD_VERSIONS; do show "$TOOLS/etcd/v$v/bin/etcdutl" version; done
+[[ -x "$TOOLS/versitygw/v$VERSITYGW_VERSION/bin/versitygw" ]] && log "versitygw v$VERSITYGW_VERSION" || log "not built: versitygw"

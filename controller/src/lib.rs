@@ -15,6 +15,7 @@ pub mod admin;
 pub mod app;
 pub mod args;
 pub mod backoff;
+pub mod backup;
 pub mod builders;
 pub mod cache;
 pub mod context;

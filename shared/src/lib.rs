@@ -7,6 +7,7 @@
 
 pub mod admission;
 pub mod crd;
+pub mod endpoints;
 pub mod member_flags;
 pub mod names;
 pub mod types;
