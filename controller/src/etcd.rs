@@ -129,6 +129,10 @@ pub struct MemberStatus {
     pub is_learner: bool,
     /// The raft index it has applied (3.4+; 0 on older lines).
     pub applied_index: u64,
+    /// The key-value store's revision as this member has applied it.
+    pub revision: i64,
+    /// Size of its backend database, bytes.
+    pub db_size: i64,
 }
 
 /// A member of the member list.
@@ -243,7 +247,46 @@ impl EtcdAccess {
             errors: resp.errors().to_vec(),
             is_learner: resp.is_learner(),
             applied_index: resp.raft_applied_index(),
+            revision: resp.header().map_or(0, |h| h.revision()),
+            db_size: resp.db_size(),
         })
+    }
+
+    /// Streams a snapshot of the backend of the member at `endpoint` (the maintenance API's
+    /// Snapshot RPC: the database, then its SHA-256), on a connection of its own whose calls may
+    /// take `timeout` (a large database takes longer than a member call). Each item is the next
+    /// chunk; the stream ends after the hash.
+    pub async fn snapshot(
+        &self,
+        endpoint: &str,
+        timeout: Duration,
+    ) -> Result<impl futures::Stream<Item = Result<bytes::Bytes, Error>> + Unpin + use<>, Error>
+    {
+        let long = EtcdAccess {
+            timeout,
+            pool: None,
+            ..self.clone()
+        };
+        let mut client = long.dial(endpoint).await?;
+        let streaming = client
+            .snapshot()
+            .await
+            .map_err(Error::etcd(format!("snapshot of {endpoint}")))?;
+        let what = format!("snapshot of {endpoint}");
+        Ok(Box::pin(futures::stream::unfold(
+            Some((streaming, client, what)),
+            |state| async move {
+                let (mut streaming, client, what) = state?;
+                match streaming.message().await {
+                    Ok(Some(resp)) => Some((
+                        Ok(bytes::Bytes::copy_from_slice(resp.blob())),
+                        Some((streaming, client, what)),
+                    )),
+                    Ok(None) => None,
+                    Err(e) => Some((Err(Error::etcd(what.clone())(e)), None)),
+                }
+            },
+        )))
     }
 
     /// Adds a member (as a learner where asked); returns its ID.

@@ -351,6 +351,8 @@ mod tests {
                 errors: vec![],
                 is_learner,
                 applied_index: 0,
+                revision: 1,
+                db_size: 0,
             }),
         }
     }

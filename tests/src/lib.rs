@@ -33,6 +33,7 @@ pub mod operator;
 pub mod pki;
 pub mod ports;
 pub mod process;
+pub mod s3;
 pub mod suite;
 pub mod tools;
 pub mod wait;

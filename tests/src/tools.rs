@@ -61,6 +61,8 @@ pub struct Versions {
     pub helm: String,
     /// `HELM4_VERSION`: the pinned Helm 4.
     pub helm4: String,
+    /// `VERSITYGW_VERSION`: the S3 server of the backup tests.
+    pub versitygw: String,
 }
 
 /// Parses `KEY=VALUE` lines (values optionally in single or double quotes; `#` comments and
@@ -115,6 +117,7 @@ impl Versions {
             apiserver_etcd: get("APISERVER_ETCD_VERSION")?,
             helm: get("HELM_VERSION")?,
             helm4: get("HELM4_VERSION")?,
+            versitygw: get("VERSITYGW_VERSION")?,
         })
     }
 
@@ -229,6 +232,20 @@ impl Tools {
     /// `etcdctl` at `version`.
     pub fn etcdctl(&self, version: &str) -> Result<PathBuf, ToolsError> {
         self.binary(self.etcd_dir(version), "etcdctl")
+    }
+
+    /// `etcdutl` at `version` (3.5 and later; the lines before have `etcdctl snapshot restore`).
+    pub fn etcdutl(&self, version: &str) -> Result<PathBuf, ToolsError> {
+        self.binary(self.etcd_dir(version), "etcdutl")
+    }
+
+    /// `versitygw`, the S3 server of the backup tests, at `VERSITYGW_VERSION`.
+    pub fn versitygw(&self) -> Result<PathBuf, ToolsError> {
+        let dir = self
+            .root
+            .join("versitygw")
+            .join(format!("v{}", self.versions.versitygw));
+        self.binary(dir, "versitygw")
     }
 
     fn etcd_dir(&self, version: &str) -> PathBuf {

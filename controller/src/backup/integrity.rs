@@ -25,7 +25,9 @@ pub enum IntegrityError {
         size: u64,
     },
     /// The hash at the end is not the hash of the bytes before it.
-    #[error("integrity hash mismatch: the snapshot says {expected}, its {size} bytes hash to {actual}")]
+    #[error(
+        "integrity hash mismatch: the snapshot says {expected}, its {size} bytes hash to {actual}"
+    )]
     Mismatch {
         /// The hash at the end of the stream, hex.
         expected: String,
@@ -141,10 +143,12 @@ impl CheckedSnapshot {
 /// Lowercase hex of bytes.
 pub fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write as _;
-    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
 }
 
 #[cfg(test)]
@@ -189,16 +193,34 @@ mod tests {
         let s = snapshot(4);
         let mut flipped = s.clone();
         flipped[100] ^= 1;
-        assert!(matches!(check(&flipped, 64), Err(IntegrityError::Mismatch { .. })));
+        assert!(matches!(
+            check(&flipped, 64),
+            Err(IntegrityError::Mismatch { .. })
+        ));
         let mut bad_hash = s.clone();
         let last = bad_hash.len() - 1;
         bad_hash[last] ^= 0x80;
-        assert!(matches!(check(&bad_hash, 7), Err(IntegrityError::Mismatch { .. })));
+        assert!(matches!(
+            check(&bad_hash, 7),
+            Err(IntegrityError::Mismatch { .. })
+        ));
         // Truncated: the length no longer fits a database and a hash.
-        assert!(matches!(check(&s[..s.len() - 1], 100), Err(IntegrityError::NoHash { .. })));
-        assert!(matches!(check(&s[..1000], 100), Err(IntegrityError::NoHash { .. })));
+        assert!(matches!(
+            check(&s[..s.len() - 1], 100),
+            Err(IntegrityError::NoHash { .. })
+        ));
+        assert!(matches!(
+            check(&s[..1000], 100),
+            Err(IntegrityError::NoHash { .. })
+        ));
         // A bare database (no hash appended) and nothing at all.
-        assert!(matches!(check(&s[..4 * 512], 100), Err(IntegrityError::NoHash { .. })));
-        assert!(matches!(check(&[], 1), Err(IntegrityError::NoHash { size: 0 })));
+        assert!(matches!(
+            check(&s[..4 * 512], 100),
+            Err(IntegrityError::NoHash { .. })
+        ));
+        assert!(matches!(
+            check(&[], 1),
+            Err(IntegrityError::NoHash { size: 0 })
+        ));
     }
 }

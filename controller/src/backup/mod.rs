@@ -6,3 +6,4 @@
 
 pub mod integrity;
 pub mod store;
+pub mod transfer;

@@ -252,7 +252,10 @@ mod tests {
         assert_eq!(p.region, "ap-south-1");
         let p = AwsProfile::parse(creds, None).unwrap();
         assert_eq!(p.region, DEFAULT_REGION);
-        assert!(!format!("{p:?}").contains("SECRET"), "Debug never shows keys");
+        assert!(
+            !format!("{p:?}").contains("SECRET"),
+            "Debug never shows keys"
+        );
     }
 
     #[test]
@@ -262,12 +265,18 @@ mod tests {
             Err(StoreError::NoProfile)
         ));
         assert!(matches!(
-            AwsProfile::parse("[other]\naws_access_key_id=A\naws_secret_access_key=B", None),
+            AwsProfile::parse(
+                "[other]\naws_access_key_id=A\naws_secret_access_key=B",
+                None
+            ),
             Err(StoreError::NoProfile)
         ));
         assert!(matches!(
             AwsProfile::parse("[default\naws_access_key_id=A", None),
-            Err(StoreError::BadFile { file: "credentials", .. })
+            Err(StoreError::BadFile {
+                file: "credentials",
+                ..
+            })
         ));
     }
 
@@ -288,6 +297,9 @@ mod tests {
             path: "no-key".into(),
             ..src
         };
-        assert!(matches!(S3Object::from_source(&bad), Err(StoreError::BadPath(_))));
+        assert!(matches!(
+            S3Object::from_source(&bad),
+            Err(StoreError::BadPath(_))
+        ));
     }
 }

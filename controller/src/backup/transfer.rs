@@ -1,0 +1,227 @@
+//! Moving snapshots to and from the store as streams, in constant memory: an upload is a
+//! multipart upload of fixed-size parts with a bounded number in flight, completed only when
+//! etcd's integrity hash at the end of the stream checks (else aborted, so no partial or
+//! damaged object is ever left under the name); a download is checked the same way as it
+//! passes, and written to a file only by the seed member's fetch.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt as _};
+use object_store::path::Path;
+use object_store::{
+    Attribute, AttributeValue, Attributes, ObjectStore, PutMultipartOptions, WriteMultipart,
+};
+
+use super::integrity::{CheckedSnapshot, IntegrityError, SnapshotHasher};
+
+/// Size of each uploaded part (S3's minimum for all parts but the last is 5 MiB).
+pub const PART_SIZE: usize = 8 * 1024 * 1024;
+
+/// Parts uploaded at once: the upload holds at most `(PARTS_IN_FLIGHT + 1) * PART_SIZE` bytes.
+pub const PARTS_IN_FLIGHT: usize = 2;
+
+/// User metadata keys on every snapshot object (`x-amz-meta-*` on S3).
+pub mod meta {
+    /// etcd version of the member the snapshot was taken from.
+    pub const ETCD_VERSION: &str = "etcd-version";
+    /// etcd revision the snapshot holds at least (read from the member just before).
+    pub const ETCD_REVISION: &str = "etcd-revision";
+    /// `NAMESPACE/NAME` of the cluster.
+    pub const CLUSTER: &str = "etcd-cluster";
+    /// The member it was taken from.
+    pub const MEMBER: &str = "etcd-member";
+}
+
+/// What is recorded with a snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotInfo {
+    /// etcd version of the member.
+    pub etcd_version: String,
+    /// Revision the snapshot holds at least.
+    pub revision: i64,
+    /// `NAMESPACE/NAME`.
+    pub cluster: String,
+    /// The member's name.
+    pub member: String,
+}
+
+impl SnapshotInfo {
+    fn attributes(&self) -> Attributes {
+        let mut attributes = Attributes::new();
+        let mut put = |key: &'static str, value: String| {
+            attributes.insert(Attribute::Metadata(key.into()), AttributeValue::from(value));
+        };
+        put(meta::ETCD_VERSION, self.etcd_version.clone());
+        put(meta::ETCD_REVISION, self.revision.to_string());
+        put(meta::CLUSTER, self.cluster.clone());
+        put(meta::MEMBER, self.member.clone());
+        attributes
+    }
+}
+
+/// What a snapshot object's metadata says (each part absent on objects written by others,
+/// such as CoreOS' backup operator).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoredInfo {
+    /// `etcd-version`.
+    pub etcd_version: Option<String>,
+    /// `etcd-revision`.
+    pub revision: Option<i64>,
+}
+
+impl StoredInfo {
+    fn from_attributes(attributes: &Attributes) -> Self {
+        let get = |key: &'static str| {
+            attributes
+                .get(&Attribute::Metadata(key.into()))
+                .map(|v| v.as_ref().trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
+        StoredInfo {
+            etcd_version: get(meta::ETCD_VERSION),
+            revision: get(meta::ETCD_REVISION).and_then(|r| r.parse().ok()),
+        }
+    }
+}
+
+/// Why a transfer failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TransferError {
+    /// The key is not a valid object name.
+    #[error("{key:?} is not a valid object key: {source}")]
+    BadKey {
+        /// The key.
+        key: String,
+        /// Why.
+        #[source]
+        source: object_store::path::Error,
+    },
+    /// The store refused or failed a request.
+    #[error("object store: {0}")]
+    Store(#[from] object_store::Error),
+    /// The source of the stream failed (etcd, for an upload).
+    #[error("reading the snapshot: {0}")]
+    Source(String),
+    /// The stream is not an intact snapshot; the upload was aborted.
+    #[error(transparent)]
+    Integrity(#[from] IntegrityError),
+    /// Writing the downloaded snapshot to a file failed.
+    #[error("writing {path}: {source}")]
+    File {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl TransferError {
+    /// A static label for metrics and status reasons.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            TransferError::BadKey { .. } => "BadPath",
+            TransferError::Store(object_store::Error::NotFound { .. }) => "NotFound",
+            TransferError::Store(
+                object_store::Error::PermissionDenied { .. }
+                | object_store::Error::Unauthenticated { .. },
+            ) => "AccessDenied",
+            TransferError::Store(_) => "StoreFailed",
+            TransferError::Source(_) => "SnapshotFailed",
+            TransferError::Integrity(_) => "IntegrityCheckFailed",
+            TransferError::File { .. } => "WriteFailed",
+        }
+    }
+}
+
+/// The object path of `key`, checked.
+pub fn object_path(key: &str) -> Result<Path, TransferError> {
+    Path::parse(key).map_err(|source| TransferError::BadKey {
+        key: key.to_string(),
+        source,
+    })
+}
+
+/// Uploads a snapshot stream to `key` with `info` as its metadata; completes the upload only
+/// when etcd's hash at the end of the stream checks, aborts it otherwise.
+pub async fn upload<S, E>(
+    store: &Arc<dyn ObjectStore>,
+    key: &str,
+    info: &SnapshotInfo,
+    mut chunks: S,
+) -> Result<CheckedSnapshot, TransferError>
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    let path = object_path(key)?;
+    let options = PutMultipartOptions {
+        attributes: info.attributes(),
+        ..PutMultipartOptions::default()
+    };
+    let upload = store.put_multipart_opts(&path, options).await?;
+    let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
+    let mut hasher = SnapshotHasher::new();
+    let outcome: Result<(), TransferError> = async {
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk.map_err(|e| TransferError::Source(e.to_string()))?;
+            hasher.update(&chunk);
+            writer.wait_for_capacity(PARTS_IN_FLIGHT).await?;
+            writer.put(chunk);
+        }
+        Ok(())
+    }
+    .await;
+    let checked = outcome.and_then(|()| hasher.finish().map_err(TransferError::from));
+    match checked {
+        Ok(checked) => {
+            writer.finish().await?;
+            Ok(checked)
+        }
+        Err(e) => {
+            if let Err(abort) = writer.abort().await {
+                tracing::warn!(key, error = %abort, "aborting the snapshot upload failed");
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Reads the snapshot at `key` through, checking etcd's hash (and `expected`, when given),
+/// without keeping it: what a restore does before it touches the cluster.
+pub async fn verify(
+    store: &Arc<dyn ObjectStore>,
+    key: &str,
+    expected: Option<&str>,
+) -> Result<(CheckedSnapshot, StoredInfo), TransferError> {
+    download(store, key, expected, |_| Ok(())).await
+}
+
+/// Reads the snapshot at `key`, handing each chunk to `sink` and checking etcd's hash (and
+/// `expected`) at the end.
+pub async fn download<F>(
+    store: &Arc<dyn ObjectStore>,
+    key: &str,
+    expected: Option<&str>,
+    mut sink: F,
+) -> Result<(CheckedSnapshot, StoredInfo), TransferError>
+where
+    F: FnMut(&[u8]) -> Result<(), TransferError>,
+{
+    let path = object_path(key)?;
+    let result = store.get_opts(&path, Default::default()).await?;
+    let info = StoredInfo::from_attributes(&result.attributes);
+    let mut stream = result.into_stream();
+    let mut hasher = SnapshotHasher::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk?;
+        hasher.update(&chunk);
+        sink(&chunk)?;
+    }
+    let mut checked = hasher.finish()?;
+    if let Some(expected) = expected {
+        checked = checked.expect(expected)?;
+    }
+    Ok((checked, info))
+}
