@@ -15,7 +15,9 @@ use crate::names;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EndpointError {
     /// No URL was given.
-    #[error("no endpoint is given: name the cluster's client Service, e.g. http://NAME-client:2379")]
+    #[error(
+        "no endpoint is given: name the cluster's client Service, e.g. http://NAME-client:2379"
+    )]
     Empty,
     /// The URL is not `http://HOST[:PORT]` or `https://HOST[:PORT]`.
     #[error("{url:?} is not an http:// or https:// URL with a host (and optionally a port)")]
@@ -54,7 +56,9 @@ pub enum EndpointError {
         namespace: String,
     },
     /// Two URLs name different clusters.
-    #[error("the endpoints name two clusters, {first:?} and {second:?}: a backup reads one cluster")]
+    #[error(
+        "the endpoints name two clusters, {first:?} and {second:?}: a backup reads one cluster"
+    )]
     TwoClusters {
         /// The cluster of the first URL.
         first: String,
@@ -181,32 +185,58 @@ mod tests {
             ("http://example-client", "example"),
             ("http://example-client.prod:2379", "example"),
             ("http://example-client.prod.svc:2379", "example"),
-            ("http://example-client.prod.svc.cluster.local:2379/", "example"),
+            (
+                "http://example-client.prod.svc.cluster.local:2379/",
+                "example",
+            ),
             ("http://Example-Client.PROD.svc:2379", "example"),
             ("http://my-etcd-client:2379", "my-etcd"),
             ("https://example-0.example.prod.svc:2379", "example"),
-            ("https://example-12.example.prod.svc.cluster.local:2379", "example"),
+            (
+                "https://example-12.example.prod.svc.cluster.local:2379",
+                "example",
+            ),
             ("http://example-1.example.prod:2379", "example"),
         ];
         for (url, cluster) in ok {
-            assert_eq!(cluster_of_endpoint(url, "prod"), Ok(cluster.into()), "{url}");
+            assert_eq!(
+                cluster_of_endpoint(url, "prod"),
+                Ok(cluster.into()),
+                "{url}"
+            );
         }
     }
 
     #[test]
     fn other_urls_are_refused_with_the_reason() {
         let cases: [(&str, fn(&EndpointError) -> bool); 10] = [
-            ("example-client:2379", |e| matches!(e, EndpointError::NotUrl { .. })),
-            ("ftp://example-client", |e| matches!(e, EndpointError::NotUrl { .. })),
-            ("http://:2379", |e| matches!(e, EndpointError::NotUrl { .. })),
-            ("http://u:p@example-client:2379", |e| matches!(e, EndpointError::NotUrl { .. })),
-            ("http://example-client:port", |e| matches!(e, EndpointError::NotUrl { .. })),
-            ("http://10.0.0.5:2379", |e| matches!(e, EndpointError::IpAddress { .. })),
-            ("http://[fd00::1]:2379", |e| matches!(e, EndpointError::IpAddress { .. })),
+            ("example-client:2379", |e| {
+                matches!(e, EndpointError::NotUrl { .. })
+            }),
+            ("ftp://example-client", |e| {
+                matches!(e, EndpointError::NotUrl { .. })
+            }),
+            ("http://:2379", |e| {
+                matches!(e, EndpointError::NotUrl { .. })
+            }),
+            ("http://u:p@example-client:2379", |e| {
+                matches!(e, EndpointError::NotUrl { .. })
+            }),
+            ("http://example-client:port", |e| {
+                matches!(e, EndpointError::NotUrl { .. })
+            }),
+            ("http://10.0.0.5:2379", |e| {
+                matches!(e, EndpointError::IpAddress { .. })
+            }),
+            ("http://[fd00::1]:2379", |e| {
+                matches!(e, EndpointError::IpAddress { .. })
+            }),
             ("http://example-client.other:2379", |e| {
                 matches!(e, EndpointError::OtherNamespace { .. })
             }),
-            ("http://etcd.example.com:2379", |e| matches!(e, EndpointError::NotCluster { .. })),
+            ("http://etcd.example.com:2379", |e| {
+                matches!(e, EndpointError::NotCluster { .. })
+            }),
             ("http://example-client.prod.pod:2379", |e| {
                 matches!(e, EndpointError::NotCluster { .. })
             }),
@@ -216,7 +246,9 @@ mod tests {
             assert!(is(&err), "{url}: {err}");
         }
         let long = format!("http://{}:2379", "a".repeat(5000));
-        let msg = cluster_of_endpoint(&long, "prod").expect_err("long").to_string();
+        let msg = cluster_of_endpoint(&long, "prod")
+            .expect_err("long")
+            .to_string();
         assert!(msg.len() < 400, "{msg}");
     }
 
