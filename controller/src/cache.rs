@@ -1,7 +1,8 @@
 //! Watch caches of the objects the operator derives (pods, claims, Services, budgets), so a
 //! reconcile reads them from memory instead of listing them, and skips applying objects that
-//! already carry the desired content. The caches are filled by their own watches of objects
-//! labelled `app.kubernetes.io/managed-by=etcd-operator`.
+//! already carry the desired content. Each cache is filled by one watch of the objects
+//! labelled `app.kubernetes.io/managed-by=etcd-operator`, and the same watch's stream is the
+//! Controller's trigger for that kind (`owns_stream`): one list and one watch per kind.
 
 use std::collections::BTreeMap;
 use std::collections::hash_map::DefaultHasher;
@@ -12,7 +13,8 @@ use std::borrow::Cow;
 
 use etcd_shared::types::PodPolicy;
 use etcd_shared::{EtcdCluster, EtcdClusterSpec, EtcdClusterStatus};
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
+use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -40,11 +42,25 @@ pub struct Caches {
     pub pdbs: Store<PodDisruptionBudget>,
 }
 
-fn cached<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    strip: fn(&mut K),
-) -> (Store<K>, impl Stream<Item = ()> + Send)
+/// The objects a cache's watch saw change (applied, or deleted), after they were written to
+/// the cache: what wakes the reconcile of the cluster that owns them. Polling it drives the
+/// cache; watch errors come through it (the watch restarts when it is polled again).
+pub type Trigger<K> = BoxStream<'static, Result<K, watcher::Error>>;
+
+/// The triggers of the caches of [`Caches::new`], one per kind, for the Controller's
+/// `owns_stream`.
+pub struct Triggers {
+    /// Member pods.
+    pub pods: Trigger<Pod>,
+    /// Data claims.
+    pub claims: Trigger<PersistentVolumeClaim>,
+    /// Services.
+    pub services: Trigger<Service>,
+    /// Disruption budgets.
+    pub pdbs: Trigger<PodDisruptionBudget>,
+}
+
+fn cached<K>(api: Api<K>, config: watcher::Config, strip: fn(&mut K)) -> (Store<K>, Trigger<K>)
 where
     K: Resource<DynamicType = ()>
         + Clone
@@ -55,17 +71,16 @@ where
         + 'static,
 {
     let (store, writer) = reflector::store();
-    // Only what the operator reads is kept: managedFields alone are most of an object.
-    let stream = reflector::reflector(
-        writer,
-        watcher(api, config)
-            .default_backoff()
-            .modify(move |o: &mut K| {
-                o.meta_mut().managed_fields = None;
-                strip(o);
-            }),
-    )
-    .map(|_| ());
+    // Only what the operator reads is kept: managedFields alone are most of an object. A
+    // failed watch is retried with the Controller's trigger backoff, as `.owns()` would be.
+    let stream = watcher(api, config)
+        .modify(move |o: &mut K| {
+            o.meta_mut().managed_fields = None;
+            strip(o);
+        })
+        .reflect(writer)
+        .touched_objects()
+        .boxed();
     (store, stream)
 }
 
@@ -121,21 +136,20 @@ fn strip_pdb(pdb: &mut PodDisruptionBudget) {
 }
 
 impl Caches {
-    /// Caches over `api_for(kind)`, and the future that keeps them filled (run it until shutdown).
+    /// Caches of the objects `config` selects through each Api, and the streams that fill
+    /// them: hand those to the Controller as its `owns_stream` triggers (or poll them some
+    /// other way), else the caches stay empty.
     pub fn new(
         pods: Api<Pod>,
         claims: Api<PersistentVolumeClaim>,
         services: Api<Service>,
         pdbs: Api<PodDisruptionBudget>,
-        config: watcher::Config,
-    ) -> (Self, impl std::future::Future<Output = ()> + Send) {
+        config: &watcher::Config,
+    ) -> (Self, Triggers) {
         let (pods, p) = cached(pods, config.clone(), strip_pod);
         let (claims, c) = cached(claims, config.clone(), strip_claim);
         let (services, s) = cached(services, config.clone(), strip_service);
-        let (pdbs, b) = cached(pdbs, config, strip_pdb);
-        let driver =
-            futures::stream::select(futures::stream::select(p, c), futures::stream::select(s, b))
-                .for_each(|()| async {});
+        let (pdbs, b) = cached(pdbs, config.clone(), strip_pdb);
         (
             Caches {
                 pods,
@@ -143,7 +157,12 @@ impl Caches {
                 services,
                 pdbs,
             },
-            driver,
+            Triggers {
+                pods: p,
+                claims: c,
+                services: s,
+                pdbs: b,
+            },
         )
     }
 

@@ -78,24 +78,24 @@ pub async fn run_controller(
     let services: Api<Service> = scoped_api(&client, namespace.as_deref());
     let claims: Api<PersistentVolumeClaim> = scoped_api(&client, namespace.as_deref());
     let pdbs: Api<PodDisruptionBudget> = scoped_api(&client, namespace.as_deref());
-    let owned = watcher::Config::default().labels(&format!(
-        "{}={}",
-        names::LABEL_MANAGED_BY,
-        names::MANAGED_BY
-    ));
-    let (caches, cache_driver) = Caches::new(
-        pods.clone(),
-        claims.clone(),
-        services.clone(),
-        pdbs.clone(),
-        owned.clone(),
+    // One watch per derived kind: it fills the cache the reconciles read and is the
+    // Controller's trigger for that kind.
+    let (caches, triggers) = Caches::new(
+        pods,
+        claims,
+        services,
+        pdbs,
+        &watcher::Config::default().labels(&format!(
+            "{}={}",
+            names::LABEL_MANAGED_BY,
+            names::MANAGED_BY
+        )),
     );
-    let cache_task = tokio::spawn(cache_driver);
     let controller = Controller::new(clusters, watcher::Config::default())
-        .owns(pods, owned.clone())
-        .owns(services, owned.clone())
-        .owns(claims, owned.clone())
-        .owns(pdbs, owned)
+        .owns_stream(triggers.pods)
+        .owns_stream(triggers.services)
+        .owns_stream(triggers.claims)
+        .owns_stream(triggers.pdbs)
         .with_config(ControllerRuntimeConfig::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown);
     let health = Arc::new(WatchHealth::default());
@@ -165,7 +165,6 @@ pub async fn run_controller(
         })
         .await;
     readiness_task.abort();
-    cache_task.abort();
     ready.set(false);
 }
 

@@ -43,6 +43,8 @@ fn main() -> std::process::ExitCode {
         a_background_delete_forgets_the_cluster,
         restarted_controller_converges_without_duplicates,
         an_undecodable_cluster_is_reported_and_skipped,
+        each_kind_is_listed_and_watched_once,
+        readiness_follows_the_cluster_watch,
     ])
 }
 
@@ -77,6 +79,16 @@ struct RunningController {
 
 impl RunningController {
     async fn start(ctx: &TestContext) -> anyhow::Result<Self> {
+        Self::start_with(ctx, ctx.client(), Readiness::new()).await
+    }
+
+    /// A controller that talks to the API server through `client` and reports its readiness
+    /// on `readiness`.
+    async fn start_with(
+        ctx: &TestContext,
+        client: kube::Client,
+        readiness: Readiness,
+    ) -> anyhow::Result<Self> {
         install_crd(ctx).await?;
         let metrics = Arc::new(Metrics::new()?);
         let config = ControllerConfig {
@@ -87,7 +99,7 @@ impl RunningController {
             ..ControllerConfig::default()
         };
         let context = Arc::new(Context {
-            client: ctx.client(),
+            client,
             metrics: metrics.clone(),
             reporter: Reporter {
                 controller: "etcd-operator".into(),
@@ -102,7 +114,7 @@ impl RunningController {
             Some(ctx.ns().to_string()),
             2,
             async move { token.cancelled().await },
-            Readiness::new(),
+            readiness,
         ));
         Ok(RunningController {
             stop,
@@ -844,4 +856,164 @@ async fn an_undecodable_cluster_is_reported_and_skipped(ctx: TestContext) -> any
         .await
         .context("controller did not stop")??;
     Ok(())
+}
+
+/// The admin kubeconfig's client configuration, to build clients of its own from.
+async fn admin_config(ctx: &TestContext) -> anyhow::Result<kube::Config> {
+    Ok(kube::Config::from_custom_kubeconfig(
+        ctx.control_plane().kubeconfig().clone(),
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await?)
+}
+
+/// Issue 15, item 5: the watches that fill the caches are the ones that wake the reconciles
+/// (the Controller's `.owns()` triggers are the caches' reflector streams), so each kind is
+/// listed once and watched once. Before, every derived kind had two list+watch pairs: the
+/// cache's and the `.owns()` trigger's.
+async fn each_kind_is_listed_and_watched_once(ctx: TestContext) -> anyhow::Result<()> {
+    use std::sync::Mutex;
+    let requests: Arc<Mutex<Vec<String>>> = Arc::default();
+    let seen = requests.clone();
+    let layer = tower::ServiceBuilder::new().map_request(
+        move |request: http::Request<kube::client::Body>| {
+            seen.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(format!("{} {}", request.method(), request.uri()));
+            request
+        },
+    );
+    let client = kube::client::ClientBuilder::try_from(admin_config(&ctx).await?)?
+        .with_layer(&layer)
+        .build();
+    let readiness = Readiness::new();
+    let controller = RunningController::start_with(&ctx, client, readiness.clone()).await?;
+    create(&ctx, &cluster("watched", "size: 3")?).await?;
+    let pods: Api<Pod> = ctx.api();
+    wait_for(
+        "the seed pod and readiness (every watch has listed)",
+        || {
+            let (pods, ready) = (pods.clone(), readiness.get());
+            async move {
+                pods.get_opt("watched-0")
+                    .await
+                    .ok()
+                    .flatten()
+                    .filter(|_| ready)
+            }
+        },
+    )
+    .await?;
+    // Each watch request follows its list at once.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let prefix = format!("/namespaces/{}/", ctx.ns());
+    let requests = requests
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    for plural in [
+        "etcdclusters",
+        "pods",
+        "services",
+        "persistentvolumeclaims",
+        "poddisruptionbudgets",
+    ] {
+        let collection = format!("{prefix}{plural}?");
+        let of_kind: Vec<&String> = requests
+            .iter()
+            .filter(|r| r.starts_with("GET ") && r.contains(&collection))
+            .collect();
+        let watches = of_kind.iter().filter(|r| r.contains("watch=true")).count();
+        let lists = of_kind.len() - watches;
+        ensure!(
+            (lists, watches) == (1, 1),
+            "{plural}: {lists} lists and {watches} watches: {of_kind:#?}"
+        );
+    }
+    controller.stop().await
+}
+
+/// Issue 15, item 3: `/readyz` reflects the EtcdCluster watch, not only the caches'. A
+/// controller whose user may read pods, claims, Services and budgets but not EtcdClusters is
+/// not ready; once it may, it turns ready. (Before, readiness waited for the caches alone.)
+async fn readiness_follows_the_cluster_watch(ctx: TestContext) -> anyhow::Result<()> {
+    use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+    let user = format!("reader-{}", ctx.ns());
+    let rule = |group: &str, resources: &[&str], verbs: &[&str]| PolicyRule {
+        api_groups: Some(vec![group.to_string()]),
+        resources: Some(resources.iter().map(|r| r.to_string()).collect()),
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        ..PolicyRule::default()
+    };
+    let read = ["get", "list", "watch"];
+    let grant = |name: &str, rules: Vec<PolicyRule>| {
+        let (roles, bindings): (Api<Role>, Api<RoleBinding>) = (ctx.api(), ctx.api());
+        let user = user.clone();
+        let name = name.to_string();
+        async move {
+            let mut role = Role {
+                rules: Some(rules),
+                ..Role::default()
+            };
+            role.metadata.name = Some(name.clone());
+            roles.create(&PostParams::default(), &role).await?;
+            let mut binding = RoleBinding {
+                role_ref: RoleRef {
+                    api_group: Some("rbac.authorization.k8s.io".into()),
+                    kind: "Role".into(),
+                    name: name.clone(),
+                },
+                subjects: Some(vec![Subject {
+                    kind: "User".into(),
+                    name: user,
+                    api_group: Some("rbac.authorization.k8s.io".into()),
+                    ..Subject::default()
+                }]),
+                ..RoleBinding::default()
+            };
+            binding.metadata.name = Some(name);
+            bindings.create(&PostParams::default(), &binding).await?;
+            anyhow::Ok(())
+        }
+    };
+    grant(
+        "derived",
+        vec![
+            rule("", &["pods", "services", "persistentvolumeclaims"], &read),
+            rule("policy", &["poddisruptionbudgets"], &read),
+        ],
+    )
+    .await?;
+    let mut config = admin_config(&ctx).await?;
+    config.auth_info.impersonate = Some(user.clone());
+    let readiness = Readiness::new();
+    let controller =
+        RunningController::start_with(&ctx, kube::Client::try_from(config)?, readiness.clone())
+            .await?;
+    // Long enough for the caches to list (a second on this control plane) and a few
+    // readiness ticks: the cluster watch is refused, so not ready.
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        ensure!(
+            !readiness.get(),
+            "ready while the EtcdCluster watch is refused"
+        );
+    }
+    grant(
+        "clusters",
+        vec![rule("etcd.database.coreos.com", &["etcdclusters"], &read)],
+    )
+    .await?;
+    // The watch retries with backoff and readiness holds off for a while after its last
+    // error (WATCH_ERROR_HOLD), so this takes up to about a minute.
+    wait_for_some(
+        "ready once EtcdClusters may be watched",
+        etcd_controller::reconcile::WATCH_ERROR_HOLD + WAIT,
+        || {
+            let ready = readiness.get();
+            async move { ready.then_some(()) }
+        },
+    )
+    .await?;
+    controller.stop().await
 }
