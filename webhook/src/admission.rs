@@ -214,11 +214,13 @@ impl Reviewer {
             object,
             old_object,
         } = parse(body)?;
+        // The verdict is what the logs and metrics see: the request's identifiers are clipped
+        // as every quoted value is (real ones are far shorter; a caller's 3 MiB name is not).
         let mut verdict = Verdict {
-            uid: request.uid.clone(),
+            uid: clipped(request.uid.clone(), MAX_QUOTED),
             operation: operation_name(&request.operation),
-            namespace: request.namespace.clone(),
-            name: request.name.clone(),
+            namespace: request.namespace.clone().map(|n| clipped(n, MAX_QUOTED)),
+            name: clipped(request.name.clone(), MAX_QUOTED),
             dry_run: request.dry_run,
             ..Verdict::default()
         };
@@ -607,7 +609,9 @@ fn failure(message: String, reason: &str, code: u16, details: Option<StatusDetai
 
 fn details(request: &AdmissionRequest<Unread>, causes: Vec<StatusCause>) -> StatusDetails {
     StatusDetails {
-        name: request.name.clone(),
+        // Informational only (the API server names the object itself): clipped, so a caller's
+        // huge name is not echoed whole.
+        name: clipped(request.name.clone(), MAX_QUOTED),
         group: EtcdCluster::group(&()).into_owned(),
         kind: EtcdCluster::kind(&()).into_owned(),
         uid: String::new(),
@@ -791,6 +795,72 @@ mod tests {
                 .expect_err("not a usable review");
             short(&e.to_string(), path);
         }
+    }
+
+    /// What the logs see of a review (its [`Verdict`]) quotes at most a bounded prefix of the
+    /// request's identifiers, and the answer's `details.name` too (issue 14, item 6: a 3 MiB
+    /// value made a 3 MiB log line): a caller's huge name or namespace, or a huge label.
+    #[test]
+    fn verdicts_and_details_quote_huge_identifiers_clipped() {
+        let r = Reviewer::default();
+        let big = |c: char| c.to_string().repeat(1 << 20);
+        let mut object = cluster(json!({"size": 3, "pod": {"labels": {"team": big('v')}}}));
+        object["metadata"]["name"] = json!(big('n'));
+        let mut body: Value =
+            serde_json::from_slice(&review_body("CREATE", object, Value::Null)).unwrap();
+        body["request"]["name"] = json!(big('n'));
+        body["request"]["namespace"] = json!(big('s'));
+        let body = serde_json::to_vec(&body).unwrap();
+        for endpoint in [Endpoint::Validate, Endpoint::Mutate] {
+            let a = r.review(endpoint, &body).expect("answered");
+            let v = &a.verdict;
+            assert!(
+                v.name.len() < 300,
+                "{endpoint:?} name: {} bytes",
+                v.name.len()
+            );
+            let namespace = v.namespace.as_deref().unwrap_or("");
+            assert!(
+                namespace.len() < 300,
+                "{endpoint:?} namespace: {} bytes",
+                namespace.len()
+            );
+            assert!(
+                v.name.ends_with(" bytes)"),
+                "{}",
+                &v.name[v.name.len() - 30..]
+            );
+            let logged = v.message.as_deref().unwrap_or("").len()
+                + v.warnings.iter().map(String::len).sum::<usize>();
+            assert!(
+                logged < 8192,
+                "{endpoint:?}: {logged} bytes of message and warnings"
+            );
+            assert!(
+                a.body.len() < 8192,
+                "{endpoint:?}: an answer of {} bytes",
+                a.body.len()
+            );
+        }
+        let refused = r.review(Endpoint::Validate, &body).expect("answered");
+        assert!(!refused.verdict.allowed);
+        let details_name = response(&refused)["status"]["details"]["name"].clone();
+        assert!(
+            details_name.as_str().is_some_and(|n| n.len() < 300),
+            "{details_name:.100}"
+        );
+        // A huge uid is echoed (the API server matches answers by it) but not logged whole.
+        let mut body: Value = serde_json::from_slice(&body).unwrap();
+        body["request"]["uid"] = json!(big('u'));
+        let a = r
+            .review(Endpoint::Validate, &serde_json::to_vec(&body).unwrap())
+            .expect("answered");
+        assert!(
+            a.verdict.uid.len() < 300,
+            "uid: {} bytes",
+            a.verdict.uid.len()
+        );
+        assert_eq!(response(&a)["uid"].as_str().map(str::len), Some(1 << 20));
     }
 
     fn cluster(spec: Value) -> Value {

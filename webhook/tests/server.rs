@@ -1676,6 +1676,9 @@ async fn the_binary_logs_json_and_exits_zero_on_sigterm() {
         }
     };
     let addr: std::net::SocketAddr = serving["admission"].as_str().unwrap().parse().unwrap();
+    // The rest of the log is read as it comes (a line larger than the pipe must not block the
+    // server before it answers).
+    let rest = std::thread::spawn(move || lines.map(|l| l.unwrap()).collect::<Vec<String>>());
     let client = client_config(
         &ca.cert_pem,
         &[b"h2", b"http/1.1"],
@@ -1694,13 +1697,39 @@ async fn the_binary_logs_json_and_exits_zero_on_sigterm() {
         )
         .await;
     assert_eq!(resp["allowed"], false);
+    // Huge identifiers and a huge label (issue 14, item 6: a 3 MiB label made a 3 MiB log
+    // line): refused and logged, every log line short.
+    let big = |c: char| c.to_string().repeat(1 << 20);
+    let mut huge = review(
+        "huge",
+        "CREATE",
+        cluster(
+            "demo",
+            json!({"size": 3, "pod": {"labels": {"team": big('v')}}}),
+        ),
+        Value::Null,
+    );
+    huge["request"]["name"] = json!(big('n'));
+    huge["request"]["namespace"] = json!(big('s'));
+    let resp = conn.review("/validate", &huge).await;
+    assert_eq!(resp["allowed"], false);
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
-    let rest: Vec<Value> = lines
-        .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
+    let raw: Vec<String> = rest.join().expect("the log reader");
+    for line in &raw {
+        assert!(
+            line.len() < 8192,
+            "a log line of {} bytes: {}",
+            line.len(),
+            &line[..300]
+        );
+    }
+    let rest: Vec<Value> = raw
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     let status = child.wait().unwrap();
     assert!(status.success(), "{status:?}");
@@ -1713,7 +1742,10 @@ async fn the_binary_logs_json_and_exits_zero_on_sigterm() {
     ] {
         assert!(messages.contains(&want), "no {want:?} in {messages:?}");
     }
-    let refused = rest.iter().find(|v| v["message"] == "refused").unwrap();
+    let refused = rest
+        .iter()
+        .find(|v| v["message"] == "refused" && v["uid"] == "bin")
+        .unwrap();
     assert_eq!(refused["level"], "INFO");
     assert_eq!(refused["uid"], "bin");
     assert_eq!(

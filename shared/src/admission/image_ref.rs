@@ -86,7 +86,8 @@ fn split_domain(name: &str) -> (&str, String) {
 fn check_domain(domain: &str) -> Result<(), String> {
     let bad = || {
         Err(format!(
-            "has no valid registry host: {domain:?} is not HOST[:PORT]"
+            "has no valid registry host: {} is not HOST[:PORT]",
+            super::syntax::quoted(domain)
         ))
     };
     let (host, port) = if let Some(rest) = domain.strip_prefix('[') {
@@ -129,7 +130,8 @@ fn check_domain(domain: &str) -> Result<(), String> {
 fn check_path_component(component: &str) -> Result<(), String> {
     let bad = || {
         Err(format!(
-            "has an invalid path component {component:?}: lowercase letters and digits, separated by one '.', one or two '_', or '-'s"
+            "has an invalid path component {}: lowercase letters and digits, separated by one '.', one or two '_', or '-'s",
+            super::syntax::quoted(component)
         ))
     };
     let bytes = component.as_bytes();

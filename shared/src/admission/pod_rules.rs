@@ -36,7 +36,10 @@ pub(crate) fn check(cluster: &EtcdCluster, defaults: &Defaults, report: &mut Rep
             report.refuse(
                 "label-syntax",
                 field,
-                format!("value {value:?} is not a valid label value (up to 63 alphanumerics, '-', '_' or '.')"),
+                format!(
+                    "value {} is not a valid label value (up to 63 alphanumerics, '-', '_' or '.')",
+                    quoted(value)
+                ),
             );
         }
     }
@@ -55,7 +58,11 @@ pub(crate) fn check(cluster: &EtcdCluster, defaults: &Defaults, report: &mut Rep
             report.refuse(
                 "label-syntax",
                 format!("spec.pod.nodeSelector[{key}]"),
-                format!("{key}={value} is not a valid label selector term"),
+                format!(
+                    "{}={} is not a valid label selector term",
+                    shown(key),
+                    shown(value)
+                ),
             );
         }
     }
@@ -97,7 +104,7 @@ pub(crate) fn check(cluster: &EtcdCluster, defaults: &Defaults, report: &mut Rep
         report.refuse(
             "priority-class-syntax",
             "spec.pod.priorityClassName",
-            format!("must be a valid PriorityClass name, got {class:?}"),
+            format!("must be a valid PriorityClass name, got {}", quoted(class)),
         );
     }
 }
@@ -114,7 +121,8 @@ fn check_cluster_domain(domain: Option<&str>, report: &mut Report) {
             "cluster-domain-syntax",
             "spec.pod.ClusterDomain",
             format!(
-                "must be a DNS domain such as cluster.local (a leading dot is accepted, \"\" means none), got {domain:?}"
+                "must be a DNS domain such as cluster.local (a leading dot is accepted, \"\" means none), got {}",
+                quoted(domain)
             ),
         );
     }
@@ -247,7 +255,7 @@ fn check_storage(cluster: &EtcdCluster, report: &mut Report) {
         Some(other) => report.refuse(
             "storage-medium",
             "spec.pod.storageMedium",
-            format!("must be \"\" or \"Memory\", got {other:?}"),
+            format!("must be \"\" or \"Memory\", got {}", quoted(other)),
         ),
     }
     let Some(claim) = &pod.persistent_volume_claim_spec else {

@@ -1546,6 +1546,28 @@ fn messages_quote_a_bounded_prefix_of_huge_values() {
         );
         for v in &got {
             assert!(v.len() < 1024, "{what}: {} bytes: {}", v.len(), &v[..300]);
+            // The message (after the field path) quotes at most 64 characters of a value: no
+            // run of one character longer than that (every huge value here is one repeated).
+            let message = v.split_once(": ").map_or(v.as_str(), |(_, m)| m);
+            let mut longest = (None, 0usize);
+            let mut run = (None, 0usize);
+            for ch in message.chars() {
+                run = if run.0 == Some(ch) {
+                    (run.0, run.1 + 1)
+                } else {
+                    (Some(ch), 1)
+                };
+                if run.1 > longest.1 {
+                    longest = run;
+                }
+            }
+            assert!(
+                longest.1 <= super::syntax::SHOWN_CHARS,
+                "{what}: {} characters of {:?} quoted in {}",
+                longest.1,
+                longest.0,
+                &message[..message.len().min(300)]
+            );
         }
     };
     for (what, edit, want) in &creates {
