@@ -45,6 +45,7 @@ fn main() -> std::process::ExitCode {
         an_undecodable_cluster_is_reported_and_skipped,
         each_kind_is_listed_and_watched_once,
         readiness_follows_the_cluster_watch,
+        a_repeated_event_becomes_a_series,
     ])
 }
 
@@ -1015,5 +1016,72 @@ async fn readiness_follows_the_cluster_watch(ctx: TestContext) -> anyhow::Result
         },
     )
     .await?;
+    controller.stop().await
+}
+
+/// Issue 15, item 5: one event Recorder for the controller, so an event repeated on the same
+/// object patches the series of the first instead of creating an Event object each time. An
+/// invalid spec is reported on every reconcile; an owned object touched twice wakes two more.
+async fn a_repeated_event_becomes_a_series(ctx: TestContext) -> anyhow::Result<()> {
+    use k8s_openapi::api::events::v1::Event as SeriesEvent;
+    use kube::Resource as _;
+    let controller = RunningController::start(&ctx).await?;
+    let created = create(&ctx, &cluster("again", "size: 3\nversion: 3.1.0")?).await?;
+    await_status(&ctx, "again", "InvalidSpec", |c| {
+        condition(c, "Degraded").is_some_and(|d| d.reason == "InvalidSpec")
+    })
+    .await?;
+    // A Service the cluster owns (labelled as the operator's): each change of it is a
+    // reconcile of the cluster, which reports the invalid spec again.
+    let services: Api<Service> = ctx.api();
+    let mut owned: Service = serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": "again-touch",
+            "labels": {"app.kubernetes.io/managed-by": "etcd-operator"},
+        },
+        "spec": {"ports": [{"port": 1}]},
+    }))?;
+    owned.metadata.owner_references = Some(vec![
+        created
+            .controller_owner_ref(&())
+            .context("the cluster's owner reference")?,
+    ]);
+    services.create(&PostParams::default(), &owned).await?;
+    let events: Api<SeriesEvent> = ctx.api();
+    let mut touches = 0;
+    let event = wait_for("an InvalidSpec event with a series", || {
+        touches += 1;
+        let (events, services) = (events.clone(), services.clone());
+        async move {
+            let touch =
+                serde_json::json!({"metadata": {"annotations": {"touched": touches.to_string()}}});
+            services
+                .patch(
+                    "again-touch",
+                    &PatchParams::default(),
+                    &Patch::Merge(&touch),
+                )
+                .await
+                .ok()?;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let list = events.list(&ListParams::default()).await.ok()?;
+            list.items.into_iter().find(|e| {
+                e.reason.as_deref() == Some("InvalidSpec")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("again")
+                    && e.series.as_ref().is_some_and(|s| s.count >= 2)
+            })
+        }
+    })
+    .await?;
+    let all = events.list(&ListParams::default()).await?.items;
+    let separate = all
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("InvalidSpec"))
+        .count();
+    ensure!(
+        separate == 1,
+        "{separate} InvalidSpec Event objects for one cluster (series {:?})",
+        event.series
+    );
     controller.stop().await
 }
