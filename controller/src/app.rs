@@ -16,9 +16,9 @@ use tokio_util::sync::CancellationToken;
 use crate::admin::{AdminConfig, AdminServers, Readiness};
 use crate::args::Args;
 use crate::context::{Context, ControllerConfig};
+use crate::controllers;
 use crate::leader::{self, LeaderElectionParams, LeaderElector};
 use crate::metrics::Metrics;
-use crate::reconcile;
 use etcd_shared::process::{logging, signals};
 
 /// The `controller` of the events the operator publishes.
@@ -131,7 +131,7 @@ impl Workload {
     /// running reconciles before dropping it. (kube-runtime's graceful shutdown can wait
     /// forever when it is triggered before the watches' first sync.)
     async fn run(&self, stop: CancellationToken) {
-        let controller = reconcile::run_controller(
+        let controller = controllers::run_all(
             self.ctx.clone(),
             self.namespace.clone(),
             self.concurrency,

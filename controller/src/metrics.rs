@@ -53,6 +53,8 @@ pub struct Metrics {
     applies_total: IntCounterVec,
     leader: IntGauge,
     undecodable_clusters: IntGaugeVec,
+    /// The backup and restore series (same registry).
+    pub backups: crate::backup::metrics::BackupMetrics,
     /// Clusters seen by [`Metrics::observe_cluster`], keyed by (namespace, name).
     tracked: Mutex<BTreeMap<(String, String), Tracked>>,
 }
@@ -168,6 +170,7 @@ impl Metrics {
         for result in ["ok", "error"] {
             reconcile_total.with_label_values(&[result]);
         }
+        let backups = crate::backup::metrics::BackupMetrics::register(&registry)?;
 
         Ok(Self {
             registry,
@@ -181,6 +184,7 @@ impl Metrics {
             applies_total,
             leader,
             undecodable_clusters,
+            backups,
             tracked: Mutex::new(BTreeMap::new()),
         })
     }

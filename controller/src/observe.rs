@@ -167,7 +167,8 @@ fn pod_state(pod: &Pod, now: Timestamp) -> Option<PodState> {
 }
 
 /// The client endpoint of a pod IP.
-fn endpoint(view: &ClusterView, ip: &str) -> String {
+/// The client URL of a member pod at `ip` (the scheme the cluster serves clients with).
+pub fn endpoint(view: &ClusterView, ip: &str) -> String {
     if ip.contains(':') {
         format!("{}://[{ip}]:{CLIENT_PORT}", view.client_scheme())
     } else {
@@ -184,13 +185,33 @@ async fn operator_tls(
     let Some(secret_name) = &view.tls.operator_secret else {
         return Ok(None);
     };
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &view.namespace);
+    secret_tls(
+        client,
+        &view.namespace,
+        secret_name,
+        &view.tls_server_name(),
+    )
+    .await
+    .map(Some)
+}
+
+/// Client TLS for the members from a Secret in CoreOS' client layout (etcd-client.crt,
+/// etcd-client.key, etcd-client-ca.crt), verifying the members' certificates against
+/// `server_name`, and a hash identifying the material (pooled connections are reused only
+/// with the material they were made with).
+pub async fn secret_tls(
+    client: &kube::Client,
+    namespace: &str,
+    secret_name: &str,
+    server_name: &str,
+) -> Result<(Arc<MemberTls>, u64), Error> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let secret = secrets
         .get_opt(secret_name)
         .await
         .map_err(Error::kube(format!("get secret {secret_name}")))?
         .ok_or_else(|| Error::OperatorTls {
-            secret: secret_name.clone(),
+            secret: secret_name.to_string(),
             reason: "not found".into(),
         })?;
     let data = secret.data.unwrap_or_default();
@@ -198,7 +219,7 @@ async fn operator_tls(
         data.get(key)
             .map(|b| b.0.clone())
             .ok_or_else(|| Error::OperatorTls {
-                secret: secret_name.clone(),
+                secret: secret_name.to_string(),
                 reason: format!("has no key {key}"),
             })
     };
@@ -208,15 +229,13 @@ async fn operator_tls(
         get("etcd-client-ca.crt")?,
     );
     // Members are dialled by IP; their certificates name the member DNS names.
-    let tls = MemberTls::new(&ca, &cert, &key, &view.tls_server_name()).map_err(|e| {
-        Error::OperatorTls {
-            secret: secret_name.clone(),
-            reason: e.to_string(),
-        }
+    let tls = MemberTls::new(&ca, &cert, &key, server_name).map_err(|e| Error::OperatorTls {
+        secret: secret_name.to_string(),
+        reason: e.to_string(),
     })?;
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    (&cert, &key, &ca, view.tls_server_name()).hash(&mut hasher);
-    Ok(Some((Arc::new(tls), hasher.finish())))
+    (&cert, &key, &ca, server_name).hash(&mut hasher);
+    Ok((Arc::new(tls), hasher.finish()))
 }
 
 fn member_name(view: &ClusterView, m: &ListedMember) -> String {

@@ -24,6 +24,7 @@
 
 pub mod chart;
 pub mod control_plane;
+pub mod crds;
 pub mod endpoints;
 pub mod helm;
 pub mod kubeconfig;

@@ -3,7 +3,14 @@
 //!
 //! - [`integrity`]: etcd's snapshot hash, checked on every stream that passes.
 //! - [`store`]: the S3 bucket a backup writes to or a restore reads from.
+//! - [`transfer`]: snapshots to and from the bucket as streams, in constant memory.
+//! - [`schedule`]: pure decisions (due or not, keys, retention, statuses).
+//! - [`reconciler`]: the EtcdBackup reconciler.
+//! - [`metrics`]: the backup and restore series.
 
 pub mod integrity;
+pub mod metrics;
+pub mod reconciler;
+pub mod schedule;
 pub mod store;
 pub mod transfer;

@@ -1,0 +1,166 @@
+//! The backup and restore series, on the controller's registry (prefix `etcd_controller_`):
+//!
+//! | series | type | labels |
+//! |---|---|---|
+//! | `backups_total` | counter | `result` (`ok`, `error`) |
+//! | `backup_failures_total` | counter | `reason` (the status reason: `StoreFailed`, `Timeout`, ...) |
+//! | `backup_duration_seconds` | histogram | |
+//! | `backup_last_success_timestamp_seconds` | gauge | `namespace`, `backup` (dropped with the backup) |
+//! | `backup_last_size_bytes` | gauge | `namespace`, `backup` (dropped with the backup) |
+//! | `restores_total` | counter | `result` (`ok`, `error`) |
+
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGaugeVec, Opts, Registry};
+
+use crate::metrics::NAMESPACE;
+
+/// Buckets of `backup_duration_seconds`: 0.1 s to one hour.
+pub const DURATION_BUCKETS: &[f64] = &[
+    0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+];
+
+/// The backup and restore series.
+#[derive(Debug, Clone)]
+pub struct BackupMetrics {
+    backups_total: IntCounterVec,
+    failures_total: IntCounterVec,
+    duration_seconds: Histogram,
+    last_success: IntGaugeVec,
+    last_size: IntGaugeVec,
+    restores_total: IntCounterVec,
+}
+
+fn opts(name: &str, help: &str) -> Opts {
+    Opts::new(name, help).namespace(NAMESPACE)
+}
+
+impl BackupMetrics {
+    /// Creates the series and registers them on `registry`.
+    pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let backups_total = IntCounterVec::new(
+            opts("backups_total", "Backups attempted, by result."),
+            &["result"],
+        )?;
+        let failures_total = IntCounterVec::new(
+            opts("backup_failures_total", "Failed backups, by reason."),
+            &["reason"],
+        )?;
+        let duration_seconds = Histogram::with_opts(
+            HistogramOpts::new(
+                "backup_duration_seconds",
+                "Duration of a successful backup, from the member's status to the completed upload.",
+            )
+            .namespace(NAMESPACE)
+            .buckets(DURATION_BUCKETS.to_vec()),
+        )?;
+        let last_success = IntGaugeVec::new(
+            opts(
+                "backup_last_success_timestamp_seconds",
+                "Unix time of the latest successful backup of an EtcdBackup.",
+            ),
+            &["namespace", "backup"],
+        )?;
+        let last_size = IntGaugeVec::new(
+            opts(
+                "backup_last_size_bytes",
+                "Size of the latest snapshot an EtcdBackup wrote.",
+            ),
+            &["namespace", "backup"],
+        )?;
+        let restores_total = IntCounterVec::new(
+            opts("restores_total", "Restores carried out, by result."),
+            &["result"],
+        )?;
+        registry.register(Box::new(backups_total.clone()))?;
+        registry.register(Box::new(failures_total.clone()))?;
+        registry.register(Box::new(duration_seconds.clone()))?;
+        registry.register(Box::new(last_success.clone()))?;
+        registry.register(Box::new(last_size.clone()))?;
+        registry.register(Box::new(restores_total.clone()))?;
+        for result in ["ok", "error"] {
+            backups_total.with_label_values(&[result]);
+            restores_total.with_label_values(&[result]);
+        }
+        Ok(BackupMetrics {
+            backups_total,
+            failures_total,
+            duration_seconds,
+            last_success,
+            last_size,
+            restores_total,
+        })
+    }
+
+    /// Records a successful backup.
+    pub fn succeeded(
+        &self,
+        namespace: &str,
+        backup: &str,
+        took: Duration,
+        size: u64,
+        at: Option<Timestamp>,
+    ) {
+        self.backups_total.with_label_values(&["ok"]).inc();
+        self.duration_seconds.observe(took.as_secs_f64());
+        let labels = [namespace, backup];
+        self.last_size
+            .with_label_values(&labels)
+            .set(i64::try_from(size).unwrap_or(i64::MAX));
+        if let Some(at) = at {
+            self.last_success
+                .with_label_values(&labels)
+                .set(at.as_second());
+        }
+    }
+
+    /// Records a failed backup.
+    pub fn failed(&self, reason: &'static str) {
+        self.backups_total.with_label_values(&["error"]).inc();
+        self.failures_total.with_label_values(&[reason]).inc();
+    }
+
+    /// Records a restore's outcome.
+    pub fn restored(&self, ok: bool) {
+        self.restores_total
+            .with_label_values(&[if ok { "ok" } else { "error" }])
+            .inc();
+    }
+
+    /// Drops the series of a deleted EtcdBackup.
+    pub fn forget(&self, namespace: &str, backup: &str) {
+        let labels = [namespace, backup];
+        let _ = self.last_success.remove_label_values(&labels);
+        let _ = self.last_size.remove_label_values(&labels);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deleted_backup_leaves_no_series() {
+        let registry = Registry::new();
+        let m = BackupMetrics::register(&registry).expect("metrics");
+        m.succeeded(
+            "ns",
+            "b",
+            Duration::from_secs(2),
+            1024,
+            Some(Timestamp::from_second(1_700_000_000).expect("t")),
+        );
+        m.failed("Timeout");
+        let text = prometheus::TextEncoder::new()
+            .encode_to_string(&registry.gather())
+            .expect("text");
+        assert!(text.contains("etcd_controller_backup_last_success_timestamp_seconds{backup=\"b\",namespace=\"ns\"} 1700000000"), "{text}");
+        assert!(text.contains("etcd_controller_backup_failures_total{reason=\"Timeout\"} 1"));
+        m.forget("ns", "b");
+        let text = prometheus::TextEncoder::new()
+            .encode_to_string(&registry.gather())
+            .expect("text");
+        assert!(!text.contains("backup=\"b\""), "{text}");
+    }
+}

@@ -1,0 +1,532 @@
+//! The `EtcdBackup` reconciler: when a backup is due ([`schedule::next`]), it finds the cluster
+//! the endpoints name (in the backup's namespace only), asks every running member its revision,
+//! streams a snapshot from the member with the highest one into the bucket
+//! ([`transfer::upload`]: completed only when etcd's hash checks), deletes periodic snapshots
+//! beyond `maxBackups`, and reports the outcome in the status, an Event and the metrics.
+//!
+//! Errors in the spec (endpoints naming no cluster, a bad path, a storage type without
+//! support) are reported and wait for a spec change; everything else is retried with backoff.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt as _, TryStreamExt as _};
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Config as ControllerRuntimeConfig, Controller};
+use kube::runtime::events::{EventType, Recorder, Reporter};
+use kube::runtime::watcher;
+use kube::{Api, Resource as _, ResourceExt as _};
+use object_store::{ObjectStore, ObjectStoreExt as _};
+use serde_json::json;
+use tracing::{info, warn};
+
+use etcd_shared::admission::{AdmissionPolicy, Defaults};
+use etcd_shared::endpoints::{EndpointError, cluster_of_endpoints};
+use etcd_shared::names;
+use etcd_shared::types::storage::SUPPORTED_STORAGE_TYPES;
+use etcd_shared::types::{EtcdBackup, EtcdBackupStatus, EtcdCluster};
+
+use super::metrics::BackupMetrics;
+use super::schedule::{self, Next, Success};
+use super::store::{self, AwsProfile, S3Object, StoreError, StoreTimeouts};
+use super::transfer::{self, SnapshotInfo, TransferError};
+use crate::backoff::Backoff;
+use crate::builders::ClusterView;
+use crate::error::Error;
+use crate::etcd::{EtcdAccess, MemberStatus};
+use crate::events::publish;
+use crate::observe;
+
+/// Why a backup failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BackupError {
+    /// The endpoints name no cluster of the namespace.
+    #[error("etcdEndpoints: {0}")]
+    Endpoints(#[from] EndpointError),
+    /// The storage type is not one this operator writes to.
+    #[error("storageType {0:?} is not supported (supported: S3)")]
+    StorageType(String),
+    /// The source matching the storage type is missing.
+    #[error("storageType S3 needs the s3 source (path, awsSecret)")]
+    NoSource,
+    /// The cluster does not exist.
+    #[error("EtcdCluster {0:?} not found in this namespace")]
+    ClusterNotFound(String),
+    /// The cluster's spec cannot be read.
+    #[error("EtcdCluster {name:?} cannot be read: {reason}")]
+    ClusterInvalid {
+        /// The cluster.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// No member answered.
+    #[error("no member of {cluster:?} answered: {last}")]
+    NoMember {
+        /// The cluster.
+        cluster: String,
+        /// The last error, or why none was asked.
+        last: String,
+    },
+    /// A Secret could not be read or used.
+    #[error("secret {name:?}: {reason}")]
+    Secret {
+        /// The Secret.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// The store could not be opened.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The snapshot could not be taken or written.
+    #[error(transparent)]
+    Transfer(#[from] TransferError),
+    /// An etcd or Kubernetes call failed.
+    #[error(transparent)]
+    Controller(#[from] Error),
+    /// The whole backup took longer than `timeoutInSecond`.
+    #[error("the backup took longer than its timeout of {0:?}")]
+    Timeout(Duration),
+}
+
+impl BackupError {
+    /// A static label: the status reason, the Event reason and the metric label.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            BackupError::Endpoints(_) => "BadEndpoints",
+            BackupError::StorageType(_) | BackupError::NoSource => "UnsupportedStorage",
+            BackupError::ClusterNotFound(_) => "ClusterNotFound",
+            BackupError::ClusterInvalid { .. } => "ClusterInvalid",
+            BackupError::NoMember { .. } => "NoMemberReachable",
+            BackupError::Secret { .. } => "BadSecret",
+            BackupError::Store(e) => e.reason(),
+            BackupError::Transfer(e) => e.reason(),
+            BackupError::Controller(_) => "ApiFailed",
+            BackupError::Timeout(_) => "Timeout",
+        }
+    }
+
+    /// Whether only a change of the spec (or of the objects it names) can fix it: reported
+    /// and not retried on a timer.
+    pub fn needs_spec_change(&self) -> bool {
+        matches!(
+            self,
+            BackupError::Endpoints(_)
+                | BackupError::StorageType(_)
+                | BackupError::NoSource
+                | BackupError::Store(StoreError::BadPath(_))
+                | BackupError::Transfer(TransferError::BadKey { .. })
+        )
+    }
+}
+
+/// Settings of the backup reconciler.
+#[derive(Debug, Clone)]
+pub struct BackupConfig {
+    /// Timeout of each etcd call but the snapshot.
+    pub etcd_timeout: Duration,
+    /// Store timeouts and retries.
+    pub store: StoreTimeouts,
+    /// First retry delay after a failure (doubling up to `max_backoff`).
+    pub base_backoff: Duration,
+    /// Longest retry delay.
+    pub max_backoff: Duration,
+    /// The rules the cluster's spec is read with.
+    pub policy: AdmissionPolicy,
+}
+
+impl Default for BackupConfig {
+    fn default() -> Self {
+        BackupConfig {
+            etcd_timeout: Duration::from_secs(3),
+            store: StoreTimeouts::default(),
+            base_backoff: Duration::from_secs(5),
+            max_backoff: Duration::from_secs(300),
+            policy: AdmissionPolicy::new(Defaults::default()),
+        }
+    }
+}
+
+/// What every backup reconcile shares.
+pub struct BackupReconciler {
+    client: kube::Client,
+    metrics: BackupMetrics,
+    recorder: Recorder,
+    config: BackupConfig,
+    backoff: Backoff,
+}
+
+impl BackupReconciler {
+    /// A reconciler publishing events as `reporter`.
+    pub fn new(
+        client: kube::Client,
+        metrics: BackupMetrics,
+        reporter: Reporter,
+        config: BackupConfig,
+    ) -> Self {
+        BackupReconciler {
+            recorder: Recorder::new(client.clone(), reporter),
+            backoff: Backoff::new(config.base_backoff, config.max_backoff),
+            client,
+            metrics,
+            config,
+        }
+    }
+}
+
+/// Runs the EtcdBackup controller until `shutdown` resolves.
+pub async fn run(
+    reconciler: Arc<BackupReconciler>,
+    namespace: Option<String>,
+    concurrency: u16,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let backups: Api<EtcdBackup> = match &namespace {
+        Some(ns) => Api::namespaced(reconciler.client.clone(), ns),
+        None => Api::all(reconciler.client.clone()),
+    };
+    let forgetting = reconciler.clone();
+    Controller::new(backups, watcher::Config::default())
+        .with_config(ControllerRuntimeConfig::default().concurrency(concurrency))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, reconciler)
+        .for_each(|result| {
+            let r = forgetting.clone();
+            async move {
+                match result {
+                    Ok(_) => {}
+                    Err(kube::runtime::controller::Error::ObjectNotFound(gone)) => {
+                        let namespace = gone.namespace.clone().unwrap_or_default();
+                        r.metrics.forget(&namespace, &gone.name);
+                        r.backoff.succeeded(&format!("{namespace}/{}", gone.name));
+                    }
+                    Err(kube::runtime::controller::Error::QueueError(e)) => {
+                        warn!(error = %e, "the EtcdBackup watch failed; retrying");
+                    }
+                    Err(e) => tracing::debug!(error = %e, "backup controller stream error"),
+                }
+            }
+        })
+        .await;
+}
+
+fn key(backup: &EtcdBackup) -> String {
+    format!(
+        "{}/{}",
+        backup.namespace().unwrap_or_default(),
+        backup.name_any()
+    )
+}
+
+fn error_policy(backup: Arc<EtcdBackup>, error: &BackupError, r: Arc<BackupReconciler>) -> Action {
+    let delay = r.backoff.failed(&key(&backup));
+    warn!(backup = %key(&backup), %error, retry_in = ?delay, "backup failed; retrying");
+    match schedule::interval(&backup.spec) {
+        // A periodic backup never waits longer than its interval.
+        Some(every) => Action::requeue(delay.min(every)),
+        None => Action::requeue(delay),
+    }
+}
+
+async fn reconcile(
+    backup: Arc<EtcdBackup>,
+    r: Arc<BackupReconciler>,
+) -> Result<Action, BackupError> {
+    let generation = backup.metadata.generation;
+    let now = Timestamp::now();
+    match schedule::next(&backup.spec, backup.status.as_ref(), generation, now) {
+        Next::Done => return Ok(Action::await_change()),
+        Next::WaitFor(wait) => return Ok(Action::requeue(wait)),
+        Next::TakeNow => {}
+    }
+    let limit = schedule::timeout(&backup.spec);
+    let started = Instant::now();
+    let outcome = match tokio::time::timeout(limit, take(&backup, &r, now)).await {
+        Ok(outcome) => outcome,
+        Err(_) => Err(BackupError::Timeout(limit)),
+    };
+    let reference = backup.object_ref(&());
+    let namespace = backup.namespace().unwrap_or_default();
+    let name = backup.name_any();
+    match outcome {
+        Ok(success) => {
+            let status = schedule::succeeded(
+                backup.status.as_ref(),
+                &success,
+                generation,
+                Timestamp::now(),
+            );
+            write_status(&r.client, &namespace, &name, &status).await?;
+            r.metrics.succeeded(
+                &namespace,
+                &name,
+                success.took,
+                success.size,
+                status.last_success_date.as_ref().map(|t| t.0),
+            );
+            r.backoff.succeeded(&key(&backup));
+            publish(
+                &r.recorder,
+                &reference,
+                EventType::Normal,
+                "BackupSucceeded",
+                status
+                    .conditions
+                    .first()
+                    .map(|c| c.message.clone())
+                    .unwrap_or_default(),
+            )
+            .await;
+            info!(backup = %key(&backup), path = %success.path, revision = success.revision, size = success.size, took = ?started.elapsed(), "backup written");
+            Ok(match schedule::interval(&backup.spec) {
+                Some(every) => Action::requeue(every),
+                None => Action::await_change(),
+            })
+        }
+        Err(error) => {
+            let reason = error.reason();
+            let message = error.to_string();
+            let status = schedule::failed(
+                backup.status.as_ref(),
+                reason,
+                &message,
+                generation,
+                Timestamp::now(),
+            );
+            r.metrics.failed(reason);
+            publish(&r.recorder, &reference, EventType::Warning, reason, message).await;
+            if let Err(e) = write_status(&r.client, &namespace, &name, &status).await {
+                warn!(backup = %key(&backup), error = %e, "could not write the backup's status");
+            }
+            if error.needs_spec_change() {
+                Ok(Action::await_change())
+            } else {
+                Err(error)
+            }
+        }
+    }
+}
+
+/// Takes one snapshot: the cluster, its most advanced member, the bucket, the upload, then
+/// retention.
+async fn take(
+    backup: &EtcdBackup,
+    r: &BackupReconciler,
+    now: Timestamp,
+) -> Result<Success, BackupError> {
+    let started = Instant::now();
+    let namespace = backup.namespace().unwrap_or_default();
+    let spec = &backup.spec;
+    if !SUPPORTED_STORAGE_TYPES.contains(&spec.storage_type.as_str()) {
+        return Err(BackupError::StorageType(spec.storage_type.clone()));
+    }
+    let s3 = spec.source.s3.as_ref().ok_or(BackupError::NoSource)?;
+    let object = S3Object::from_source(s3)?;
+    let cluster_name = cluster_of_endpoints(&spec.etcd_endpoints, &namespace)?;
+
+    // The cluster and how to reach its members.
+    let clusters: Api<EtcdCluster> = Api::namespaced(r.client.clone(), &namespace);
+    let cluster = clusters
+        .get_opt(&cluster_name)
+        .await
+        .map_err(Error::kube(format!("get EtcdCluster {cluster_name}")))?
+        .ok_or_else(|| BackupError::ClusterNotFound(cluster_name.clone()))?;
+    let view =
+        ClusterView::new(&cluster, &r.config.policy).map_err(|e| BackupError::ClusterInvalid {
+            name: cluster_name.clone(),
+            reason: e.to_string(),
+        })?;
+    let tls = match (spec.client_tls_secret.as_str(), &view.tls.operator_secret) {
+        ("", None) => None,
+        ("", Some(secret)) => {
+            Some(observe::secret_tls(&r.client, &namespace, secret, &view.tls_server_name()).await?)
+        }
+        (secret, _) => {
+            Some(observe::secret_tls(&r.client, &namespace, secret, &view.tls_server_name()).await?)
+        }
+    };
+    let access = EtcdAccess {
+        tls_id: tls.as_ref().map_or(0, |(_, id)| *id),
+        tls: tls.map(|(tls, _)| tls),
+        timeout: r.config.etcd_timeout,
+        pool: None,
+    };
+    let (endpoint, member, status) = most_advanced_member(&r.client, &view, &access).await?;
+
+    // The bucket.
+    let profile = aws_profile(&r.client, &namespace, &s3.aws_secret).await?;
+    let bucket = store::open(&object, &profile, r.config.store)?;
+    let periodic = schedule::interval(spec).is_some();
+    let key = schedule::snapshot_key(&object.key, periodic, status.revision, now);
+    let info = SnapshotInfo {
+        etcd_version: status.version.clone(),
+        revision: status.revision,
+        cluster: format!("{namespace}/{cluster_name}"),
+        member: member.clone(),
+    };
+    let limit = schedule::timeout(spec);
+    let stream = access.snapshot(&endpoint, limit).await?;
+    let checked = transfer::upload(&bucket, &key, &info, stream).await?;
+
+    if periodic {
+        let max = spec.backup_policy.as_ref().map_or(0, |p| p.max_backups);
+        if let Err(e) = retain(&bucket, &object.key, max, &key).await {
+            // The snapshot is written; old ones are tried again after the next one.
+            warn!(backup = %namespace, error = %e, "deleting old snapshots failed");
+        }
+    }
+    Ok(Success {
+        path: object.display(&key),
+        etcd_version: status.version,
+        revision: status.revision,
+        size: checked.size,
+        sha256: checked.sha256,
+        took: started.elapsed(),
+    })
+}
+
+/// Asks every running member pod of the cluster its status and picks the one with the highest
+/// revision (a voter over a learner when they are level).
+async fn most_advanced_member(
+    client: &kube::Client,
+    view: &ClusterView,
+    access: &EtcdAccess,
+) -> Result<(String, String, MemberStatus), BackupError> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &view.namespace);
+    let mut selector = names::selector_labels(&view.name);
+    selector.insert(names::LABEL_COMPONENT.into(), "member".into());
+    let selector = selector
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let listed = pods
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(Error::kube(format!("list member pods of {}", view.name)))?;
+    let candidates: Vec<(String, String)> = listed
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| {
+            let ip = p.status.as_ref()?.pod_ip.as_deref()?;
+            Some((observe::endpoint(view, ip), p.name_any()))
+        })
+        .collect();
+    if candidates.is_empty() {
+        return Err(BackupError::NoMember {
+            cluster: view.name.clone(),
+            last: "no member pod has an IP".into(),
+        });
+    }
+    let answers = futures::future::join_all(candidates.iter().map(|(endpoint, member)| async {
+        (
+            endpoint.clone(),
+            member.clone(),
+            access.status(endpoint).await,
+        )
+    }))
+    .await;
+    let mut last = String::new();
+    let mut best: Option<(String, String, MemberStatus)> = None;
+    for (endpoint, member, answer) in answers {
+        match answer {
+            Ok(status) => {
+                let better = best.as_ref().is_none_or(|(_, _, b)| {
+                    (status.revision, !status.is_learner) > (b.revision, !b.is_learner)
+                });
+                if better {
+                    best = Some((endpoint, member, status));
+                }
+            }
+            Err(e) => last = e.to_string(),
+        }
+    }
+    best.ok_or_else(|| BackupError::NoMember {
+        cluster: view.name.clone(),
+        last,
+    })
+}
+
+/// The `[default]` profile of the `awsSecret`.
+async fn aws_profile(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<AwsProfile, BackupError> {
+    let secret_error = |reason: String| BackupError::Secret {
+        name: name.to_string(),
+        reason,
+    };
+    if name.is_empty() {
+        return Err(secret_error("s3.awsSecret is not set".into()));
+    }
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let secret = secrets
+        .get_opt(name)
+        .await
+        .map_err(Error::kube(format!("get secret {name}")))?
+        .ok_or_else(|| secret_error("not found".into()))?;
+    let data = secret.data.unwrap_or_default();
+    let text = |key: &str| {
+        data.get(key)
+            .map(|b| {
+                String::from_utf8(b.0.clone())
+                    .map_err(|_| secret_error(format!("key {key} is not UTF-8 text")))
+            })
+            .transpose()
+    };
+    let credentials = text(store::CREDENTIALS_KEY)?
+        .ok_or_else(|| secret_error(format!("has no key {}", store::CREDENTIALS_KEY)))?;
+    let config = text(store::CONFIG_KEY)?;
+    Ok(AwsProfile::parse(&credentials, config.as_deref())?)
+}
+
+/// Deletes the periodic snapshots of `prefix` beyond `max`, keeping `keep`.
+async fn retain(
+    bucket: &Arc<dyn ObjectStore>,
+    prefix: &str,
+    max: i64,
+    keep: &str,
+) -> Result<(), TransferError> {
+    if max <= 0 {
+        return Ok(());
+    }
+    // Listing is by directory: the objects beside the prefix's last component.
+    let dir = prefix.rsplit_once('/').map(|(d, _)| d);
+    let listed: Vec<_> = bucket
+        .list(dir.map(object_store::path::Path::from).as_ref())
+        .try_collect()
+        .await?;
+    let keys: Vec<String> = listed.iter().map(|m| m.location.to_string()).collect();
+    for doomed in schedule::expired(prefix, &keys, max, keep) {
+        bucket.delete(&transfer::object_path(&doomed)?).await?;
+        info!(key = %doomed, "old snapshot deleted (maxBackups)");
+    }
+    Ok(())
+}
+
+async fn write_status(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    status: &EtcdBackupStatus,
+) -> Result<(), BackupError> {
+    let api: Api<EtcdBackup> = Api::namespaced(client.clone(), namespace);
+    let patch = json!({
+        "apiVersion": "etcd.database.coreos.com/v1beta2",
+        "kind": "EtcdBackup",
+        "status": status,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(names::FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(Error::kube(format!("write status of EtcdBackup {name}")))?;
+    Ok(())
+}

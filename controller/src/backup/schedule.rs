@@ -1,0 +1,418 @@
+//! Pure decisions of the backup reconciler: whether a backup is due, the key of each periodic
+//! snapshot (CoreOS' naming), which old snapshots retention deletes, and the status each outcome
+//! writes. No I/O here; `backup::reconciler` carries them out.
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::{Timestamp, tz::TimeZone};
+
+use etcd_shared::types::{EtcdBackupSpec, EtcdBackupStatus};
+
+use crate::conditions;
+
+/// CoreOS' default of `timeoutInSecond`.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Condition type: the latest backup succeeded.
+pub const SUCCEEDED: &str = "Succeeded";
+
+/// What to do with a backup now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Take a snapshot now.
+    TakeNow,
+    /// Nothing until then (a periodic backup not yet due).
+    WaitFor(Duration),
+    /// Nothing until the spec changes (a one-shot backup that succeeded).
+    Done,
+}
+
+/// The interval of a periodic backup; `None` for a one-shot one.
+pub fn interval(spec: &EtcdBackupSpec) -> Option<Duration> {
+    let seconds = spec.backup_policy.as_ref()?.backup_interval_in_second;
+    (seconds > 0).then(|| Duration::from_secs(seconds.unsigned_abs()))
+}
+
+/// The whole backup's time limit (`timeoutInSecond`, CoreOS' default 60 s).
+pub fn timeout(spec: &EtcdBackupSpec) -> Duration {
+    match spec.backup_policy.as_ref().map(|p| p.timeout_in_second) {
+        Some(s) if s > 0 => Duration::from_secs(s.unsigned_abs()),
+        _ => DEFAULT_TIMEOUT,
+    }
+}
+
+/// Whether a backup is due: a one-shot backup until it has succeeded for the current spec; a
+/// periodic one when its interval has passed since the last success (at once after a spec
+/// change or when none succeeded yet). Failures are retried by the reconciler's backoff.
+pub fn next(
+    spec: &EtcdBackupSpec,
+    status: Option<&EtcdBackupStatus>,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Next {
+    let current =
+        status.filter(|s| s.observed_generation.is_some() && s.observed_generation == generation);
+    let Some(status) = current else {
+        return Next::TakeNow;
+    };
+    match interval(spec) {
+        None if status.succeeded => Next::Done,
+        None => Next::TakeNow,
+        Some(every) => {
+            let Some(last) = status.last_success_date.as_ref() else {
+                return Next::TakeNow;
+            };
+            let elapsed = now.duration_since(last.0);
+            let elapsed = Duration::try_from(elapsed).unwrap_or(Duration::ZERO);
+            if elapsed >= every {
+                Next::TakeNow
+            } else {
+                Next::WaitFor(every - elapsed)
+            }
+        }
+    }
+}
+
+/// CoreOS' time layout in periodic keys, Go's `2006-01-02-15:04:05`, in UTC.
+fn key_time(at: Timestamp) -> String {
+    at.to_zoned(TimeZone::UTC)
+        .strftime("%Y-%m-%d-%H:%M:%S")
+        .to_string()
+}
+
+/// The key of a snapshot: the path's key for a one-shot backup; for a periodic one, CoreOS'
+/// `KEY_v<revision>_<2006-01-02-15:04:05>`.
+pub fn snapshot_key(key: &str, periodic: bool, revision: i64, at: Timestamp) -> String {
+    if periodic {
+        format!("{key}_v{revision}_{}", key_time(at))
+    } else {
+        key.to_string()
+    }
+}
+
+/// A periodic snapshot found in the bucket.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Periodic {
+    time: String,
+    revision: i64,
+    key: String,
+}
+
+/// Reads a key written by [`snapshot_key`] for `prefix`; `None` for any other object.
+fn parse_periodic(prefix: &str, key: &str) -> Option<Periodic> {
+    let rest = key.strip_prefix(prefix)?.strip_prefix("_v")?;
+    let (revision, time) = rest.split_once('_')?;
+    let revision: i64 = revision.parse().ok()?;
+    // 2006-01-02-15:04:05: digits where Go's layout has digits, its separators elsewhere.
+    let layout = "0000-00-00-00:00:00";
+    let ok = time.len() == layout.len()
+        && time.bytes().zip(layout.bytes()).all(|(c, l)| {
+            if l == b'0' {
+                c.is_ascii_digit()
+            } else {
+                c == l
+            }
+        });
+    ok.then(|| Periodic {
+        time: time.to_string(),
+        revision,
+        key: key.to_string(),
+    })
+}
+
+/// The keys retention deletes: of the periodic snapshots of `prefix` among `keys` (other
+/// objects are never touched), all but the newest `max_backups`, oldest first; `keep` (the
+/// snapshot just written) is never one of them. `max_backups` 0 keeps all.
+pub fn expired(prefix: &str, keys: &[String], max_backups: i64, keep: &str) -> Vec<String> {
+    if max_backups <= 0 {
+        return Vec::new();
+    }
+    let mut found: Vec<Periodic> = keys
+        .iter()
+        .filter_map(|k| parse_periodic(prefix, k))
+        .collect();
+    // Newest first: by time, then revision.
+    found.sort_by(|a, b| b.cmp(a));
+    let max = usize::try_from(max_backups).unwrap_or(usize::MAX);
+    let mut kept = 0usize;
+    let mut doomed = Vec::new();
+    // The one just written counts first, whatever its place.
+    if found.iter().any(|p| p.key == keep) {
+        kept += 1;
+    }
+    for p in found {
+        if p.key == keep {
+            continue;
+        }
+        if kept < max {
+            kept += 1;
+        } else {
+            doomed.push(p.key);
+        }
+    }
+    doomed.reverse();
+    doomed
+}
+
+/// What a successful backup records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Success {
+    /// `BUCKET/KEY` of the snapshot.
+    pub path: String,
+    /// etcd version of the member.
+    pub etcd_version: String,
+    /// Revision the snapshot holds at least.
+    pub revision: i64,
+    /// Bytes of the snapshot object.
+    pub size: u64,
+    /// The database's SHA-256, hex.
+    pub sha256: String,
+    /// How long it took.
+    pub took: Duration,
+}
+
+/// The status after a successful backup.
+pub fn succeeded(
+    old: Option<&EtcdBackupStatus>,
+    success: &Success,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> EtcdBackupStatus {
+    let at = Time(now);
+    let message = format!(
+        "snapshot of revision {} ({} bytes, etcd {}) written to {} in {:.1} s",
+        success.revision,
+        success.size,
+        success.etcd_version,
+        success.path,
+        success.took.as_secs_f64()
+    );
+    EtcdBackupStatus {
+        succeeded: true,
+        reason: None,
+        etcd_version: Some(success.etcd_version.clone()),
+        etcd_revision: Some(success.revision),
+        last_success_date: Some(at.clone()),
+        last_backup_path: Some(success.path.clone()),
+        last_backup_size: i64::try_from(success.size).ok(),
+        last_backup_sha256: Some(success.sha256.clone()),
+        conditions: with_condition(
+            old,
+            conditions::new(SUCCEEDED, true, "BackupSucceeded", message, generation, &at),
+        ),
+        observed_generation: generation,
+    }
+}
+
+/// The status after a failed backup: what the last success recorded is kept, CoreOS' `Reason`
+/// says why this one failed.
+pub fn failed(
+    old: Option<&EtcdBackupStatus>,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> EtcdBackupStatus {
+    let at = Time(now);
+    let mut status = old.cloned().unwrap_or_default();
+    status.succeeded = false;
+    status.reason = Some(format!("{reason}: {message}"));
+    status.conditions = with_condition(
+        old,
+        conditions::new(
+            SUCCEEDED,
+            false,
+            reason,
+            message.to_string(),
+            generation,
+            &at,
+        ),
+    );
+    status.observed_generation = generation;
+    status
+}
+
+fn with_condition(old: Option<&EtcdBackupStatus>, new: Condition) -> Vec<Condition> {
+    let mut list = vec![new];
+    if let Some(old) = old {
+        conditions::carry_transition_times(&mut list, &old.conditions);
+    }
+    list
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use etcd_shared::types::BackupPolicy;
+
+    fn at(s: &str) -> Timestamp {
+        s.parse().expect("a timestamp")
+    }
+
+    fn spec(interval: i64) -> EtcdBackupSpec {
+        EtcdBackupSpec {
+            backup_policy: (interval > 0).then(|| BackupPolicy {
+                backup_interval_in_second: interval,
+                ..BackupPolicy::default()
+            }),
+            ..EtcdBackupSpec::default()
+        }
+    }
+
+    fn status(generation: i64, succeeded: bool, last: Option<&str>) -> EtcdBackupStatus {
+        EtcdBackupStatus {
+            succeeded,
+            last_success_date: last.map(|t| Time(at(t))),
+            observed_generation: Some(generation),
+            ..EtcdBackupStatus::default()
+        }
+    }
+
+    #[test]
+    fn when_a_backup_is_due() {
+        let now = at("2026-12-04T12:00:00Z");
+        let cases: Vec<(&str, EtcdBackupSpec, Option<EtcdBackupStatus>, Next)> = vec![
+            ("new one-shot", spec(0), None, Next::TakeNow),
+            (
+                "one-shot done",
+                spec(0),
+                Some(status(1, true, Some("2026-12-04T11:00:00Z"))),
+                Next::Done,
+            ),
+            (
+                "one-shot failed: retried",
+                spec(0),
+                Some(status(1, false, None)),
+                Next::TakeNow,
+            ),
+            (
+                "one-shot, spec changed",
+                spec(0),
+                Some(status(0, true, Some("2026-12-04T11:00:00Z"))),
+                Next::TakeNow,
+            ),
+            (
+                "periodic, none yet",
+                spec(600),
+                Some(status(1, false, None)),
+                Next::TakeNow,
+            ),
+            (
+                "periodic, not due",
+                spec(600),
+                Some(status(1, true, Some("2026-12-04T11:55:00Z"))),
+                Next::WaitFor(Duration::from_secs(300)),
+            ),
+            (
+                "periodic, due",
+                spec(600),
+                Some(status(1, true, Some("2026-12-04T11:50:00Z"))),
+                Next::TakeNow,
+            ),
+            (
+                "periodic, failed since its last success: waits out the interval",
+                spec(600),
+                Some(status(1, false, Some("2026-12-04T11:59:00Z"))),
+                Next::WaitFor(Duration::from_secs(540)),
+            ),
+            (
+                "periodic, last success in the future (clock moved back)",
+                spec(600),
+                Some(status(1, true, Some("2026-12-04T12:30:00Z"))),
+                Next::WaitFor(Duration::from_secs(600)),
+            ),
+        ];
+        for (name, spec, status, want) in cases {
+            assert_eq!(next(&spec, status.as_ref(), Some(1), now), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn periodic_keys_follow_coreos_and_retention_deletes_the_oldest() {
+        let t = at("2026-01-02T15:04:05Z");
+        assert_eq!(snapshot_key("c/snap.db", false, 7, t), "c/snap.db");
+        assert_eq!(
+            snapshot_key("c/snap.db", true, 7, t),
+            "c/snap.db_v7_2026-01-02-15:04:05"
+        );
+        let keys: Vec<String> = [
+            "c/snap.db_v10_2026-01-02-15:00:00",
+            "c/snap.db_v30_2026-01-02-15:02:00",
+            "c/snap.db_v20_2026-01-02-15:01:00",
+            "c/snap.db_v40_2026-01-02-15:03:00",
+            "c/snap.db",                         // the one-shot object: never touched
+            "c/snap.db_v5_yesterday",            // not ours
+            "c/snap.dbx_v1_2026-01-02-14:00:00", // another prefix
+            "c/snap.db_vX_2026-01-02-14:00:00",  // not a revision
+        ]
+        .map(String::from)
+        .to_vec();
+        let keep = "c/snap.db_v40_2026-01-02-15:03:00";
+        assert_eq!(
+            expired("c/snap.db", &keys, 2, keep),
+            vec![
+                "c/snap.db_v10_2026-01-02-15:00:00".to_string(),
+                "c/snap.db_v20_2026-01-02-15:01:00".to_string()
+            ]
+        );
+        assert!(
+            expired("c/snap.db", &keys, 0, keep).is_empty(),
+            "0 keeps all"
+        );
+        assert!(expired("c/snap.db", &keys, 10, keep).is_empty());
+        // The snapshot just written is kept even when the clock makes it look oldest.
+        let old_keep = "c/snap.db_v10_2026-01-02-15:00:00";
+        let doomed = expired("c/snap.db", &keys, 1, old_keep);
+        assert!(!doomed.contains(&old_keep.to_string()));
+        assert_eq!(doomed.len(), 3);
+    }
+
+    #[test]
+    fn statuses_record_the_outcome() {
+        let now = at("2026-12-04T12:00:00Z");
+        let ok = Success {
+            path: "b/k".into(),
+            etcd_version: "3.6.16".into(),
+            revision: 42,
+            size: 1056,
+            sha256: "ab".repeat(32),
+            took: Duration::from_millis(1500),
+        };
+        let s = succeeded(None, &ok, Some(3), now);
+        assert!(s.succeeded && s.reason.is_none());
+        assert_eq!(s.etcd_revision, Some(42));
+        assert_eq!(s.last_backup_size, Some(1056));
+        assert_eq!(s.conditions[0].status, "True");
+        assert_eq!(s.observed_generation, Some(3));
+
+        let later = at("2026-12-04T12:10:00Z");
+        let f = failed(
+            Some(&s),
+            "StoreFailed",
+            "connection refused",
+            Some(3),
+            later,
+        );
+        assert!(!f.succeeded);
+        assert_eq!(f.reason.as_deref(), Some("StoreFailed: connection refused"));
+        assert_eq!(
+            f.last_success_date, s.last_success_date,
+            "the last success is kept"
+        );
+        assert_eq!(f.conditions[0].status, "False");
+        assert_eq!(f.conditions[0].last_transition_time, Time(later));
+        let f2 = failed(
+            Some(&f),
+            "StoreFailed",
+            "again",
+            Some(3),
+            at("2026-12-04T12:20:00Z"),
+        );
+        assert_eq!(
+            f2.conditions[0].last_transition_time,
+            Time(later),
+            "no transition"
+        );
+    }
+}

@@ -1,0 +1,342 @@
+//! Backups and restores on real etcd members and a real S3 server (versitygw, started by the
+//! harness): the webhook and the controller run in this process against the harness's
+//! kube-apiserver, the process kubelet runs the member pods as real etcd processes.
+//!
+//! Run: `cargo test -p etcd-tests --test backup_restore` (needs `hack/build-tools.sh` first).
+//! Each test prints its figures on lines starting with `duration:` or `figure:`.
+
+#[allow(
+    dead_code,
+    reason = "the support module is shared with the lifecycle suite, which uses the rest"
+)]
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, ensure};
+use futures::TryStreamExt as _;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Api;
+use kube::api::{DeleteParams, ObjectMeta, PostParams};
+use object_store::ObjectStore;
+
+use etcd_controller::backup::store::{self, AwsProfile, S3Object, StoreTimeouts};
+use etcd_controller::backup::transfer;
+use etcd_shared::types::storage::S3Source;
+use etcd_shared::types::{EtcdBackup, EtcdBackupStatus};
+use etcd_tests::s3::S3Server;
+use etcd_tests::suite::TestContext;
+use etcd_tests::{Tools, poll_until};
+
+use support::operator::{Controller, create_cluster, install};
+use support::{ETCD_TIMEOUT, WAIT, client_service_urls, connect, settled, wait_until};
+
+fn main() -> std::process::ExitCode {
+    let tests = etcd_tests::tests![
+        a_one_shot_backup_is_taken_while_writes_continue,
+        periodic_backups_keep_max_backups,
+    ];
+    etcd_tests::run_suite_with_kubelet(tests)
+}
+
+fn duration(what: &str, since: Instant) -> f64 {
+    let secs = since.elapsed().as_secs_f64();
+    println!("duration: {what}: {secs:.1} s");
+    secs
+}
+
+/// A real S3 server with a bucket, and the `awsSecret` for it in the test's namespace.
+struct Storage {
+    server: S3Server,
+    bucket: String,
+}
+
+impl Storage {
+    async fn start(ctx: &TestContext, bucket: &str) -> anyhow::Result<Self> {
+        let server = S3Server::start(&Tools::from_env()?, "127.0.0.1").await?;
+        server.create_bucket(bucket).await?;
+        let secrets: Api<Secret> = ctx.api();
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some("aws".into()),
+                ..ObjectMeta::default()
+            },
+            data: Some(BTreeMap::from([
+                (
+                    "credentials".to_string(),
+                    ByteString(server.credentials_file().into_bytes()),
+                ),
+                (
+                    "config".to_string(),
+                    ByteString(server.config_file().into_bytes()),
+                ),
+            ])),
+            ..Secret::default()
+        };
+        secrets.create(&PostParams::default(), &secret).await?;
+        Ok(Storage {
+            server,
+            bucket: bucket.to_string(),
+        })
+    }
+
+    /// The `s3` source of a spec, as YAML lines under `s3:`.
+    fn s3_yaml(&self, key: &str) -> String {
+        format!(
+            "  s3:\n    path: {}/{key}\n    awsSecret: aws\n    endpoint: {}\n    forcePathStyle: true\n",
+            self.bucket,
+            self.server.endpoint()
+        )
+    }
+
+    /// The bucket, opened as the operator opens it.
+    fn open(&self) -> anyhow::Result<Arc<dyn ObjectStore>> {
+        let source = S3Source {
+            path: format!("{}/x", self.bucket),
+            aws_secret: "aws".into(),
+            endpoint: self.server.endpoint().into(),
+            force_path_style: true,
+        };
+        let profile = AwsProfile::parse(
+            &self.server.credentials_file(),
+            Some(&self.server.config_file()),
+        )?;
+        Ok(store::open(
+            &S3Object::from_source(&source)?,
+            &profile,
+            StoreTimeouts::default(),
+        )?)
+    }
+
+    async fn keys(&self, prefix: &str) -> anyhow::Result<Vec<String>> {
+        let listed: Vec<_> = self
+            .open()?
+            .list(Some(&prefix.into()))
+            .try_collect()
+            .await?;
+        let mut keys: Vec<String> = listed.iter().map(|m| m.location.to_string()).collect();
+        keys.sort();
+        Ok(keys)
+    }
+}
+
+/// Keeps writing `PREFIX<n>` keys through the client Service endpoints, recording each
+/// acknowledged write with the revision etcd gave it.
+struct RevisionWriter {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<anyhow::Result<Vec<(String, String, i64)>>>,
+}
+
+impl RevisionWriter {
+    async fn start(
+        slices: &Api<EndpointSlice>,
+        cluster: &str,
+        prefix: &str,
+    ) -> anyhow::Result<Self> {
+        let urls = client_service_urls(slices, cluster).await?;
+        let mut client = connect(&urls).await?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = stop.clone();
+        let prefix = prefix.to_string();
+        let task = tokio::spawn(async move {
+            let mut acked = Vec::new();
+            let mut n = 0u64;
+            while !stopping.load(Ordering::Relaxed) {
+                let (key, value) = (
+                    format!("{prefix}{n:08}"),
+                    format!("v{n}-{}", "w".repeat(64)),
+                );
+                n += 1;
+                let put = client.put(key.clone(), value.clone(), None);
+                if let Ok(Ok(resp)) = tokio::time::timeout(ETCD_TIMEOUT, put).await {
+                    let revision = resp.header().map_or(0, |h| h.revision());
+                    acked.push((key, value, revision));
+                }
+            }
+            anyhow::Ok(acked)
+        });
+        Ok(RevisionWriter { stop, task })
+    }
+
+    async fn stop(self) -> anyhow::Result<Vec<(String, String, i64)>> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await?
+    }
+}
+
+async fn create_backup(ctx: &TestContext, yaml: &str) -> anyhow::Result<EtcdBackup> {
+    let backup: EtcdBackup = serde_yaml::from_str(yaml).context("backup YAML")?;
+    let api: Api<EtcdBackup> = ctx.api();
+    Ok(api.create(&PostParams::default(), &backup).await?)
+}
+
+/// Waits until the backup's status satisfies `done`.
+async fn backup_status(
+    ctx: &TestContext,
+    name: &str,
+    what: &str,
+    done: impl Fn(&EtcdBackupStatus) -> bool,
+) -> anyhow::Result<EtcdBackupStatus> {
+    let api: Api<EtcdBackup> = ctx.api();
+    poll_until(&format!("EtcdBackup {name}: {what}"), WAIT, || async {
+        let b = api.get(name).await?;
+        anyhow::Ok(b.status.filter(|s| done(s)))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+async fn settled_cluster(ctx: &TestContext, name: &str, size: usize) -> anyhow::Result<String> {
+    let started = Instant::now();
+    let created = create_cluster(
+        ctx,
+        &format!("apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdCluster\nmetadata:\n  name: {name}\nspec:\n  size: {size}\n"),
+    )
+    .await?;
+    let version = created.spec.version.clone().context("defaulted version")?;
+    wait_until(&ctx.api(), name, "settled", |c| settled(c, size, &version)).await?;
+    duration(&format!("{name}: {size} members Available"), started);
+    Ok(version)
+}
+
+/// Issue 16, item 4 and 7: a one-shot backup of a 3-member cluster under continuous writes
+/// goes to the real S3 server from the member with the highest revision; the object carries
+/// etcd's hash and the version and revision in its metadata; the status says so (CoreOS'
+/// fields and a Succeeded condition).
+async fn a_one_shot_backup_is_taken_while_writes_continue(ctx: TestContext) -> anyhow::Result<()> {
+    install(&ctx).await?;
+    let _controller = Controller::start(&ctx)?;
+    let storage = Storage::start(&ctx, "backups").await?;
+    let version = settled_cluster(&ctx, "bk", 3).await?;
+    let slices: Api<EndpointSlice> = ctx.api();
+    let writer = RevisionWriter::start(&slices, "bk", "/w/").await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let started = Instant::now();
+    create_backup(
+        &ctx,
+        &format!(
+            "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdBackup\nmetadata:\n  name: once\nspec:\n  etcdEndpoints: [\"http://bk-client:2379\"]\n  storageType: S3\n{}",
+            storage.s3_yaml("bk/snapshot.db")
+        ),
+    )
+    .await?;
+    let status = backup_status(&ctx, "once", "succeeded", |s| s.succeeded).await?;
+    duration("one-shot backup under writes", started);
+    let acked = writer.stop().await?;
+    ensure!(!acked.is_empty(), "no write was acknowledged");
+
+    ensure!(
+        status.etcd_version.as_deref() == Some(version.as_str()),
+        "{status:?}"
+    );
+    let revision = status.etcd_revision.context("etcdRevision")?;
+    ensure!(revision > 1, "{status:?}");
+    ensure!(status.last_success_date.is_some() && status.reason.is_none());
+    ensure!(status.last_backup_path.as_deref() == Some("backups/bk/snapshot.db"));
+    let cond = status.conditions.first().context("a condition")?;
+    ensure!(
+        cond.type_ == "Succeeded" && cond.status == "True",
+        "{cond:?}"
+    );
+
+    // The object: intact, with its metadata, the hash the status reports.
+    let bucket = storage.open()?;
+    let (checked, info) = transfer::verify(
+        &bucket,
+        "bk/snapshot.db",
+        status.last_backup_sha256.as_deref(),
+    )
+    .await?;
+    ensure!(Some(checked.size as i64) == status.last_backup_size);
+    ensure!(info.revision == Some(revision) && info.etcd_version == Some(version));
+    println!(
+        "figure: snapshot of {} bytes at revision {revision}, {} writes acknowledged meanwhile",
+        checked.size,
+        acked.len()
+    );
+
+    // A one-shot backup is not taken again.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let api: Api<EtcdBackup> = ctx.api();
+    let again = api.get("once").await?.status.context("status")?;
+    ensure!(
+        again.last_success_date == status.last_success_date,
+        "taken twice"
+    );
+    Ok(())
+}
+
+/// Issue 16, item 4: periodic backups (`backupIntervalInSecond`) with `maxBackups` keep the
+/// newest snapshots, each named as CoreOS named them (`KEY_v<rev>_<time>`), the oldest
+/// deleted first; deleting the EtcdBackup drops its metric series.
+async fn periodic_backups_keep_max_backups(ctx: TestContext) -> anyhow::Result<()> {
+    install(&ctx).await?;
+    let controller = Controller::start(&ctx)?;
+    let storage = Storage::start(&ctx, "periodic").await?;
+    settled_cluster(&ctx, "pd", 1).await?;
+    let slices: Api<EndpointSlice> = ctx.api();
+    let writer = RevisionWriter::start(&slices, "pd", "/p/").await?;
+
+    create_backup(
+        &ctx,
+        &format!(
+            "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdBackup\nmetadata:\n  name: every2s\nspec:\n  etcdEndpoints: [\"http://pd-client.{}.svc:2379\"]\n  storageType: S3\n  backupPolicy:\n    backupIntervalInSecond: 2\n    maxBackups: 2\n{}",
+            ctx.ns(),
+            storage.s3_yaml("pd/snap.db")
+        ),
+    )
+    .await?;
+    // Four backups, each a new last success.
+    let mut seen: Vec<String> = Vec::new();
+    while seen.len() < 4 {
+        let last = seen.last().cloned();
+        let status = backup_status(&ctx, "every2s", "a new success", |s| {
+            s.succeeded && s.last_backup_path.is_some() && s.last_backup_path != last
+        })
+        .await?;
+        seen.push(status.last_backup_path.clone().context("a path")?);
+    }
+    writer.stop().await?;
+    let keys = storage.keys("pd").await?;
+    ensure!(
+        keys.len() == 2,
+        "maxBackups 2 keeps 2 snapshots, found {keys:?}"
+    );
+    for key in &keys {
+        // CoreOS' naming: KEY_v<revision>_<2006-01-02-15:04:05>.
+        let rest = key.strip_prefix("pd/snap.db_v").context("prefix")?;
+        let (revision, time) = rest.split_once('_').context("_")?;
+        ensure!(revision.parse::<i64>().is_ok(), "{key}");
+        ensure!(
+            time.len() == 19 && time.as_bytes()[10] == b'-' && time.as_bytes()[13] == b':',
+            "{key}"
+        );
+    }
+    let newest = seen.last().cloned().context("a path")?;
+    ensure!(
+        keys.iter().any(|k| newest.ends_with(k.as_str())),
+        "the newest snapshot {newest} is kept: {keys:?}"
+    );
+    ensure!(
+        controller.metric_value("etcd_controller_backup_last_success_timestamp_seconds") > 0.0,
+        "last success metric"
+    );
+
+    let api: Api<EtcdBackup> = ctx.api();
+    api.delete("every2s", &DeleteParams::default()).await?;
+    poll_until("the backup's series dropped", WAIT, || async {
+        anyhow::Ok(
+            (controller.metric_value("etcd_controller_backup_last_success_timestamp_seconds")
+                == 0.0)
+                .then_some(()),
+        )
+    })
+    .await?;
+    Ok(())
+}
