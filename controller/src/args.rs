@@ -157,6 +157,12 @@ pub struct Args {
     )]
     pub default_repository: String,
 
+    /// Image of the operator's controller, run as init containers of a restored cluster's
+    /// first member (`etcd-controller restore fetch|place`). The chart sets it to the image
+    /// the controller runs from; without it, EtcdRestores are refused.
+    #[arg(long, env = "ETCD_CONTROLLER_RESTORE_IMAGE", value_name = "IMAGE")]
+    pub restore_image: Option<String>,
+
     /// Log format.
     #[arg(
         long,

@@ -28,6 +28,9 @@ pub struct ControllerConfig {
     pub wait_requeue: Duration,
     /// Requeue of a settled cluster (periodic health check).
     pub idle_requeue: Duration,
+    /// Image of the restore steps of a restored cluster's first member: the operator's own
+    /// (`etcd-controller restore ...`). Without it, restores are refused.
+    pub restore_image: Option<String>,
 }
 
 impl Default for ControllerConfig {
@@ -40,6 +43,7 @@ impl Default for ControllerConfig {
             busy_requeue: Duration::from_secs(1),
             wait_requeue: Duration::from_secs(10),
             idle_requeue: Duration::from_secs(30),
+            restore_image: None,
         }
     }
 }

@@ -66,6 +66,12 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// The cluster is to be seeded from a snapshot but the controller has no image for the
+    /// seed member's restore steps (`--restore-image`).
+    #[error(
+        "the cluster is restored from a snapshot, but the controller has no --restore-image for the seed member's restore steps"
+    )]
+    NoRestoreImage,
     /// An object could not be serialized.
     #[error("serializing {what}: {source}")]
     Serialize {
@@ -89,6 +95,7 @@ impl Error {
             Error::NoEndpoint(_) => "no_endpoint",
             Error::OperatorTls { .. } => "operator_tls",
             Error::Serialize { .. } => "serialize",
+            Error::NoRestoreImage => "no_restore_image",
         }
     }
 

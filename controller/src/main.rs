@@ -1,15 +1,36 @@
 //! `etcd-controller`: the etcd operator's controller process. See `--help`.
+//!
+//! `etcd-controller restore fetch|place` are the steps the operator's image runs as init
+//! containers of a restored cluster's first member (see `etcd_controller::backup::seed`).
 
 use std::process::ExitCode;
 
 use clap::Parser;
 use etcd_controller::app;
 use etcd_controller::args::Args;
+use etcd_controller::backup::seed::{self, RestoreCommand};
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    // kube's rustls client needs a process-wide crypto provider; an error means one is set.
+    // kube's and object_store's rustls clients need a process-wide crypto provider; an error
+    // means one is set.
     let _ = rustls::crypto::ring::default_provider().install_default();
+    if std::env::args_os().nth(1).is_some_and(|a| a == "restore") {
+        let command = RestoreCommand::parse_from(std::env::args_os().skip(1));
+        return match seed::run(command).await {
+            Ok(done) => {
+                println!("etcd-controller restore: {done}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!(
+                    "etcd-controller restore: {}",
+                    app::error_chain(&anyhow::Error::new(e))
+                );
+                ExitCode::FAILURE
+            }
+        };
+    }
     let args = Args::parse();
     match app::run(args).await {
         Ok(()) => ExitCode::SUCCESS,

@@ -25,7 +25,7 @@ use etcd_shared::types::ClusterPhase;
 
 use crate::admin::Readiness;
 use crate::backoff::Backoff;
-use crate::builders::{self, ClusterView, MemberPlan};
+use crate::builders::{self, ClusterView, InitialState, MemberPlan};
 use crate::cache::{self, Caches, StoredCluster};
 use crate::context::Context;
 use crate::error::{Error, FIELD_MANAGER};
@@ -523,11 +523,20 @@ async fn create_member_pod(
             Err(e) => return Err(Error::kube(format!("create claim of {}", plan.name))(e)),
         }
     }
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &view.namespace);
-    match pods
-        .create(&PostParams::default(), &builders::member_pod(view, plan))
-        .await
+    let mut pod = builders::member_pod(view, plan);
+    // The first member of a restored cluster is seeded from the snapshot.
+    if plan.state == InitialState::New
+        && let Some(seed) = &view.seed
     {
+        let image = ctx
+            .config
+            .restore_image
+            .as_deref()
+            .ok_or(Error::NoRestoreImage)?;
+        builders::seed_member(&mut pod, view, plan, seed, image);
+    }
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &view.namespace);
+    match pods.create(&PostParams::default(), &pod).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
         Err(e) => Err(Error::kube(format!("create pod {}", plan.name))(e)),

@@ -13,7 +13,7 @@ use serde_json::{Map, Value, json};
 
 use etcd_shared::names::{self, CLIENT_PORT};
 use etcd_shared::types::status::is_unknown_time;
-use etcd_shared::types::{ClusterPhase, EtcdClusterStatus, MembersStatus};
+use etcd_shared::types::{ClusterPhase, EtcdClusterStatus, MembersStatus, RestoredFrom};
 use etcd_shared::version::EtcdVersion;
 
 use crate::builders::{ClusterView, InvalidCluster};
@@ -395,6 +395,13 @@ pub fn compute(
         service_name: Some(names::client_service_name(&view.name)),
         client_port: Some(CLIENT_PORT),
         next_step: Some(describe(step)).filter(|s| !s.is_empty()),
+        restored_from: view.seed.as_ref().map(|seed| RestoredFrom {
+            restore: seed.restore.clone(),
+            path: seed.s3.path.clone(),
+            revision: seed.revision,
+            sha256: seed.sha256.clone(),
+            etcd_version: seed.etcd_version.clone(),
+        }),
     }
 }
 

@@ -52,6 +52,9 @@ pub const ANNOTATION_CREATED_ON: &str = "etcd.database.coreos.com/created-on-ver
 pub const ANNOTATION_SNAPSHOT_BARRIER: &str = "etcd.database.coreos.com/snapshot-barrier-index";
 /// CoreOS' legacy label `etcd_cluster`, kept so existing selectors keep working.
 pub const LEGACY_LABEL_CLUSTER: &str = "etcd_cluster";
+/// Annotation on an EtcdCluster whose first member is seeded from a snapshot (JSON of
+/// [`crate::types::restore::RestoreSeed`]); put there by the EtcdRestore controller.
+pub const ANNOTATION_RESTORE_SEED: &str = "etcd.database.coreos.com/restore-seed";
 /// CoreOS' legacy label `app=etcd`.
 pub const LEGACY_LABEL_APP: &str = "app";
 /// The value of `app.kubernetes.io/managed-by`.

@@ -25,8 +25,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use backup::{BackupPolicy, EtcdBackup, EtcdBackupSpec, EtcdBackupStatus};
-pub use restore::{EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus};
-pub use status::{ClusterPhase, EtcdClusterStatus, MembersStatus};
+pub use restore::{
+    ClusterTemplate, EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus, RestoreSeed,
+};
+pub use status::{ClusterPhase, EtcdClusterStatus, MembersStatus, RestoredFrom};
 pub use storage::{S3Source, StorageSource};
 
 /// The desired state of an etcd cluster.

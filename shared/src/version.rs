@@ -124,6 +124,9 @@ pub struct LineCapabilities {
     /// The maintenance API has `MoveLeader` (3.3+), so a leader can hand over before it
     /// restarts; on older lines the restart costs an election.
     pub move_leader: bool,
+    /// The offline snapshot restore is `etcdutl snapshot restore` (3.5+; the images ship
+    /// `/usr/local/bin/etcdutl`); older lines have `ETCDCTL_API=3 etcdctl snapshot restore`.
+    pub etcdutl: bool,
     /// What etcd requires of the previous line before an upgrade to this one.
     pub upgrade_prerequisite: Option<UpgradePrerequisite>,
 }
@@ -142,6 +145,7 @@ pub const LINES: &[LineCapabilities] = &[
         writes_v2_entries: true,
         replays_v2_entries: true,
         move_leader: false,
+        etcdutl: false,
         upgrade_prerequisite: None,
     },
     LineCapabilities {
@@ -156,6 +160,7 @@ pub const LINES: &[LineCapabilities] = &[
         writes_v2_entries: true,
         replays_v2_entries: true,
         move_leader: true,
+        etcdutl: false,
         upgrade_prerequisite: None,
     },
     LineCapabilities {
@@ -170,6 +175,7 @@ pub const LINES: &[LineCapabilities] = &[
         writes_v2_entries: true,
         replays_v2_entries: true,
         move_leader: true,
+        etcdutl: false,
         upgrade_prerequisite: None,
     },
     LineCapabilities {
@@ -184,6 +190,7 @@ pub const LINES: &[LineCapabilities] = &[
         writes_v2_entries: false,
         replays_v2_entries: true,
         move_leader: true,
+        etcdutl: true,
         upgrade_prerequisite: None,
     },
     LineCapabilities {
@@ -198,6 +205,7 @@ pub const LINES: &[LineCapabilities] = &[
         writes_v2_entries: false,
         replays_v2_entries: true,
         move_leader: true,
+        etcdutl: true,
         upgrade_prerequisite: Some(UpgradePrerequisite {
             minimum_from: EtcdVersion::new(3, 5, 26),
             reason: "etcd's 3.6 upgrade guide requires every 3.5 member to run 3.5.26 or later first (3.5.24 to 3.5.26 fix upgrade blockers)",
@@ -215,6 +223,7 @@ pub const LINES: &[LineCapabilities] = &[
         writes_v2_entries: false,
         replays_v2_entries: false,
         move_leader: true,
+        etcdutl: true,
         upgrade_prerequisite: Some(UpgradePrerequisite {
             minimum_from: EtcdVersion::new(3, 6, 11),
             reason: "etcd's 3.7 upgrade guide requires every 3.6 member to run 3.6.11 or later first (earlier 3.6 patches may not roll to 3.7)",

@@ -12,5 +12,6 @@ pub mod integrity;
 pub mod metrics;
 pub mod reconciler;
 pub mod schedule;
+pub mod seed;
 pub mod store;
 pub mod transfer;

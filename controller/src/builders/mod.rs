@@ -4,12 +4,14 @@
 mod claim;
 mod pdb;
 mod pod;
+mod seed;
 mod services;
 mod view;
 
 pub use claim::data_claim;
 pub use pdb::disruption_budget;
 pub use pod::{InitialState, MemberPlan, member_pod};
+pub use seed::seed_member;
 pub use services::{client_service, peer_service};
 pub use view::{ClusterView, InvalidCluster, TlsMode};
 

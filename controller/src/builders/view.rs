@@ -7,7 +7,7 @@ use kube::Resource;
 use etcd_shared::EtcdCluster;
 use etcd_shared::admission::{AdmissionPolicy, Refusal};
 use etcd_shared::names::{self, CLIENT_PORT, PEER_PORT};
-use etcd_shared::types::PodPolicy;
+use etcd_shared::types::{PodPolicy, RestoreSeed};
 use etcd_shared::version::{EtcdVersion, LineCapabilities};
 
 /// Why a cluster cannot be reconciled as it stands.
@@ -62,6 +62,9 @@ pub struct ClusterView {
     pub domain: Option<String>,
     /// Owner reference that makes every derived object garbage-collected with the cluster.
     pub owner: OwnerReference,
+    /// The snapshot the first member is seeded from, for a cluster an EtcdRestore created
+    /// (annotation [`names::ANNOTATION_RESTORE_SEED`]).
+    pub seed: Option<RestoreSeed>,
 }
 
 impl ClusterView {
@@ -117,6 +120,20 @@ impl ClusterView {
                 .and_then(|m| m.server_secret.clone()),
             operator_secret: st.and_then(|s| s.operator_secret.clone()),
         };
+        let seed = meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(names::ANNOTATION_RESTORE_SEED))
+            .map(|value| {
+                RestoreSeed::parse(value).map_err(|e| {
+                    InvalidCluster::Spec(Refusal(vec![etcd_shared::admission::Violation::new(
+                        "restore-seed",
+                        format!("metadata.annotations[{}]", names::ANNOTATION_RESTORE_SEED),
+                        format!("is not a restore seed: {e}"),
+                    )]))
+                })
+            })
+            .transpose()?;
         Ok(ClusterView {
             name,
             namespace,
@@ -134,6 +151,7 @@ impl ClusterView {
             tls,
             domain,
             owner,
+            seed,
         })
     }
 

@@ -12,8 +12,10 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::storage::StorageSource;
-use super::{lenient, schema};
+use std::collections::BTreeMap;
+
+use super::storage::{S3Source, StorageSource};
+use super::{EtcdClusterSpec, lenient, schema};
 
 /// A restore of an etcd cluster of this namespace from a snapshot in object storage.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -112,4 +114,64 @@ pub struct EtcdRestoreStatus {
     /// The metadata.generation the controller last acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+
+    /// UID of the cluster that was replaced, recorded before it is deleted.
+    #[serde(
+        default,
+        deserialize_with = "lenient::non_empty",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub replaced_cluster_uid: Option<String>,
+
+    /// The replaced cluster's labels, annotations and spec, recorded before it is deleted:
+    /// the template of the restored cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<ClusterTemplate>,
+}
+
+/// What the restored cluster takes from the one it replaces.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct ClusterTemplate {
+    /// Labels.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Annotations (but the operator's own restore annotation).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// The spec.
+    pub spec: EtcdClusterSpec,
+}
+
+/// The snapshot a new cluster's first member is seeded from: the value (JSON) of the
+/// annotation [`crate::names::ANNOTATION_RESTORE_SEED`] the restore controller puts on the
+/// cluster it creates. The seed member's init containers download it (checking
+/// [`Self::sha256`]) and restore it with etcd's own tool before etcd starts.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreSeed {
+    /// The EtcdRestore that asked for it.
+    pub restore: String,
+    /// Where the snapshot is.
+    pub s3: S3Source,
+    /// SHA-256 of the snapshot's database, hex, as the restore controller checked it.
+    pub sha256: String,
+    /// etcd revision of the snapshot, when its metadata says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    /// etcd version that took it, when its metadata says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_version: Option<String>,
+}
+
+impl RestoreSeed {
+    /// Reads the annotation's value.
+    pub fn parse(value: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(value)
+    }
+
+    /// The annotation's value.
+    pub fn to_annotation(&self) -> String {
+        // Serializing plain strings and numbers cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
 }

@@ -109,6 +109,31 @@ pub struct EtcdClusterStatus {
         skip_serializing_if = "Option::is_none"
     )]
     pub next_step: Option<String>,
+
+    /// The snapshot this cluster was restored from, when an EtcdRestore seeded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored_from: Option<RestoredFrom>,
+}
+
+/// The snapshot a restored cluster was seeded from.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoredFrom {
+    /// The EtcdRestore that seeded it.
+    #[serde(default)]
+    pub restore: String,
+    /// BUCKET/KEY of the snapshot.
+    #[serde(default)]
+    pub path: String,
+    /// etcd revision the snapshot holds (at least), when its metadata says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    /// SHA-256 of the snapshot's database, hex, as checked before the restore.
+    #[serde(default)]
+    pub sha256: String,
+    /// etcd version that took the snapshot, when its metadata says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_version: Option<String>,
 }
 
 /// Member names by health.

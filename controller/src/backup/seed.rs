@@ -1,0 +1,299 @@
+//! `etcd-controller restore fetch|place`: the two steps the operator's own image runs as init
+//! containers of a restored cluster's first member, around etcd's own
+//! `etcdutl snapshot restore` (`etcdctl` on 3.2-3.4) in the etcd image:
+//!
+//! 1. **fetch** downloads the snapshot into `WORK/snapshot.db`, checking etcd's hash and the
+//!    hash the restore controller verified, and empties `WORK/data` (where etcd's tool writes);
+//! 2. etcd's tool restores `WORK/snapshot.db` into `WORK/data` (a new member and cluster ID);
+//! 3. **place** moves `WORK/data` to the member's data directory, unless the member has data
+//!    already.
+//!
+//! The steps run again when the pod's init containers do (a node restart): the downloaded
+//! snapshot is kept in `WORK` and reused when its hash checks, so a rerun needs no object
+//! store, and a member that has data keeps it (the rerun's restore output is discarded).
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::{Args as ClapArgs, Parser, Subcommand};
+
+use etcd_shared::types::storage::S3Source;
+
+use super::integrity::SnapshotHasher;
+use super::store::{self, AwsProfile, S3Object, StoreTimeouts};
+use super::transfer::{self, TransferError};
+
+/// Name of the downloaded snapshot in the work directory.
+pub const SNAPSHOT_FILE: &str = "snapshot.db";
+/// Name of the directory etcd's tool restores into, in the work directory.
+pub const RESTORED_DIR: &str = "data";
+
+/// `etcd-controller restore ...`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "etcd-controller restore",
+    about = "The steps of seeding a restored etcd member (run by the operator as init containers)"
+)]
+pub struct RestoreCommand {
+    /// The step.
+    #[command(subcommand)]
+    pub step: RestoreStep,
+}
+
+/// A step of the seed member's restore.
+#[derive(Debug, Subcommand)]
+pub enum RestoreStep {
+    /// Download and check the snapshot into the work directory.
+    Fetch(FetchArgs),
+    /// Move the restored data directory into place.
+    Place(PlaceArgs),
+}
+
+/// `restore fetch`.
+#[derive(Debug, ClapArgs)]
+pub struct FetchArgs {
+    /// BUCKET/KEY of the snapshot.
+    #[arg(long)]
+    pub path: String,
+    /// URL of the S3-compatible store; blank for AWS.
+    #[arg(long, default_value = "")]
+    pub endpoint: String,
+    /// Address the bucket by path.
+    #[arg(long)]
+    pub force_path_style: bool,
+    /// Directory holding the awsSecret's `credentials` (and optionally `config`) files.
+    #[arg(long)]
+    pub credentials_dir: PathBuf,
+    /// The SHA-256 (hex) the snapshot's database must have.
+    #[arg(long)]
+    pub sha256: String,
+    /// Work directory on the member's data volume.
+    #[arg(long)]
+    pub work_dir: PathBuf,
+    /// The member's data directory.
+    #[arg(long)]
+    pub data_dir: PathBuf,
+}
+
+/// `restore place`.
+#[derive(Debug, ClapArgs)]
+pub struct PlaceArgs {
+    /// Work directory on the member's data volume.
+    #[arg(long)]
+    pub work_dir: PathBuf,
+    /// The member's data directory.
+    #[arg(long)]
+    pub data_dir: PathBuf,
+}
+
+/// Why a step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SeedError {
+    /// A file or directory operation failed.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The store could not be opened.
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
+    /// The download failed or did not check.
+    #[error(transparent)]
+    Transfer(#[from] TransferError),
+    /// etcd's tool left no member directory.
+    #[error("{0} holds no restored member (member/snap/db): did the restore step run?")]
+    NothingRestored(PathBuf),
+}
+
+fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> SeedError {
+    let path = path.to_path_buf();
+    move |source| SeedError::Io { what, path, source }
+}
+
+/// Whether `data_dir` holds a member's data.
+fn has_member(data_dir: &Path) -> bool {
+    data_dir.join("member").is_dir()
+}
+
+/// Runs one step; returns what it did, in words.
+pub async fn run(command: RestoreCommand) -> Result<String, SeedError> {
+    match command.step {
+        RestoreStep::Fetch(args) => fetch(&args).await,
+        RestoreStep::Place(args) => place(&args),
+    }
+}
+
+/// The SHA-256 of the database in a snapshot file, if the file is an intact snapshot.
+fn file_hash(path: &Path) -> Option<String> {
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut hasher = SnapshotHasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = std::io::Read::read(&mut file, &mut buf).ok()?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    hasher.finish().ok().map(|c| c.sha256)
+}
+
+/// Step 1: the snapshot in `WORK/snapshot.db` (kept when already there and intact), and an
+/// empty `WORK/data`.
+pub async fn fetch(args: &FetchArgs) -> Result<String, SeedError> {
+    std::fs::create_dir_all(&args.work_dir).map_err(io("creating", &args.work_dir))?;
+    let restored = args.work_dir.join(RESTORED_DIR);
+    if restored.exists() {
+        std::fs::remove_dir_all(&restored).map_err(io("removing", &restored))?;
+    }
+    let snapshot = args.work_dir.join(SNAPSHOT_FILE);
+    let expected = args.sha256.trim().to_ascii_lowercase();
+    if file_hash(&snapshot).as_deref() == Some(expected.as_str()) {
+        return Ok(format!(
+            "{} is already here and intact (sha256 {expected})",
+            snapshot.display()
+        ));
+    }
+    let read = |name: &str| std::fs::read_to_string(args.credentials_dir.join(name));
+    let credentials = read(store::CREDENTIALS_KEY).map_err(io(
+        "reading",
+        &args.credentials_dir.join(store::CREDENTIALS_KEY),
+    ))?;
+    let config = read(store::CONFIG_KEY).ok();
+    let profile = AwsProfile::parse(&credentials, config.as_deref())?;
+    let object = S3Object::from_source(&S3Source {
+        path: args.path.clone(),
+        aws_secret: String::new(),
+        endpoint: args.endpoint.clone(),
+        force_path_style: args.force_path_style,
+    })?;
+    let bucket = store::open(&object, &profile, StoreTimeouts::default())?;
+    let partial = args.work_dir.join(format!("{SNAPSHOT_FILE}.part"));
+    let mut out = std::fs::File::create(&partial).map_err(io("creating", &partial))?;
+    let outcome = download(&bucket, &object.key, &expected, &mut out, &partial).await;
+    drop(out);
+    match outcome {
+        Ok(size) => {
+            std::fs::rename(&partial, &snapshot).map_err(io("renaming", &partial))?;
+            Ok(format!(
+                "downloaded {} ({size} bytes, sha256 {expected}) to {}",
+                args.path,
+                snapshot.display()
+            ))
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&partial);
+            Err(e)
+        }
+    }
+}
+
+async fn download(
+    bucket: &Arc<dyn object_store::ObjectStore>,
+    key: &str,
+    expected: &str,
+    out: &mut std::fs::File,
+    partial: &Path,
+) -> Result<u64, SeedError> {
+    let (checked, _) = transfer::download(bucket, key, Some(expected), |chunk| {
+        out.write_all(chunk).map_err(|source| TransferError::File {
+            path: partial.display().to_string(),
+            source,
+        })
+    })
+    .await?;
+    out.sync_all().map_err(io("syncing", partial))?;
+    Ok(checked.size)
+}
+
+/// Step 3: `WORK/data` becomes the member's data directory, unless it has data already.
+pub fn place(args: &PlaceArgs) -> Result<String, SeedError> {
+    let restored = args.work_dir.join(RESTORED_DIR);
+    if has_member(&args.data_dir) {
+        if restored.exists() {
+            std::fs::remove_dir_all(&restored).map_err(io("removing", &restored))?;
+        }
+        return Ok(format!(
+            "{} has member data already; kept (the restore ran before)",
+            args.data_dir.display()
+        ));
+    }
+    if !restored.join("member/snap/db").is_file() {
+        return Err(SeedError::NothingRestored(restored));
+    }
+    if args.data_dir.exists() {
+        // An empty directory left by an earlier start: rename replaces only empty ones.
+        std::fs::remove_dir(&args.data_dir).map_err(io("removing", &args.data_dir))?;
+    }
+    std::fs::rename(&restored, &args.data_dir).map_err(io("moving into place", &restored))?;
+    Ok(format!(
+        "restored member data moved to {}",
+        args.data_dir.display()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn place_args(dir: &Path) -> PlaceArgs {
+        PlaceArgs {
+            work_dir: dir.join("restore"),
+            data_dir: dir.join("data"),
+        }
+    }
+
+    #[test]
+    fn place_moves_the_restored_member_once() {
+        let dir = tempfile::tempdir().expect("dir");
+        let args = place_args(dir.path());
+        // Nothing restored: an error, nothing moved.
+        assert!(matches!(place(&args), Err(SeedError::NothingRestored(_))));
+        let db = args.work_dir.join("data/member/snap/db");
+        std::fs::create_dir_all(db.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&db, b"first").expect("write");
+        std::fs::create_dir_all(&args.data_dir).expect("empty data dir");
+        place(&args).expect("placed");
+        assert_eq!(
+            std::fs::read(args.data_dir.join("member/snap/db")).expect("db"),
+            b"first"
+        );
+        assert!(!args.work_dir.join("data").exists());
+        // A rerun restores again: the member keeps its data, the new output is discarded.
+        std::fs::create_dir_all(db.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&db, b"second").expect("write");
+        place(&args).expect("kept");
+        assert_eq!(
+            std::fs::read(args.data_dir.join("member/snap/db")).expect("db"),
+            b"first"
+        );
+        assert!(!args.work_dir.join("data").exists());
+    }
+
+    #[test]
+    fn the_command_line_parses() {
+        let c = RestoreCommand::try_parse_from([
+            "restore",
+            "fetch",
+            "--path=b/k",
+            "--endpoint=http://s3:9000",
+            "--force-path-style",
+            "--credentials-dir=/etc/aws",
+            "--sha256=ab",
+            "--work-dir=/var/lib/etcd/restore",
+            "--data-dir=/var/lib/etcd/data",
+        ])
+        .expect("parses");
+        assert!(
+            matches!(c.step, RestoreStep::Fetch(ref f) if f.force_path_style && f.path == "b/k")
+        );
+        assert!(RestoreCommand::try_parse_from(["restore", "place"]).is_err());
+    }
+}

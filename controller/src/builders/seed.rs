@@ -1,0 +1,251 @@
+//! The init containers of a restored cluster's first member: the operator's image downloads
+//! and checks the snapshot into the data volume, etcd's own tool of the member's line restores
+//! it (`etcdutl snapshot restore` on 3.5+, `ETCDCTL_API=3 etcdctl snapshot restore` before), and
+//! the operator's image moves the result into the data directory (see
+//! [`crate::backup::seed`] for the steps and why a rerun is safe).
+
+use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, SecretVolumeSource, Volume, VolumeMount};
+
+use etcd_shared::types::RestoreSeed;
+
+use super::ClusterView;
+use super::pod::{DATA_DIR, MemberPlan, container_security_context};
+
+/// The operator's binary in its image.
+pub const CONTROLLER_BINARY: &str = "/usr/local/bin/etcd-controller";
+/// etcdutl in the official etcd images (3.5+).
+pub const ETCDUTL_BINARY: &str = "/usr/local/bin/etcdutl";
+/// etcdctl in the official etcd images.
+pub const ETCDCTL_BINARY: &str = "/usr/local/bin/etcdctl";
+/// Where the awsSecret is mounted in the download step.
+pub const CREDENTIALS_DIR: &str = "/etc/etcd-restore/aws";
+const CREDENTIALS_VOLUME: &str = "restore-credentials";
+
+fn work_dir() -> String {
+    format!("{DATA_DIR}/restore")
+}
+
+fn data_dir() -> String {
+    format!("{DATA_DIR}/data")
+}
+
+fn data_mount() -> VolumeMount {
+    VolumeMount {
+        name: "data".into(),
+        mount_path: DATA_DIR.into(),
+        ..VolumeMount::default()
+    }
+}
+
+/// Adds the restore's init containers (and the awsSecret's volume) to the first member's pod.
+pub fn seed_member(
+    pod: &mut Pod,
+    view: &ClusterView,
+    plan: &MemberPlan,
+    seed: &RestoreSeed,
+    restore_image: &str,
+) {
+    let caps = plan.version.capabilities().unwrap_or(view.capabilities);
+    let peer_url = view.peer_url(&plan.name);
+    let mut fetch_args = vec![
+        "restore".to_string(),
+        "fetch".into(),
+        format!("--path={}", seed.s3.path),
+        format!("--credentials-dir={CREDENTIALS_DIR}"),
+        format!("--sha256={}", seed.sha256),
+        format!("--work-dir={}", work_dir()),
+        format!("--data-dir={}", data_dir()),
+    ];
+    if !seed.s3.endpoint.is_empty() {
+        fetch_args.push(format!("--endpoint={}", seed.s3.endpoint));
+    }
+    if seed.s3.force_path_style {
+        fetch_args.push("--force-path-style".into());
+    }
+    let fetch = Container {
+        name: "restore-fetch".into(),
+        image: Some(restore_image.into()),
+        command: Some(vec![CONTROLLER_BINARY.into()]),
+        args: Some(fetch_args),
+        volume_mounts: Some(vec![
+            data_mount(),
+            VolumeMount {
+                name: CREDENTIALS_VOLUME.into(),
+                mount_path: CREDENTIALS_DIR.into(),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            },
+        ]),
+        security_context: Some(container_security_context()),
+        ..Container::default()
+    };
+    let (tool, env) = if caps.etcdutl {
+        (ETCDUTL_BINARY, None)
+    } else {
+        (
+            ETCDCTL_BINARY,
+            Some(vec![EnvVar {
+                name: "ETCDCTL_API".into(),
+                value: Some("3".into()),
+                ..EnvVar::default()
+            }]),
+        )
+    };
+    let restore = Container {
+        name: "restore".into(),
+        image: Some(view.image(&plan.version)),
+        command: Some(vec![tool.into()]),
+        args: Some(vec![
+            "snapshot".into(),
+            "restore".into(),
+            format!("{}/{}", work_dir(), crate::backup::seed::SNAPSHOT_FILE),
+            format!("--name={}", plan.name),
+            format!(
+                "--data-dir={}/{}",
+                work_dir(),
+                crate::backup::seed::RESTORED_DIR
+            ),
+            format!("--initial-cluster={}={peer_url}", plan.name),
+            format!("--initial-cluster-token={}", view.token()),
+            format!("--initial-advertise-peer-urls={peer_url}"),
+        ]),
+        env,
+        volume_mounts: Some(vec![data_mount()]),
+        security_context: Some(container_security_context()),
+        ..Container::default()
+    };
+    let place = Container {
+        name: "restore-place".into(),
+        image: Some(restore_image.into()),
+        command: Some(vec![CONTROLLER_BINARY.into()]),
+        args: Some(vec![
+            "restore".into(),
+            "place".into(),
+            format!("--work-dir={}", work_dir()),
+            format!("--data-dir={}", data_dir()),
+        ]),
+        volume_mounts: Some(vec![data_mount()]),
+        security_context: Some(container_security_context()),
+        ..Container::default()
+    };
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.init_containers = Some(vec![fetch, restore, place]);
+        spec.volumes.get_or_insert_with(Vec::new).push(Volume {
+            name: CREDENTIALS_VOLUME.into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(seed.s3.aws_secret.clone()),
+                default_mode: Some(0o440),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builders::fixtures::view_of;
+    use crate::builders::{InitialState, member_pod};
+    use etcd_shared::types::storage::S3Source;
+
+    fn seed() -> RestoreSeed {
+        RestoreSeed {
+            restore: "r1".into(),
+            s3: S3Source {
+                path: "backups/demo/snap.db".into(),
+                aws_secret: "aws".into(),
+                endpoint: "http://s3.storage:9000".into(),
+                force_path_style: true,
+            },
+            sha256: "ab".repeat(32),
+            revision: Some(42),
+            etcd_version: Some("3.6.16".into()),
+        }
+    }
+
+    fn seeded(version: &str) -> Pod {
+        let view = view_of(&format!("size: 3\nversion: {version}"));
+        let plan = MemberPlan {
+            name: "demo-0".into(),
+            initial_cluster: vec![("demo-0".into(), view.peer_url("demo-0"))],
+            state: InitialState::New,
+            version: view.version,
+        };
+        let mut pod = member_pod(&view, &plan);
+        seed_member(
+            &mut pod,
+            &view,
+            &plan,
+            &seed(),
+            "registry.example/etcd-controller:1",
+        );
+        pod
+    }
+
+    #[test]
+    fn the_first_member_downloads_restores_and_places() {
+        let pod = seeded("3.6.16");
+        let spec = pod.spec.expect("spec");
+        let init = spec.init_containers.expect("init containers");
+        let names: Vec<&str> = init.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["restore-fetch", "restore", "restore-place"]);
+        let fetch = init[0].args.clone().unwrap_or_default().join(" ");
+        assert!(fetch.contains("--path=backups/demo/snap.db"), "{fetch}");
+        assert!(fetch.contains("--endpoint=http://s3.storage:9000"));
+        assert!(fetch.contains("--force-path-style"));
+        assert!(fetch.contains(&format!("--sha256={}", "ab".repeat(32))));
+        assert_eq!(
+            init[0].image.as_deref(),
+            Some("registry.example/etcd-controller:1")
+        );
+        assert_eq!(
+            init[1].command.as_deref(),
+            Some(&[ETCDUTL_BINARY.to_string()][..])
+        );
+        assert_eq!(
+            init[1].image.as_deref(),
+            Some("quay.io/coreos/etcd:v3.6.16")
+        );
+        let restore = init[1].args.clone().unwrap_or_default().join(" ");
+        assert!(restore.contains("--name=demo-0"));
+        assert!(
+            restore.contains("--initial-cluster=demo-0=http://demo-0.demo.ns1.svc:2380"),
+            "{restore}"
+        );
+        assert!(restore.contains("--data-dir=/var/lib/etcd/restore/data"));
+        // The main container starts on the placed directory.
+        let main = spec.containers[0]
+            .args
+            .clone()
+            .unwrap_or_default()
+            .join(" ");
+        assert!(main.contains("--data-dir=/var/lib/etcd/data"), "{main}");
+        let volumes = spec.volumes.unwrap_or_default();
+        assert!(volumes.iter().any(|v| {
+            v.secret
+                .as_ref()
+                .is_some_and(|s| s.secret_name.as_deref() == Some("aws"))
+        }));
+        // Every init container runs as the member does (restricted).
+        assert!(
+            init.iter()
+                .all(|c| c.security_context == Some(container_security_context()))
+        );
+    }
+
+    #[test]
+    fn lines_before_3_5_restore_with_etcdctl() {
+        let pod = seeded("3.4.45");
+        let init = pod.spec.expect("spec").init_containers.expect("init");
+        assert_eq!(
+            init[1].command.as_deref(),
+            Some(&[ETCDCTL_BINARY.to_string()][..])
+        );
+        let env = init[1].env.clone().unwrap_or_default();
+        assert!(
+            env.iter()
+                .any(|e| e.name == "ETCDCTL_API" && e.value.as_deref() == Some("3"))
+        );
+    }
+}
