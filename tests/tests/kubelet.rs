@@ -45,6 +45,11 @@ fn main() -> std::process::ExitCode {
         endpoint_slices_list_the_pod_ips,
         service_account_pod_runs_to_completion_against_the_apiserver,
         probes_exec_readiness_and_failing_liveness,
+        init_containers_run_in_order_before_the_containers,
+        failing_init_container_is_retried_with_back_off,
+        failed_init_container_fails_a_never_pod,
+        etcd_image_tools_run_as_init_containers,
+        seed_member_starts_on_data_restored_by_init_containers,
     ])
 }
 
@@ -954,5 +959,639 @@ async fn service_account_pod_runs_to_completion_against_the_apiserver(
         "{c:?}"
     );
     ensure!(!c.ready && c.restart_count == 0, "{c:?}");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Init containers.
+
+/// The image of the init-container tests, per namespace: `/bin/sh` of this machine.
+fn shell_image(ns: &str) -> String {
+    format!("registry.example/{ns}/shell:1")
+}
+
+/// Maps [`shell_image`] to the local `/bin/sh`.
+fn map_shell_image(ctx: &TestContext) -> anyhow::Result<()> {
+    ctx.kubelet()?.images().register_repository(
+        format!("/{}/shell", ctx.ns()),
+        ImageMapping::new("/bin/sh", "/bin/sh"),
+    );
+    Ok(())
+}
+
+/// A container of [`shell_image`] running `sh -c SCRIPT`, the pod's emptyDir `work` mounted
+/// at `/work` (rewritten to the volume directory in the script).
+fn shell_container(ns: &str, name: &str, script: &str) -> Container {
+    Container {
+        name: name.into(),
+        image: Some(shell_image(ns)),
+        command: Some(vec!["/bin/sh".into(), "-c".into(), script.into()]),
+        volume_mounts: Some(vec![VolumeMount {
+            name: "work".into(),
+            mount_path: "/work".into(),
+            ..VolumeMount::default()
+        }]),
+        ..Container::default()
+    }
+}
+
+/// A pod with `init` init containers, `containers`, an emptyDir `work` and `restart_policy`.
+fn pod_with_init_containers(
+    name: &str,
+    init: Vec<Container>,
+    containers: Vec<Container>,
+    restart_policy: &str,
+) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            init_containers: Some(init),
+            containers,
+            volumes: Some(vec![Volume {
+                name: "work".into(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Volume::default()
+            }]),
+            restart_policy: Some(restart_policy.into()),
+            automount_service_account_token: Some(false),
+            enable_service_links: Some(false),
+            termination_grace_period_seconds: Some(5),
+            ..PodSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// The resourceVersion to watch a pod from, taken before it is created: the watch then
+/// delivers every version of it (see [`pod_history`]).
+async fn watch_start(api: &Api<Pod>) -> anyhow::Result<String> {
+    let list = api.list(&ListParams::default().limit(1)).await?;
+    list.metadata
+        .resource_version
+        .context("the pod list has no resourceVersion")
+}
+
+/// Every version of pod `name` after resourceVersion `since` (see [`watch_start`]), as a
+/// watch delivers them, up to the first one for which `done` holds (included).
+async fn pod_history(
+    api: &Api<Pod>,
+    name: &str,
+    since: &str,
+    done: impl Fn(&Pod) -> bool,
+) -> anyhow::Result<Vec<Pod>> {
+    use futures::TryStreamExt as _;
+    let params = kube::api::WatchParams::default()
+        .fields(&format!("metadata.name={name}"))
+        .timeout(u32::try_from(WAIT.as_secs()).unwrap_or(60) + 10);
+    let stream = api.watch(&params, since).await?;
+    futures::pin_mut!(stream);
+    let mut history = Vec::new();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let event = tokio::time::timeout_at(deadline, stream.try_next())
+            .await
+            .map_err(|_| anyhow::anyhow!("timed out; last version: {:?}", history.last()))??;
+        match event {
+            Some(kube::api::WatchEvent::Added(pod) | kube::api::WatchEvent::Modified(pod)) => {
+                let finished = done(&pod);
+                history.push(pod);
+                if finished {
+                    return Ok(history);
+                }
+            }
+            Some(kube::api::WatchEvent::Deleted(_)) => bail!("pod {name} was deleted"),
+            Some(kube::api::WatchEvent::Bookmark(_)) => {}
+            Some(kube::api::WatchEvent::Error(e)) => bail!("watching pod {name}: {e}"),
+            None => bail!(
+                "the watch of pod {name} ended; last version: {:?}",
+                history.last()
+            ),
+        }
+    }
+}
+
+fn init_statuses(pod: &Pod) -> &[ContainerStatus] {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.init_container_statuses.as_deref())
+        .unwrap_or_default()
+}
+
+fn init_status<'a>(pod: &'a Pod, name: &str) -> Option<&'a ContainerStatus> {
+    init_statuses(pod).iter().find(|c| c.name == name)
+}
+
+fn terminated(
+    c: &ContainerStatus,
+) -> Option<&k8s_openapi::api::core::v1::ContainerStateTerminated> {
+    c.state.as_ref()?.terminated.as_ref()
+}
+
+fn is_running(c: &ContainerStatus) -> bool {
+    c.state.as_ref().is_some_and(|s| s.running.is_some())
+}
+
+fn completed(c: &ContainerStatus) -> bool {
+    terminated(c).is_some_and(|t| t.exit_code == 0 && t.reason.as_deref() == Some("Completed"))
+}
+
+/// The pod condition `type_`: (status, reason).
+fn pod_condition(pod: &Pod, type_: &str) -> Option<(String, Option<String>)> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+fn phase_of(pod: &Pod) -> Option<&str> {
+    pod.status.as_ref()?.phase.as_deref()
+}
+
+/// Every version in which not all init containers completed: Pending (once it has a
+/// status), not Initialized, and the containers waiting with PodInitializing, never started.
+fn ensure_containers_waited(history: &[Pod], inits: usize) -> anyhow::Result<()> {
+    let mut initializing = 0;
+    for pod in history {
+        if pod.status.is_none() || init_statuses(pod).is_empty() {
+            continue;
+        }
+        if init_statuses(pod).len() == inits && init_statuses(pod).iter().all(completed) {
+            continue;
+        }
+        initializing += 1;
+        ensure!(
+            phase_of(pod) == Some("Pending"),
+            "not Pending: {:?}",
+            pod.status
+        );
+        ensure!(
+            pod_condition(pod, "Initialized")
+                == Some(("False".into(), Some("ContainersNotInitialized".into()))),
+            "Initialized: {:?}",
+            pod.status
+        );
+        let c = container_status(pod).context("no container status")?;
+        let waiting = c.state.as_ref().and_then(|s| s.waiting.as_ref());
+        ensure!(
+            waiting.and_then(|w| w.reason.as_deref()) == Some("PodInitializing")
+                && c.restart_count == 0
+                && c.last_state.as_ref().is_none_or(|s| s.terminated.is_none()),
+            "a container started before the init containers completed: {c:?}"
+        );
+    }
+    ensure!(
+        initializing > 0,
+        "no status while the init containers ran: {history:?}"
+    );
+    Ok(())
+}
+
+/// Reads `path` until `check` holds for its contents (a process writes it).
+async fn wait_file(path: &Path, check: impl Fn(&str) -> bool) -> anyhow::Result<String> {
+    let what = format!("{} to be as expected", path.display());
+    let text = poll_until(&what, WAIT, || async {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        Ok::<_, std::convert::Infallible>(check(&text).then_some(text))
+    })
+    .await?;
+    Ok(text)
+}
+
+/// Two init containers run one after the other, to completion, before the container, with
+/// their env expanded and the pod's emptyDir shared; the status reports them; a crash of the
+/// container later restarts only the container.
+async fn init_containers_run_in_order_before_the_containers(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    let kubelet = ctx.kubelet()?;
+    let ns = ctx.ns().to_owned();
+    map_shell_image(&ctx)?;
+    let mut first = shell_container(
+        &ns,
+        "init-a",
+        "echo \"first $(POD_NAME)\" >> /work/order && echo init-a ran",
+    );
+    first.env = Some(vec![EnvVar {
+        name: "POD_NAME".into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: "metadata.name".into(),
+                api_version: None,
+            }),
+            ..EnvVarSource::default()
+        }),
+        value: None,
+    }]);
+    // command + args; fails (the pod would not start) if init-a has not run before it.
+    let mut second = shell_container(&ns, "init-b", "");
+    second.command = Some(vec!["/bin/sh".into()]);
+    second.args = Some(vec![
+        "-c".into(),
+        "test -s /work/order && echo second >> /work/order".into(),
+    ]);
+    let app = shell_container(&ns, "app", "cat /work/order; exec sleep 600");
+    let api: Api<Pod> = ctx.api();
+    let since = watch_start(&api).await?;
+    api.create(
+        &PostParams::default(),
+        &pod_with_init_containers("ordered", vec![first, second], vec![app], "Always"),
+    )
+    .await?;
+    let history = pod_history(&api, "ordered", &since, |p| {
+        container_status(p).is_some_and(is_running)
+    })
+    .await
+    .with_context(|| kubelet.log_tails(Some(&ns), 40))?;
+    ensure_containers_waited(&history, 2)?;
+    // init-b never ran before init-a completed.
+    for pod in &history {
+        if init_status(pod, "init-b").is_some_and(|c| is_running(c) || terminated(c).is_some()) {
+            ensure!(
+                init_status(pod, "init-a").is_some_and(completed),
+                "init-b ran before init-a completed: {:?}",
+                init_statuses(pod)
+            );
+        }
+    }
+    ensure!(
+        history
+            .iter()
+            .any(|p| init_status(p, "init-a").is_some_and(is_running)),
+        "init-a was never reported running"
+    );
+
+    let pod = history.last().context("no versions")?;
+    ensure!(phase_of(pod) == Some("Running"), "{:?}", pod.status);
+    ensure!(
+        pod_condition(pod, "Initialized").map(|c| c.0).as_deref() == Some("True"),
+        "{:?}",
+        pod.status
+    );
+    let inits = init_statuses(pod);
+    ensure!(
+        inits.iter().map(|c| c.name.as_str()).collect::<Vec<_>>() == ["init-a", "init-b"],
+        "{inits:?}"
+    );
+    for c in inits {
+        ensure!(
+            completed(c) && c.restart_count == 0 && c.ready && c.image == shell_image(&ns),
+            "{c:?}"
+        );
+    }
+
+    let expected = "first ordered\nsecond\n";
+    let order = kubelet.volume_dir(&ns, "ordered", "work")?.join("order");
+    ensure!(std::fs::read_to_string(&order)? == expected);
+    let app_log = kubelet.container_log_path(&ns, "ordered", None)?;
+    wait_file(&app_log, |log| log == expected).await?;
+    let init_log = kubelet.container_log_path(&ns, "ordered", Some("init-a"))?;
+    ensure!(
+        std::fs::read_to_string(&init_log)? == "init-a ran\n",
+        "{}",
+        init_log.display()
+    );
+
+    // A crash of the container restarts it alone: the init containers do not run again.
+    kubelet.kill_container(&ns, "ordered")?;
+    let pod = wait_pod_status(&api, "ordered", "the container restarted", |p| {
+        container_status(p).is_some_and(|c| c.restart_count == 1 && is_running(c))
+    })
+    .await?;
+    wait_file(&app_log, |log| log == expected.repeat(2)).await?;
+    ensure!(
+        std::fs::read_to_string(&order)? == expected,
+        "init ran again"
+    );
+    ensure!(
+        init_statuses(&pod)
+            .iter()
+            .all(|c| completed(c) && c.restart_count == 0),
+        "{:?}",
+        init_statuses(&pod)
+    );
+    Ok(())
+}
+
+/// Waits until pod `name` exists and `check` holds (ready or not).
+async fn wait_pod_status(
+    api: &Api<Pod>,
+    name: &str,
+    what: &str,
+    check: impl Fn(&Pod) -> bool + Send + 'static,
+) -> anyhow::Result<Pod> {
+    await_condition(
+        api.clone(),
+        name,
+        move |p: Option<&Pod>| p.is_some_and(&check),
+        WAIT,
+    )
+    .await
+    .with_context(|| format!("waiting for pod {name}: {what}"))?
+    .context("pod vanished")
+}
+
+/// An init container that fails twice is restarted with the containers' back-off (0.2 s, then
+/// 0.4 s) and the container starts only once it succeeded.
+async fn failing_init_container_is_retried_with_back_off(ctx: TestContext) -> anyhow::Result<()> {
+    let kubelet = ctx.kubelet()?;
+    let ns = ctx.ns().to_owned();
+    map_shell_image(&ctx)?;
+    // `$$` is a literal `$` after the kubelet's `$(VAR)` expansion.
+    let flaky = shell_container(
+        &ns,
+        "flaky",
+        "n=$$(cat /work/attempts 2>/dev/null || echo 0); n=$$((n + 1)); \
+         echo $n > /work/attempts; date +%s%N >> /work/starts; echo \"attempt $n\"; \
+         [ $n -ge 3 ]",
+    );
+    let app = shell_container(&ns, "app", "cat /work/attempts; exec sleep 600");
+    let api: Api<Pod> = ctx.api();
+    let since = watch_start(&api).await?;
+    api.create(
+        &PostParams::default(),
+        &pod_with_init_containers("flaky", vec![flaky], vec![app], "Always"),
+    )
+    .await?;
+    let history = pod_history(&api, "flaky", &since, |p| {
+        container_status(p).is_some_and(is_running)
+    })
+    .await
+    .with_context(|| kubelet.log_tails(Some(&ns), 40))?;
+    ensure_containers_waited(&history, 1)?;
+    ensure!(
+        history.iter().any(|p| {
+            init_status(p, "flaky")
+                .and_then(|c| c.state.as_ref()?.waiting.as_ref()?.reason.as_deref())
+                == Some("CrashLoopBackOff")
+        }),
+        "the init container was never in CrashLoopBackOff"
+    );
+
+    let pod = history.last().context("no versions")?;
+    let c = init_status(pod, "flaky").context("no init container status")?;
+    ensure!(completed(c) && c.restart_count == 2 && c.ready, "{c:?}");
+    let last = c
+        .last_state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .context("no lastState.terminated")?;
+    ensure!(
+        last.exit_code == 1 && last.reason.as_deref() == Some("Error"),
+        "{last:?}"
+    );
+    ensure!(
+        pod_condition(pod, "Initialized").map(|c| c.0).as_deref() == Some("True"),
+        "{:?}",
+        pod.status
+    );
+
+    let work = kubelet.volume_dir(&ns, "flaky", "work")?;
+    let starts: Vec<u128> = std::fs::read_to_string(work.join("starts"))?
+        .lines()
+        .map(|l| l.trim().parse::<u128>())
+        .collect::<Result<_, _>>()?;
+    ensure!(starts.len() == 3, "{starts:?}");
+    let gaps: Vec<Duration> = starts
+        .windows(2)
+        .map(|w| Duration::from_nanos(u64::try_from(w[1].saturating_sub(w[0])).unwrap_or(0)))
+        .collect();
+    ensure!(
+        gaps[0] >= Duration::from_millis(200) && gaps[1] >= Duration::from_millis(400),
+        "restarts not spaced by the back-off (0.2 s, 0.4 s): {gaps:?}"
+    );
+    let init_log = kubelet.container_log_path(&ns, "flaky", Some("flaky"))?;
+    ensure!(
+        std::fs::read_to_string(init_log)? == "attempt 1\nattempt 2\nattempt 3\n",
+        "init container log"
+    );
+    let app_log = kubelet.container_log_path(&ns, "flaky", None)?;
+    wait_file(&app_log, |log| log == "3\n").await?;
+    Ok(())
+}
+
+/// With `restartPolicy: Never` a failed init container fails the pod: the init containers
+/// after it and the container never start.
+async fn failed_init_container_fails_a_never_pod(ctx: TestContext) -> anyhow::Result<()> {
+    let kubelet = ctx.kubelet()?;
+    let ns = ctx.ns().to_owned();
+    map_shell_image(&ctx)?;
+    let failing = shell_container(&ns, "failing", "echo giving up; exit 3");
+    let next = shell_container(&ns, "next", "echo ran > /work/next");
+    let app = shell_container(&ns, "app", "echo ran > /work/app");
+    let api: Api<Pod> = ctx.api();
+    let since = watch_start(&api).await?;
+    api.create(
+        &PostParams::default(),
+        &pod_with_init_containers("doomed", vec![failing, next], vec![app], "Never"),
+    )
+    .await?;
+    let history = pod_history(&api, "doomed", &since, |p| {
+        phase_of(p).is_some_and(|phase| phase != "Pending")
+    })
+    .await
+    .with_context(|| kubelet.log_tails(Some(&ns), 40))?;
+    let pod = history.last().context("no versions")?;
+    ensure!(phase_of(pod) == Some("Failed"), "{:?}", pod.status);
+    for version in &history {
+        ensure!(
+            init_status(version, "next").is_none_or(|c| !is_running(c) && terminated(c).is_none()),
+            "the second init container ran: {:?}",
+            init_statuses(version)
+        );
+        ensure!(
+            container_status(version).is_none_or(|c| !is_running(c) && terminated(c).is_none()),
+            "the container ran: {:?}",
+            version.status
+        );
+    }
+    let c = init_status(pod, "failing").context("no init container status")?;
+    let t = terminated(c).context("not terminated")?;
+    ensure!(
+        t.exit_code == 3
+            && t.reason.as_deref() == Some("Error")
+            && c.restart_count == 0
+            && !c.ready,
+        "{c:?}"
+    );
+    let waiting = |c: Option<&ContainerStatus>| {
+        c.and_then(|c| c.state.as_ref()?.waiting.as_ref()?.reason.clone())
+    };
+    ensure!(waiting(init_status(pod, "next")).as_deref() == Some("PodInitializing"));
+    ensure!(waiting(container_status(pod)).as_deref() == Some("PodInitializing"));
+    ensure!(
+        pod_condition(pod, "Initialized")
+            == Some(("False".into(), Some("ContainersNotInitialized".into()))),
+        "{:?}",
+        pod.status
+    );
+    ensure!(pod_condition(pod, "Ready").map(|c| c.0).as_deref() == Some("False"));
+
+    let work = kubelet.volume_dir(&ns, "doomed", "work")?;
+    ensure!(!work.join("next").exists() && !work.join("app").exists());
+    ensure!(kubelet.container_pid(&ns, "doomed").is_none());
+    ensure!(!kubelet.container_log_path(&ns, "doomed", None)?.exists());
+    let log =
+        std::fs::read_to_string(kubelet.container_log_path(&ns, "doomed", Some("failing"))?)?;
+    ensure!(log == "giving up\n", "{log}");
+    Ok(())
+}
+
+/// The etcd images' tools run as init containers: `/usr/local/bin/etcdutl` of etcd 3.6, and
+/// the `etcdctl` (API v3) of etcd 3.2, which has no etcdutl.
+async fn etcd_image_tools_run_as_init_containers(ctx: TestContext) -> anyhow::Result<()> {
+    const V32: &str = "3.2.13";
+    let kubelet = ctx.kubelet()?;
+    let ns = ctx.ns().to_owned();
+    let tool = |name: &str, version: &str, command: &[&str]| Container {
+        name: name.into(),
+        image: Some(format!("quay.io/coreos/etcd:v{version}")),
+        command: Some(command.iter().map(|s| (*s).to_owned()).collect()),
+        env: Some(vec![EnvVar {
+            name: "ETCDCTL_API".into(),
+            value: Some("3".into()),
+            value_from: None,
+        }]),
+        ..Container::default()
+    };
+    let api: Api<Pod> = ctx.api();
+    api.create(
+        &PostParams::default(),
+        &pod_with_init_containers(
+            "tools",
+            vec![
+                tool("etcdutl", V36, &["/usr/local/bin/etcdutl", "version"]),
+                tool("etcdctl-32", V32, &["/usr/local/bin/etcdctl", "version"]),
+            ],
+            vec![tool("etcdctl", V36, &["etcdctl", "version"])],
+            "Never",
+        ),
+    )
+    .await?;
+    let pod = wait_pod_status(&api, "tools", "finished", |p| {
+        matches!(phase_of(p), Some("Succeeded" | "Failed"))
+    })
+    .await
+    .with_context(|| kubelet.log_tails(Some(&ns), 40))?;
+    let log = |container: &str| -> anyhow::Result<String> {
+        let path = kubelet.container_log_path(&ns, "tools", Some(container))?;
+        Ok(std::fs::read_to_string(path)?)
+    };
+    ensure!(
+        phase_of(&pod) == Some("Succeeded"),
+        "{:?}\n{}",
+        pod.status,
+        kubelet.log_tails(Some(&ns), 40)
+    );
+    let etcdutl = log("etcdutl")?;
+    ensure!(
+        etcdutl.contains(&format!("etcdutl version: {V36}")),
+        "{etcdutl}"
+    );
+    let etcdctl = log("etcdctl-32")?;
+    ensure!(
+        etcdctl.contains(&format!("etcdctl version: {V32}")) && etcdctl.contains("API version: 3"),
+        "{etcdctl}"
+    );
+    for c in init_statuses(&pod) {
+        ensure!(completed(c), "{c:?}");
+        ensure!(c.image_id.contains("etcd"), "{c:?}");
+    }
+    ensure!(init_status(&pod, "etcdctl-32").is_some_and(|c| c.image_id.contains(V32)));
+    Ok(())
+}
+
+/// A seed member restored from a snapshot as the operator's restore does it: one init container
+/// puts the snapshot into the data volume, one runs the etcd image's `etcdutl snapshot restore`
+/// into it, then the member starts on the restored data.
+async fn seed_member_starts_on_data_restored_by_init_containers(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    let kubelet = ctx.kubelet()?;
+    let ns = ctx.ns().to_owned();
+    map_shell_image(&ctx)?;
+    let api: Api<Pod> = ctx.api();
+    api.create(&PostParams::default(), &Member::new("origin", V36).pod(&ns))
+        .await?;
+    let origin = wait_ready(&api, "origin")
+        .await
+        .with_context(|| logs_on_failure(&ctx, "origin"))?;
+    let origin_ip = pod_ip(&origin)?;
+    etcdctl(&ctx, V36, origin_ip, &["put", "restored", "from-snapshot"]).await?;
+    let dir = tempfile::tempdir()?;
+    let snapshot = dir.path().join("snapshot.db");
+    let snapshot_arg = snapshot.to_string_lossy().into_owned();
+    etcdctl(&ctx, V36, origin_ip, &["snapshot", "save", &snapshot_arg]).await?;
+
+    let mut pod = Member::new("seed", V36).pod(&ns);
+    let spec = pod.spec.as_mut().context("spec")?;
+    let data_mount = VolumeMount {
+        name: "data".into(),
+        mount_path: DATA.into(),
+        ..VolumeMount::default()
+    };
+    // The "download": a copy from the test's directory (the process kubelet shares the host's
+    // file system), into the data volume.
+    let fetch = Container {
+        name: "fetch-snapshot".into(),
+        image: Some(shell_image(&ns)),
+        command: Some(vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            format!("cp {snapshot_arg} {DATA}/snapshot.db"),
+        ]),
+        volume_mounts: Some(vec![data_mount.clone()]),
+        ..Container::default()
+    };
+    let restore = Container {
+        name: "restore".into(),
+        image: Some(format!("quay.io/coreos/etcd:v{V36}")),
+        command: Some(vec!["/usr/local/bin/etcdutl".into()]),
+        args: Some(vec![
+            "snapshot".into(),
+            "restore".into(),
+            format!("{DATA}/snapshot.db"),
+            format!("--data-dir={DATA}/data"),
+            "--name=seed".into(),
+            "--initial-cluster=seed=http://$(POD_IP):2380".into(),
+            "--initial-advertise-peer-urls=http://$(POD_IP):2380".into(),
+            "--initial-cluster-token=token-seed".into(),
+        ]),
+        env: Some(vec![EnvVar {
+            name: "POD_IP".into(),
+            value_from: Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: "status.podIP".into(),
+                    api_version: None,
+                }),
+                ..EnvVarSource::default()
+            }),
+            value: None,
+        }]),
+        volume_mounts: Some(vec![data_mount]),
+        ..Container::default()
+    };
+    spec.init_containers = Some(vec![fetch, restore]);
+    api.create(&PostParams::default(), &pod).await?;
+    let seed = wait_ready(&api, "seed").await.with_context(|| {
+        format!(
+            "{}\n{}",
+            logs_on_failure(&ctx, "seed"),
+            kubelet.log_tails(Some(&ns), 40)
+        )
+    })?;
+    ensure!(
+        init_statuses(&seed).iter().all(completed),
+        "{:?}",
+        init_statuses(&seed)
+    );
+    ensure!(get_key(&ctx, V36, pod_ip(&seed)?, "restored").await? == "from-snapshot");
+    let data = kubelet.volume_dir(&ns, "seed", "data")?;
+    ensure!(data.join("snapshot.db").is_file() && data.join("data/member").is_dir());
     Ok(())
 }

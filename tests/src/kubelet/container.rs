@@ -1,5 +1,7 @@
 //! One container of a pod as the worker tracks it: the running instance (process, probes,
 //! readiness), restarts and back-off, the waiting reason, terminations, and its status view.
+//! Init containers and app containers are tracked alike; only their status views differ
+//! ([`ContainerRt::view`], [`ContainerRt::init_view`]).
 
 use std::time::{Duration, Instant};
 
@@ -43,8 +45,9 @@ pub(crate) struct ContainerRt {
     pub(crate) instances: u32,
     pub(crate) running: Option<Instance>,
     pub(crate) waiting: (String, Option<String>),
+    /// The termination of the previous instance (not the final one of a finished container).
     pub(crate) last_terminated: Option<ContainerStateTerminated>,
-    /// Terminated for good (no restart): its final state.
+    /// Terminated for good (no restart, or an init container that completed): its final state.
     pub(crate) finished: Option<ContainerStateTerminated>,
     pub(crate) next_attempt: Instant,
     pub(crate) backoff: Duration,
@@ -53,13 +56,15 @@ pub(crate) struct ContainerRt {
 }
 
 impl ContainerRt {
-    pub(crate) fn new(spec: Container, backoff: Duration) -> Self {
+    /// A container not started yet, waiting with `reason` (`ContainerCreating`, or
+    /// `PodInitializing` in a pod with init containers, as a kubelet reports them).
+    pub(crate) fn new(spec: Container, backoff: Duration, reason: &str) -> Self {
         Self {
             spec,
             restart_count: 0,
             instances: 0,
             running: None,
-            waiting: ("ContainerCreating".into(), None),
+            waiting: (reason.to_owned(), None),
             last_terminated: None,
             finished: None,
             next_attempt: Instant::now(),
@@ -104,12 +109,9 @@ impl ContainerRt {
                 false,
             ),
         };
-        let last_state = match (&self.finished, &self.last_terminated) {
-            // A finished container shows its end as its state; its last state is older.
-            (Some(_), _) => None,
-            (None, Some(t)) => Some(terminated(t)),
-            (None, None) => None,
-        };
+        // A finished container shows its end as its state; its last state is the instance
+        // before (e.g. the failed attempts of an init container that then completed).
+        let last_state = self.last_terminated.as_ref().map(terminated);
         let has_readiness = self.spec.readiness_probe.is_some();
         ContainerView {
             name: self.spec.name.clone(),
@@ -143,6 +145,19 @@ impl ContainerRt {
             ever_started: self.instances > 0,
             finished: self.finished.as_ref().map(|t| t.exit_code),
         }
+    }
+
+    /// The status view of an init container: ready once it completed (exit 0), as a kubelet
+    /// reports init containers.
+    pub(crate) fn init_view(&self) -> ContainerView {
+        let mut view = self.view();
+        view.ready = self.finished.as_ref().is_some_and(|t| t.exit_code == 0);
+        view
+    }
+
+    /// An init container that completed (exited 0): it is not run again for this pod.
+    pub(crate) fn completed(&self) -> bool {
+        self.finished.as_ref().is_some_and(|t| t.exit_code == 0)
     }
 }
 

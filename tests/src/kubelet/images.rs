@@ -4,7 +4,9 @@
 //! The built-in rule ([`ImageMap::with_etcd`]) maps any image whose repository ends in `/etcd`
 //! (`quay.io/coreos/etcd:v3.6.16`, `gcr.io/etcd-development/etcd:v3.7.3`, `etcd:v3.5.35`)
 //! with a tag `vX.Y.Z` to the etcd built by `hack/build-tools.sh` for X.Y.Z: its
-//! `/usr/local/bin/etcd` (the entrypoint) and `/usr/local/bin/etcdctl`. More rules can be
+//! `/usr/local/bin/etcd` (the entrypoint), `/usr/local/bin/etcdctl` and, from etcd 3.5 on,
+//! `/usr/local/bin/etcdutl` (older lines have none: their images restore snapshots with
+//! `etcdctl snapshot restore`). More rules can be
 //! registered at any time, e.g. the operator's own images:
 //!
 //! ```no_run
@@ -27,6 +29,8 @@ use crate::tools::Tools;
 pub const ETCD_ENTRYPOINT: &str = "/usr/local/bin/etcd";
 /// Where the official etcd images keep etcdctl.
 pub const ETCDCTL_PATH: &str = "/usr/local/bin/etcdctl";
+/// Where the official etcd images (3.5 and later) keep etcdutl.
+pub const ETCDUTL_PATH: &str = "/usr/local/bin/etcdutl";
 
 /// An image reference split into repository, tag and digest, with Docker Hub names normalized
 /// (`etcd` → `docker.io/library/etcd`).
@@ -241,6 +245,10 @@ impl ImageMap {
                         if let Ok(etcdctl) = tools.etcdctl(version) {
                             mapping = mapping.with_binary(ETCDCTL_PATH, etcdctl);
                         }
+                        // Only the lines that ship it (3.5 and later) map etcdutl.
+                        if let Ok(etcdutl) = tools.etcdutl(version) {
+                            mapping = mapping.with_binary(ETCDUTL_PATH, etcdutl);
+                        }
                         Ok(mapping)
                     }
                     Err(e) => Err(format!("etcd {version} is not available locally: {e}")),
@@ -371,6 +379,8 @@ mod tests {
         assert_eq!(m.resolve(ETCD_ENTRYPOINT).unwrap(), bin.join("etcd"));
         assert_eq!(m.resolve("etcdctl").unwrap(), bin.join("etcdctl"));
         assert!(m.resolve("/bin/sh").unwrap_err().contains("/bin/sh"));
+        // No etcdutl in this (fake) 3.6.16 tool directory: not mapped.
+        assert!(m.resolve(ETCDUTL_PATH).is_err());
 
         let err = map.resolve("quay.io/coreos/etcd:v3.9.9").unwrap_err();
         assert!(matches!(err, ImageError::Unavailable { .. }), "{err}");
@@ -387,5 +397,39 @@ mod tests {
             .resolve("ghcr.io/x/etcd-operator-controller:dev")
             .unwrap();
         assert_eq!(m.entrypoint_binary(), Some(Path::new("/bin/true")));
+    }
+
+    #[test]
+    fn etcd_rule_maps_etcdutl_where_the_line_has_it() {
+        let dir = tempfile::tempdir().unwrap();
+        for (version, tools) in [
+            ("v3.6.16", &["etcd", "etcdctl", "etcdutl"][..]),
+            ("v3.4.45", &["etcd", "etcdctl"][..]),
+        ] {
+            let bin = dir.path().join("etcd").join(version).join("bin");
+            std::fs::create_dir_all(&bin).unwrap();
+            for tool in tools {
+                std::fs::write(bin.join(tool), "").unwrap();
+            }
+            std::fs::write(dir.path().join("etcd").join(version).join(".complete"), "").unwrap();
+        }
+        let tools = Tools::new(dir.path(), Versions::parse(VERSIONS_ENV).unwrap());
+        let map = ImageMap::with_etcd(tools);
+
+        let m = map.resolve("quay.io/coreos/etcd:v3.6.16").unwrap();
+        let etcdutl = dir.path().join("etcd/v3.6.16/bin/etcdutl");
+        assert_eq!(m.resolve(ETCDUTL_PATH).unwrap(), etcdutl);
+        assert_eq!(m.resolve("etcdutl").unwrap(), etcdutl);
+
+        let m = map.resolve("quay.io/coreos/etcd:v3.4.45").unwrap();
+        let err = m.resolve(ETCDUTL_PATH).unwrap_err();
+        assert!(
+            err.contains("etcdutl") && err.contains(ETCDCTL_PATH),
+            "{err}"
+        );
+        assert_eq!(
+            m.resolve(ETCDCTL_PATH).unwrap(),
+            dir.path().join("etcd/v3.4.45/bin/etcdctl")
+        );
     }
 }

@@ -3,11 +3,22 @@
 //! It registers a Ready Node and keeps its Lease fresh, binds pending pods to it (no scheduler
 //! runs), and for every pod bound to it: gives the pod an IP and DNS name on the pod network
 //! ([`netns`]), maps its images to local binaries ([`images`]), sets up its volumes as
-//! directories ([`volumes`]), expands its command line and environment ([`expand`]), runs each
-//! container as a child process restarted per `restartPolicy`, runs its probes ([`probes`]) and
-//! writes its status ([`status`]). A changed container image restarts that container on the new
-//! binary (how the operator upgrades members); a deleted pod is stopped (SIGTERM, grace period,
-//! SIGKILL), cleaned up and removed.
+//! directories ([`volumes`]), expands its command line and environment ([`expand`]), runs its
+//! init containers one at a time, in order, each to completion, then each container as a child
+//! process restarted per `restartPolicy`, runs its probes ([`probes`]) and writes its status
+//! ([`status`]). A changed container image restarts that container on the new binary (how the
+//! operator upgrades members); a deleted pod is stopped (SIGTERM, grace period, SIGKILL),
+//! cleaned up and removed.
+//!
+//! Init containers go through the same code as the containers (image mapping, `command`/`args`
+//! and `env` expansion, mount-path rewriting, log files, back-off) and share the pod's volumes.
+//! A failed one is restarted with the containers' back-off unless `restartPolicy` is `Never`,
+//! which fails the pod; once all completed they are not run again for the life of the pod (a
+//! crashed container restarts alone). Until then the pod is `Pending`, its `Initialized`
+//! condition `False` and its containers wait with `PodInitializing`;
+//! `status.initContainerStatuses` report them as a kubelet does. Sidecars (init containers
+//! with their own `restartPolicy: Always`) are not supported: such a pod stays `Pending` with
+//! a message saying so.
 //!
 //! ```no_run
 //! # async fn demo(client: kube::Client) -> Result<(), etcd_tests::kubelet::KubeletError> {
@@ -22,8 +33,8 @@
 //! # }
 //! ```
 //!
-//! Not a full kubelet: no init containers, no `kubectl logs`/`exec`/port-forward (there is no
-//! kubelet API server), no resource limits, no Service virtual IPs (nothing routes ClusterIPs),
+//! Not a full kubelet: no sidecar containers, no `kubectl logs`/`exec`/port-forward (there is
+//! no kubelet API server), no resource limits, no Service virtual IPs (nothing routes ClusterIPs),
 //! secrets and config maps are written once per pod start.
 
 mod container;
@@ -194,10 +205,19 @@ pub enum KubeletError {
 pub(crate) struct PodInfo {
     pub(crate) ip: Option<Ipv4Addr>,
     pub(crate) volumes: BTreeMap<String, PathBuf>,
-    /// Running container processes, by container name.
+    /// Running container processes (init containers too), by container name.
     pub(crate) processes: BTreeMap<String, ManagedProcess>,
-    /// Container names in spec order.
+    /// Container names in spec order (not the init containers).
     pub(crate) containers: Vec<String>,
+}
+
+/// The log files of one pod's containers, kept after the pod is gone.
+#[derive(Debug, Default)]
+pub(crate) struct PodLogs {
+    /// (container, log file): the init containers, then the containers, in spec order.
+    pub(crate) files: Vec<(String, PathBuf)>,
+    /// Index in [`Self::files`] of the first container (after the init containers).
+    pub(crate) first_container: usize,
 }
 
 pub(crate) struct PodEntry {
@@ -222,8 +242,8 @@ pub(crate) struct Shared {
     pub(crate) pods: Mutex<BTreeMap<String, PodEntry>>,
     /// UIDs whose worker finished (late watch events for them are ignored).
     pub(crate) finished: Mutex<std::collections::BTreeSet<String>>,
-    /// Container log files by (namespace, pod) → container → path; kept after the pod is gone.
-    pub(crate) logs: Mutex<BTreeMap<(String, String), BTreeMap<String, PathBuf>>>,
+    /// Container log files by (namespace, pod); kept after the pod is gone.
+    pub(crate) logs: Mutex<BTreeMap<(String, String), PodLogs>>,
     pub(crate) shutting_down: AtomicBool,
     pub(crate) next_seq: std::sync::atomic::AtomicU64,
 }
@@ -471,7 +491,8 @@ impl Kubelet {
         self.kill_named_container(namespace, pod, None)
     }
 
-    /// SIGKILLs container `container` (`None`: the first) of `namespace/pod`.
+    /// SIGKILLs container `container` (`None`: the first container; an init container's name
+    /// works while it runs) of `namespace/pod`.
     pub fn kill_named_container(
         &self,
         namespace: &str,
@@ -547,8 +568,9 @@ impl Kubelet {
         self.shared.dirs.claim_dir(namespace, claim)
     }
 
-    /// The log file of container `container` (`None`: the first) of the newest pod
-    /// `namespace/pod` this kubelet ran (kept after the pod is gone). Restarts append to it.
+    /// The log file of container `container` (an init container or a container; `None`: the
+    /// first container) of the newest pod `namespace/pod` this kubelet ran (kept after the pod
+    /// is gone). Restarts append to it.
     pub fn container_log_path(
         &self,
         namespace: &str,
@@ -563,14 +585,15 @@ impl Kubelet {
                 pod: pod.into(),
             })?;
         let path = match container {
-            Some(c) => containers.get(c),
-            None => containers.values().next(),
+            Some(c) => containers.files.iter().find(|(name, _)| name == c),
+            None => containers.files.get(containers.first_container),
         };
-        path.cloned().ok_or_else(|| KubeletError::NotRunning {
-            namespace: namespace.into(),
-            pod: pod.into(),
-            container: container.unwrap_or_default().into(),
-        })
+        path.map(|(_, path)| path.clone())
+            .ok_or_else(|| KubeletError::NotRunning {
+                namespace: namespace.into(),
+                pod: pod.into(),
+                container: container.unwrap_or_default().into(),
+            })
     }
 
     /// The whole log of the first container of `namespace/pod` (every restart).
@@ -601,7 +624,7 @@ impl Kubelet {
             if namespace.is_some_and(|n| n != ns) {
                 continue;
             }
-            for (container, path) in containers {
+            for (container, path) in &containers.files {
                 out.push_str(&format!(
                     "----- last {lines} lines of container {ns}/{pod}/{container} ({}) -----\n{}\n",
                     path.display(),

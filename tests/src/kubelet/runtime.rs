@@ -1,5 +1,11 @@
-//! One worker task per pod: network, volumes, container processes (start, exit, restart with
-//! back-off, in-place image change), probes, status, and termination.
+//! One worker task per pod: network, volumes, init containers (one at a time, in order, each
+//! to completion), container processes (start, exit, restart with back-off, in-place image
+//! change), probes, status, and termination.
+//!
+//! Init containers and containers are one list ([`Worker::containers`], init containers
+//! first), so both go through the same start, exit, back-off and status code; only the order
+//! they run in ([`Worker::run_init_containers`]) and the restart verdict differ: an init
+//! container is restarted only when it failed (and `restartPolicy` is not `Never`).
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -22,7 +28,7 @@ use super::images::ImageMapping;
 use super::probes::{self, ExecContext, ProbeEvent, ProbeKind, ProbeTarget};
 use super::status::{self, PodView};
 use super::volumes;
-use super::{PodEntry, PodInfo, Shared, lock};
+use super::{PodEntry, PodInfo, PodLogs, Shared, lock};
 use crate::process::ManagedProcess;
 
 /// How often the worker checks its processes and timers.
@@ -49,6 +55,11 @@ pub(crate) fn spawn_worker(shared: Arc<Shared>, pod: Pod, seq: u64) -> PodEntry 
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();
     let name = pod.metadata.name.clone().unwrap_or_default();
     let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let init_specs: Vec<Container> = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.init_containers.clone())
+        .unwrap_or_default();
     let specs: Vec<Container> = pod
         .spec
         .as_ref()
@@ -59,11 +70,23 @@ pub(crate) fn spawn_worker(shared: Arc<Shared>, pod: Pod, seq: u64) -> PodEntry 
         ..PodInfo::default()
     }));
     let log_dir = shared.dirs.log_dir(&namespace, &name, &uid);
-    let logs: BTreeMap<String, PathBuf> = specs
-        .iter()
-        .map(|c| (c.name.clone(), log_dir.join(format!("{}.log", c.name))))
-        .collect();
+    let logs = PodLogs {
+        files: init_specs
+            .iter()
+            .chain(&specs)
+            .map(|c| (c.name.clone(), log_dir.join(format!("{}.log", c.name))))
+            .collect(),
+        first_container: init_specs.len(),
+    };
     lock(&shared.logs).insert((namespace.clone(), name.clone()), logs);
+    let init_count = init_specs.len();
+    // As a kubelet reports them: everything waits with PodInitializing in a pod that has init
+    // containers.
+    let waiting = if init_count == 0 {
+        "ContainerCreating"
+    } else {
+        "PodInitializing"
+    };
     let (updates, receiver) = watch::channel(PodUpdate::Present(Box::new(pod.clone())));
     let (probe_tx, probe_rx) = mpsc::unbounded_channel();
     let initial_backoff = shared.options.initial_backoff;
@@ -72,10 +95,13 @@ pub(crate) fn spawn_worker(shared: Arc<Shared>, pod: Pod, seq: u64) -> PodEntry 
         namespace: namespace.clone(),
         name: name.clone(),
         uid,
-        containers: specs
+        containers: init_specs
             .into_iter()
-            .map(|spec| ContainerRt::new(spec, initial_backoff))
+            .chain(specs)
+            .map(|spec| ContainerRt::new(spec, initial_backoff, waiting))
             .collect(),
+        init_count,
+        initialized: false,
         pod,
         info: info.clone(),
         updates: receiver,
@@ -109,7 +135,13 @@ struct Worker {
     name: String,
     uid: String,
     pod: Pod,
+    /// The init containers (the first [`Self::init_count`]), then the containers, in spec
+    /// order; indexes into it identify a container everywhere (probes too).
     containers: Vec<ContainerRt>,
+    /// How many of [`Self::containers`] are init containers.
+    init_count: usize,
+    /// Every init container completed (they are not run again).
+    initialized: bool,
     info: Arc<Mutex<PodInfo>>,
     updates: watch::Receiver<PodUpdate>,
     probe_tx: mpsc::UnboundedSender<ProbeEvent>,
@@ -264,19 +296,29 @@ impl Worker {
         }
     }
 
-    /// Takes a new version of the pod: a changed image restarts that container.
+    /// Takes a new version of the pod: a changed image restarts that container (a running init
+    /// container too; one that completed is not run again).
     async fn apply_update(&mut self, pod: Pod) {
         let specs: Vec<Container> = pod
             .spec
             .as_ref()
-            .map(|s| s.containers.clone())
+            .map(|s| {
+                s.init_containers
+                    .iter()
+                    .flatten()
+                    .chain(&s.containers)
+                    .cloned()
+                    .collect()
+            })
             .unwrap_or_default();
         self.pod = pod;
-        for (index, spec) in specs.into_iter().enumerate() {
+        for spec in specs {
+            // Names are unique across init containers and containers.
+            let Some(index) = self.containers.iter().position(|c| c.name() == spec.name) else {
+                continue;
+            };
             let (changed, running, finished) = {
-                let Some(c) = self.containers.get_mut(index) else {
-                    continue;
-                };
+                let c = &mut self.containers[index];
                 let changed = c.spec.image != spec.image;
                 c.spec = spec;
                 if changed {
@@ -306,17 +348,20 @@ impl Worker {
         }
     }
 
-    /// Volumes, then container starts and exits.
+    /// Volumes, then init container starts and exits, then container starts and exits.
     async fn step(&mut self) {
-        let init_containers = self
-            .pod
-            .spec
-            .as_ref()
-            .is_some_and(|s| s.init_containers.as_ref().is_some_and(|c| !c.is_empty()));
-        if init_containers {
-            // Running the app containers without them would hide the gap: stay Pending.
-            self.pod_message =
-                Some("init containers are not supported by the etcd-tests kubelet".into());
+        let sidecars: Vec<&str> = self.containers[..self.init_count]
+            .iter()
+            .filter(|c| c.spec.restart_policy.as_deref() == Some("Always"))
+            .map(ContainerRt::name)
+            .collect();
+        if !sidecars.is_empty() {
+            // Running the pod without its sidecars would hide the gap: stay Pending.
+            self.pod_message = Some(format!(
+                "sidecar containers (init containers with restartPolicy Always: {}) are not \
+                 supported by the etcd-tests kubelet",
+                sidecars.join(", ")
+            ));
             return;
         }
         if !self.sandbox_ready {
@@ -347,7 +392,10 @@ impl Worker {
                 }
             }
         }
-        for index in 0..self.containers.len() {
+        if !self.run_init_containers().await {
+            return;
+        }
+        for index in self.init_count..self.containers.len() {
             if self.containers[index].running.is_some() {
                 self.reap(index, true);
             } else if self.containers[index].finished.is_none()
@@ -356,6 +404,36 @@ impl Worker {
                 self.start_container(index).await;
             }
         }
+    }
+
+    /// Runs the init containers one at a time, in spec order, each to completion: notices the
+    /// exit of the one running, starts the next (or restarts a failed one after its back-off).
+    /// True once all completed; false while one runs or waits, and for good once one failed
+    /// with `restartPolicy: Never` (the pod is Failed; its containers never start).
+    async fn run_init_containers(&mut self) -> bool {
+        if self.initialized {
+            return true;
+        }
+        for index in 0..self.init_count {
+            if self.containers[index].running.is_some() {
+                self.reap(index, true);
+            }
+            let c = &self.containers[index];
+            if c.completed() {
+                continue;
+            }
+            if c.running.is_none() && c.finished.is_none() && Instant::now() >= c.next_attempt {
+                self.start_container(index).await;
+            }
+            return false;
+        }
+        self.initialized = true;
+        if self.init_count > 0 {
+            self.log(format_args!(
+                "init containers completed: starting the containers"
+            ));
+        }
+        true
     }
 
     /// Notices the exit of container `index` (if it exited) and decides about the restart.
@@ -389,19 +467,24 @@ impl Worker {
             finished_at: Some(Time(Timestamp::now())),
             container_id: Some(instance.container_id.clone()),
         };
+        let init = index < self.init_count;
+        // An init container that completed is done for the life of the pod, whatever the
+        // restart policy; a failed one is retried unless the policy is Never.
         let restart = match self.restart_policy() {
             "Never" => false,
             "OnFailure" => code != 0,
-            _ => true,
+            _ => !init || code != 0,
         };
         let options = &self.shared.options;
         let pod_key = self.key();
         let c = &mut self.containers[index];
-        c.last_terminated = Some(terminated.clone());
         let ran = instance.started_instant.elapsed();
         if crashed && !restart {
             c.finished = Some(terminated);
-        } else if crashed {
+        } else {
+            c.last_terminated = Some(terminated);
+        }
+        if crashed && restart {
             if ran >= options.backoff_reset {
                 c.backoff = options.initial_backoff;
             }
@@ -416,11 +499,14 @@ impl Worker {
             c.backoff = (c.backoff * 2).min(options.max_backoff);
         }
         self.shared.log.line(format_args!(
-            "{pod_key}: container {name} exited with {code}{} after {ran:?}{}",
+            "{pod_key}: {}container {name} exited with {code}{} after {ran:?}{}",
+            if init { "init " } else { "" },
             signal.map(|s| format!(" (signal {s})")).unwrap_or_default(),
             match (crashed, restart) {
                 (false, _) => "; stopped by the kubelet",
                 (true, true) => "; restarting after back-off",
+                (true, false) if init && code == 0 => "; completed",
+                (true, false) if init => "; not restarting (restartPolicy): the pod failed",
                 (true, false) => "; not restarting (restartPolicy)",
             }
         ));
@@ -723,7 +809,8 @@ impl Worker {
         });
         let restarts = c.restart_count;
         self.log(format_args!(
-            "container {} started: pid {pid}, image {image}, restart {restarts}: {} {}",
+            "{}container {} started: pid {pid}, image {image}, restart {restarts}: {} {}",
+            if index < self.init_count { "init " } else { "" },
             spec.name,
             binary.display(),
             argv[1..].join(" ")
@@ -803,7 +890,14 @@ impl Worker {
             host_ip: self.shared.network.node_ip(),
             start_time: self.start_time,
             sandbox_ready: self.sandbox_ready,
-            containers: self.containers.iter().map(ContainerRt::view).collect(),
+            init_containers: self.containers[..self.init_count]
+                .iter()
+                .map(ContainerRt::init_view)
+                .collect(),
+            containers: self.containers[self.init_count..]
+                .iter()
+                .map(ContainerRt::view)
+                .collect(),
             message: self.pod_message.clone(),
         };
         let previous = if self.last_conditions.is_empty() {

@@ -1,4 +1,4 @@
-//! Pod status as a kubelet reports it: phase, IPs, conditions and container statuses, built
+//! Pod status as a kubelet reports it: phase, IPs, conditions and (init) container statuses, built
 //! from the worker's view of its containers (pure functions), and the merge patch that writes
 //! it through `pods/status`.
 
@@ -52,6 +52,8 @@ pub struct PodView<'a> {
     pub start_time: Timestamp,
     /// Volumes are set up and the IP assigned (the "sandbox").
     pub sandbox_ready: bool,
+    /// Init containers in spec order (run one at a time before the containers).
+    pub init_containers: Vec<ContainerView>,
     /// Containers in spec order.
     pub containers: Vec<ContainerView>,
     /// Pod-level message (e.g. a volume that cannot be set up yet).
@@ -87,6 +89,21 @@ pub fn phase(containers: &[ContainerView]) -> &'static str {
     }
 }
 
+/// The pod phase with init containers: Failed when one failed for good (restartPolicy
+/// Never), Pending until all completed, then as [`phase`] says of the containers.
+pub fn pod_phase(init_containers: &[ContainerView], containers: &[ContainerView]) -> &'static str {
+    if init_containers
+        .iter()
+        .any(|c| c.finished.is_some_and(|code| code != 0))
+    {
+        return "Failed";
+    }
+    if init_containers.iter().any(|c| c.finished != Some(0)) {
+        return "Pending";
+    }
+    phase(containers)
+}
+
 fn condition(
     type_: &str,
     ok: bool,
@@ -118,7 +135,7 @@ fn condition(
 pub fn build(view: &PodView<'_>, previous: &[PodCondition], now: Timestamp) -> PodStatus {
     let pod = view.pod;
     let generation = pod.metadata.generation;
-    let phase = phase(&view.containers);
+    let phase = pod_phase(&view.init_containers, &view.containers);
     let terminal = matches!(phase, "Succeeded" | "Failed");
     let unready: Vec<&str> = view
         .containers
@@ -144,6 +161,13 @@ pub fn build(view: &PodView<'_>, previous: &[PodCondition], now: Timestamp) -> P
         .filter(|g| !observed.iter().any(|c| c.type_ == *g && c.status == "True"))
         .collect();
 
+    let uninitialized: Vec<&str> = view
+        .init_containers
+        .iter()
+        .filter(|c| c.finished != Some(0))
+        .map(|c| c.name.as_str())
+        .collect();
+    let initialized = uninitialized.is_empty();
     let unready_message = (!unready.is_empty())
         .then(|| format!("containers with unready status: [{}]", unready.join(" ")));
     let mut conditions = vec![
@@ -157,7 +181,20 @@ pub fn build(view: &PodView<'_>, previous: &[PodCondition], now: Timestamp) -> P
             &now,
             generation,
         ),
-        condition("Initialized", true, None, None, previous, &now, generation),
+        condition(
+            "Initialized",
+            initialized,
+            (!initialized).then_some("ContainersNotInitialized"),
+            (!initialized).then(|| {
+                format!(
+                    "containers with incomplete status: [{}]",
+                    uninitialized.join(" ")
+                )
+            }),
+            previous,
+            &now,
+            generation,
+        ),
         condition(
             "ContainersReady",
             containers_ready && !terminal,
@@ -201,27 +238,30 @@ pub fn build(view: &PodView<'_>, previous: &[PodCondition], now: Timestamp) -> P
             .filter(|c| !OWN_CONDITIONS.contains(&c.type_.as_str())),
     );
 
-    let container_statuses = view
-        .containers
-        .iter()
-        .map(|c| ContainerStatus {
-            name: c.name.clone(),
-            image: c.image.clone(),
-            image_id: c.image_id.clone(),
-            container_id: c.container_id.clone(),
-            ready: c.ready,
-            started: Some(c.started),
-            restart_count: c.restart_count,
-            state: Some(c.state.clone()),
-            last_state: Some(c.last_state.clone().unwrap_or_default()),
-            ..ContainerStatus::default()
-        })
-        .collect();
+    let statuses = |views: &[ContainerView]| -> Vec<ContainerStatus> {
+        views
+            .iter()
+            .map(|c| ContainerStatus {
+                name: c.name.clone(),
+                image: c.image.clone(),
+                image_id: c.image_id.clone(),
+                container_id: c.container_id.clone(),
+                ready: c.ready,
+                started: Some(c.started),
+                restart_count: c.restart_count,
+                state: Some(c.state.clone()),
+                last_state: Some(c.last_state.clone().unwrap_or_default()),
+                ..ContainerStatus::default()
+            })
+            .collect()
+    };
 
     PodStatus {
         phase: Some(phase.to_owned()),
         conditions: Some(conditions),
-        container_statuses: Some(container_statuses),
+        container_statuses: Some(statuses(&view.containers)),
+        init_container_statuses: (!view.init_containers.is_empty())
+            .then(|| statuses(&view.init_containers)),
         host_ip: Some(view.host_ip.to_string()),
         host_ips: Some(vec![HostIP {
             ip: view.host_ip.to_string(),
@@ -319,6 +359,7 @@ mod tests {
             host_ip: Ipv4Addr::new(10, 244, 0, 1),
             start_time: t0,
             sandbox_ready: true,
+            init_containers: Vec::new(),
             containers: vec![container(true, false)],
             message: None,
         };
@@ -359,5 +400,75 @@ mod tests {
         let patch = merge_patch(&second);
         assert!(patch["status"]["message"].is_null());
         assert_eq!(patch["status"]["phase"], "Running");
+    }
+
+    #[test]
+    fn init_containers_gate_the_phase_and_the_initialized_condition() {
+        let init = |name: &str, finished: Option<i32>| {
+            let mut c = container(false, false);
+            c.name = name.into();
+            c.finished = finished;
+            c.ever_started = finished.is_some();
+            c
+        };
+        let app = [container(false, false)];
+        assert_eq!(
+            pod_phase(&[init("a", Some(0)), init("b", None)], &app),
+            "Pending"
+        );
+        assert_eq!(pod_phase(&[init("a", Some(1))], &app), "Failed");
+        assert_eq!(
+            pod_phase(&[init("a", Some(0))], &[container(true, false)]),
+            "Running"
+        );
+        assert_eq!(pod_phase(&[], &app), "Pending");
+
+        let pod = Pod {
+            spec: Some(PodSpec::default()),
+            ..Pod::default()
+        };
+        let t0 = Timestamp::from_second(1_000).unwrap();
+        let mut view = PodView {
+            pod: &pod,
+            pod_ip: None,
+            host_ip: Ipv4Addr::new(10, 244, 0, 1),
+            start_time: t0,
+            sandbox_ready: true,
+            init_containers: vec![init("a", Some(0)), init("b", None)],
+            containers: app.to_vec(),
+            message: None,
+        };
+        let initialized = |s: &PodStatus| {
+            s.conditions
+                .as_ref()
+                .unwrap()
+                .iter()
+                .find(|c| c.type_ == "Initialized")
+                .cloned()
+                .unwrap()
+        };
+        let pending = build(&view, &[], t0);
+        let condition = initialized(&pending);
+        assert_eq!(condition.status, "False");
+        assert_eq!(
+            condition.reason.as_deref(),
+            Some("ContainersNotInitialized")
+        );
+        assert_eq!(
+            condition.message.as_deref(),
+            Some("containers with incomplete status: [b]")
+        );
+        let statuses = pending.init_container_statuses.as_ref().unwrap();
+        assert_eq!(statuses.len(), 2);
+        assert_eq!(statuses[1].name, "b");
+        assert_eq!(pending.phase.as_deref(), Some("Pending"));
+
+        view.init_containers[1].finished = Some(0);
+        let done = build(&view, pending.conditions.as_deref().unwrap(), t0);
+        assert_eq!(initialized(&done).status, "True");
+        assert_eq!(initialized(&done).reason, None);
+
+        view.init_containers.clear();
+        assert!(build(&view, &[], t0).init_container_statuses.is_none());
     }
 }
