@@ -1,5 +1,5 @@
 //! Every controller of the operator in one process, sharing the client, the metrics and the
-//! shutdown: EtcdCluster ([`crate::reconcile`]) and EtcdBackup ([`crate::backup`]). One
+//! shutdown: EtcdCluster ([`crate::reconcile`]), EtcdBackup and EtcdRestore ([`crate::backup`]). One
 //! Deployment serves all the kinds (CoreOS needed three).
 
 use std::future::Future;
@@ -9,6 +9,7 @@ use futures::FutureExt as _;
 
 use crate::admin::Readiness;
 use crate::backup::reconciler::{self as backup, BackupConfig, BackupReconciler};
+use crate::backup::restore::{self, RestoreReconciler};
 use crate::context::Context;
 use crate::reconcile::run_controller;
 
@@ -32,6 +33,13 @@ pub async fn run_all(
             ..BackupConfig::default()
         },
     ));
+    let restores = Arc::new(RestoreReconciler::new(
+        ctx.client.clone(),
+        ctx.metrics.backups.clone(),
+        ctx.reporter.clone(),
+        ctx.config.policy(),
+        ctx.config.restore_image.clone(),
+    ));
     futures::join!(
         run_controller(
             ctx.clone(),
@@ -40,6 +48,12 @@ pub async fn run_all(
             shutdown.clone(),
             ready
         ),
-        backup::run(backups, namespace, concurrency.clamp(1, 4), shutdown),
+        backup::run(
+            backups,
+            namespace.clone(),
+            concurrency.clamp(1, 4),
+            shutdown.clone()
+        ),
+        restore::run(restores, namespace, shutdown),
     );
 }

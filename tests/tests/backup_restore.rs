@@ -33,14 +33,37 @@ use etcd_tests::s3::S3Server;
 use etcd_tests::suite::TestContext;
 use etcd_tests::{Tools, poll_until};
 
+use etcd_shared::EtcdCluster;
+use etcd_shared::types::{EtcdRestore, EtcdRestoreStatus};
+use etcd_tests::operator::OperatorBinaries;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt as _;
+
 use support::operator::{Controller, create_cluster, install};
-use support::{ETCD_TIMEOUT, WAIT, client_service_urls, connect, settled, wait_until};
+use support::{
+    ETCD_TIMEOUT, WAIT, bulk_put, check_every_member, client_service_urls, connect, settled,
+    wait_until,
+};
 
 fn main() -> std::process::ExitCode {
-    let tests = etcd_tests::tests![
+    let long = Duration::from_secs(600);
+    let mut tests = etcd_tests::tests![
         a_one_shot_backup_is_taken_while_writes_continue,
         periodic_backups_keep_max_backups,
+        a_corrupt_snapshot_is_refused_before_the_cluster_is_touched,
     ];
+    tests.extend([
+        etcd_tests::Test::new(
+            "a_restore_brings_back_every_acknowledged_write",
+            a_restore_brings_back_every_acknowledged_write,
+        )
+        .with_timeout(long),
+        etcd_tests::Test::new(
+            "a_3_5_snapshot_restores_into_3_6",
+            a_3_5_snapshot_restores_into_3_6,
+        )
+        .with_timeout(long),
+    ]);
     etcd_tests::run_suite_with_kubelet(tests)
 }
 
@@ -192,10 +215,20 @@ async fn backup_status(
 }
 
 async fn settled_cluster(ctx: &TestContext, name: &str, size: usize) -> anyhow::Result<String> {
+    settled_cluster_of(ctx, name, size, None).await
+}
+
+async fn settled_cluster_of(
+    ctx: &TestContext,
+    name: &str,
+    size: usize,
+    version: Option<&str>,
+) -> anyhow::Result<String> {
     let started = Instant::now();
+    let version_line = version.map_or(String::new(), |v| format!("  version: {v}\n"));
     let created = create_cluster(
         ctx,
-        &format!("apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdCluster\nmetadata:\n  name: {name}\nspec:\n  size: {size}\n"),
+        &format!("apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdCluster\nmetadata:\n  name: {name}\nspec:\n  size: {size}\n{version_line}"),
     )
     .await?;
     let version = created.spec.version.clone().context("defaulted version")?;
@@ -338,5 +371,224 @@ async fn periodic_backups_keep_max_backups(ctx: TestContext) -> anyhow::Result<(
         )
     })
     .await?;
+    Ok(())
+}
+
+async fn create_restore(ctx: &TestContext, yaml: &str) -> anyhow::Result<EtcdRestore> {
+    let restore: EtcdRestore = serde_yaml::from_str(yaml).context("restore YAML")?;
+    let api: Api<EtcdRestore> = ctx.api();
+    Ok(api.create(&PostParams::default(), &restore).await?)
+}
+
+/// Waits until the restore's status satisfies `done`.
+async fn restore_status(
+    ctx: &TestContext,
+    name: &str,
+    what: &str,
+    done: impl Fn(&EtcdRestoreStatus) -> bool,
+) -> anyhow::Result<EtcdRestoreStatus> {
+    let api: Api<EtcdRestore> = ctx.api();
+    poll_until(&format!("EtcdRestore {name}: {what}"), WAIT, || async {
+        let r = api.get(name).await?;
+        anyhow::Ok(r.status.filter(|s| done(s)))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+fn restore_yaml(storage: &Storage, name: &str, cluster: &str, key: &str) -> String {
+    format!(
+        "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdRestore\nmetadata:\n  name: {name}\nspec:\n  etcdCluster:\n    name: {cluster}\n  backupStorageType: S3\n{}",
+        storage.s3_yaml(key)
+    )
+}
+
+fn backup_yaml(storage: &Storage, name: &str, cluster: &str, key: &str) -> String {
+    format!(
+        "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdBackup\nmetadata:\n  name: {name}\nspec:\n  etcdEndpoints: [\"http://{cluster}-client:2379\"]\n  storageType: S3\n{}",
+        storage.s3_yaml(key)
+    )
+}
+
+/// Issue 16, item 7: 10,000 keys in a 3-member cluster, a backup to the real S3 server while
+/// writes continue, then a restore: the cluster is replaced by one seeded from the snapshot,
+/// grows to 3 members, and every write acknowledged at or before the snapshot's revision is
+/// on every member with its value; the status of both says which snapshot.
+async fn a_restore_brings_back_every_acknowledged_write(ctx: TestContext) -> anyhow::Result<()> {
+    install(&ctx).await?;
+    OperatorBinaries::locate()?.register(ctx.kubelet()?);
+    let _controller = Controller::start(&ctx)?;
+    let storage = Storage::start(&ctx, "restores").await?;
+    settled_cluster(&ctx, "rs", 3).await?;
+    let slices: Api<EndpointSlice> = ctx.api();
+    let started = Instant::now();
+    let bulk = bulk_put(&slices, "rs", "/bulk/", 10_000, 32).await?;
+    ensure!(
+        bulk.len() == 10_000,
+        "{} of 10,000 bulk writes acknowledged",
+        bulk.len()
+    );
+    duration("10,000 keys written", started);
+    let writer = RevisionWriter::start(&slices, "rs", "/live/").await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    create_backup(
+        &ctx,
+        &backup_yaml(&storage, "before", "rs", "rs/snapshot.db"),
+    )
+    .await?;
+    let backup = backup_status(&ctx, "before", "succeeded", |s| s.succeeded).await?;
+    let acked = writer.stop().await?;
+    let revision = backup.etcd_revision.context("revision")?;
+    let before: BTreeMap<String, String> = acked
+        .iter()
+        .filter(|(_, _, rev)| *rev <= revision)
+        .map(|(k, v, _)| (k.clone(), v.clone()))
+        .collect();
+    println!(
+        "figure: snapshot at revision {revision}, {} bytes; {} of {} live writes acknowledged at or before it",
+        backup.last_backup_size.unwrap_or(0),
+        before.len(),
+        acked.len()
+    );
+
+    let clusters: Api<EtcdCluster> = ctx.api();
+    let old_uid = clusters.get("rs").await?.uid().context("uid")?;
+    let started = Instant::now();
+    create_restore(
+        &ctx,
+        &restore_yaml(&storage, "rs-restore", "rs", "rs/snapshot.db"),
+    )
+    .await?;
+    let status = restore_status(&ctx, "rs-restore", "succeeded", |s| s.succeeded).await?;
+    let secs = duration("restore to a Running 3-member cluster", started);
+    println!("figure: restore {secs:.1} s");
+    ensure!(status.snapshot_revision == Some(revision), "{status:?}");
+    ensure!(
+        status.snapshot_sha256 == backup.last_backup_sha256,
+        "{status:?}"
+    );
+    ensure!(status.replaced_cluster_uid.as_deref() == Some(old_uid.as_str()));
+    let cluster = clusters.get("rs").await?;
+    ensure!(
+        cluster.uid().as_deref() != Some(old_uid.as_str()),
+        "the cluster was replaced"
+    );
+    let from = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.restored_from.clone())
+        .context("status.restoredFrom")?;
+    ensure!(
+        from.path == "restores/rs/snapshot.db" && from.revision == Some(revision),
+        "{from:?}"
+    );
+
+    // Every acknowledged write at or before the snapshot's revision, on every member.
+    let pods: Api<Pod> = ctx.api();
+    check_every_member(&pods, "rs", "/bulk/", &bulk, 3).await?;
+    check_every_member(&pods, "rs", "/live/", &before, 3).await?;
+    Ok(())
+}
+
+/// Issue 16, items 5 and 7: a snapshot whose bytes changed in the store is refused while the
+/// cluster keeps running untouched (same UID, same data), with a clear status and event.
+async fn a_corrupt_snapshot_is_refused_before_the_cluster_is_touched(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    install(&ctx).await?;
+    let _controller = Controller::start(&ctx)?;
+    let storage = Storage::start(&ctx, "corrupt").await?;
+    settled_cluster(&ctx, "live", 1).await?;
+    let slices: Api<EndpointSlice> = ctx.api();
+    let data = bulk_put(&slices, "live", "/k/", 200, 8).await?;
+    create_backup(
+        &ctx,
+        &backup_yaml(&storage, "b", "live", "live/snapshot.db"),
+    )
+    .await?;
+    backup_status(&ctx, "b", "succeeded", |s| s.succeeded).await?;
+    let file = storage.server.object_file("corrupt", "live/snapshot.db");
+    let mut bytes = std::fs::read(&file)?;
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&file, &bytes)?;
+
+    let clusters: Api<EtcdCluster> = ctx.api();
+    let uid = clusters.get("live").await?.uid();
+    create_restore(
+        &ctx,
+        &restore_yaml(&storage, "bad", "live", "live/snapshot.db"),
+    )
+    .await?;
+    let status = restore_status(&ctx, "bad", "refused", |s| s.reason.is_some()).await?;
+    let reason = status.reason.clone().unwrap_or_default();
+    ensure!(reason.starts_with("IntegrityCheckFailed"), "{reason}");
+    ensure!(
+        !status.succeeded && status.replaced_cluster_uid.is_none(),
+        "{status:?}"
+    );
+    let verified = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Verified")
+        .context("Verified condition")?;
+    ensure!(verified.status == "False", "{verified:?}");
+    // A missing object is refused the same way.
+    create_restore(
+        &ctx,
+        &restore_yaml(&storage, "missing", "live", "live/typo.db"),
+    )
+    .await?;
+    let missing = restore_status(&ctx, "missing", "refused", |s| s.reason.is_some()).await?;
+    ensure!(
+        missing
+            .reason
+            .as_deref()
+            .unwrap_or_default()
+            .starts_with("NotFound"),
+        "{missing:?}"
+    );
+    // The cluster is untouched.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let cluster = clusters.get("live").await?;
+    ensure!(cluster.uid() == uid && cluster.metadata.deletion_timestamp.is_none());
+    let pods: Api<Pod> = ctx.api();
+    check_every_member(&pods, "live", "/k/", &data, 1).await?;
+    Ok(())
+}
+
+/// Issue 16, item 7: a snapshot taken by etcd 3.5 restores into a 3.6 cluster (etcd's
+/// one-line rule), and the restored cluster runs 3.6 on the 3.5 data.
+async fn a_3_5_snapshot_restores_into_3_6(ctx: TestContext) -> anyhow::Result<()> {
+    install(&ctx).await?;
+    OperatorBinaries::locate()?.register(ctx.kubelet()?);
+    let _controller = Controller::start(&ctx)?;
+    let storage = Storage::start(&ctx, "lines").await?;
+    let old = support::pinned_etcd("3.5")?;
+    let new = support::pinned_etcd("3.6")?;
+    settled_cluster_of(&ctx, "old", 1, Some(&old)).await?;
+    let slices: Api<EndpointSlice> = ctx.api();
+    let data = bulk_put(&slices, "old", "/old/", 500, 8).await?;
+    create_backup(
+        &ctx,
+        &backup_yaml(&storage, "b35", "old", "old/snapshot.db"),
+    )
+    .await?;
+    let backup = backup_status(&ctx, "b35", "succeeded", |s| s.succeeded).await?;
+    ensure!(backup.etcd_version.as_deref() == Some(old.as_str()));
+
+    settled_cluster_of(&ctx, "next", 3, Some(&new)).await?;
+    create_restore(
+        &ctx,
+        &restore_yaml(&storage, "up", "next", "old/snapshot.db"),
+    )
+    .await?;
+    let status = restore_status(&ctx, "up", "succeeded", |s| s.succeeded).await?;
+    ensure!(status.snapshot_etcd_version.as_deref() == Some(old.as_str()));
+    let clusters: Api<EtcdCluster> = ctx.api();
+    let cluster = clusters.get("next").await?;
+    ensure!(cluster.spec.version.as_deref() == Some(new.as_str()));
+    let pods: Api<Pod> = ctx.api();
+    check_every_member(&pods, "next", "/old/", &data, 3).await?;
     Ok(())
 }

@@ -6,11 +6,14 @@
 //! - [`transfer`]: snapshots to and from the bucket as streams, in constant memory.
 //! - [`schedule`]: pure decisions (due or not, keys, retention, statuses).
 //! - [`reconciler`]: the EtcdBackup reconciler.
+//! - [`restore`]: the EtcdRestore reconciler.
+//! - [`seed`]: the restore steps the seed member's init containers run.
 //! - [`metrics`]: the backup and restore series.
 
 pub mod integrity;
 pub mod metrics;
 pub mod reconciler;
+pub mod restore;
 pub mod schedule;
 pub mod seed;
 pub mod store;

@@ -452,7 +452,7 @@ async fn most_advanced_member(
 }
 
 /// The `[default]` profile of the `awsSecret`.
-async fn aws_profile(
+pub(crate) async fn aws_profile(
     client: &kube::Client,
     namespace: &str,
     name: &str,

@@ -107,6 +107,9 @@ async fn install_once(ctx: &TestContext) -> anyhow::Result<Installed> {
     })
 }
 
+/// The image the in-process controller gives a restored member's restore steps.
+pub const RESTORE_IMAGE: &str = "etcd-operator/etcd-controller:test";
+
 /// A controller reconciling the EtcdClusters of one namespace; stops when dropped.
 pub struct Controller {
     stop: CancellationToken,
@@ -133,6 +136,9 @@ impl Controller {
             },
             config: ControllerConfig {
                 wait_requeue: Duration::from_secs(2),
+                // The chart's controller image; the suites that restore map it to the built
+                // binary (`OperatorBinaries::register`).
+                restore_image: Some(RESTORE_IMAGE.into()),
                 ..ControllerConfig::default()
             },
         });

@@ -1,0 +1,724 @@
+//! The `EtcdRestore` reconciler. CoreOS' restore operator deleted the named cluster and then
+//! created it anew from the snapshot, so a typo in the path lost the live cluster. Here the
+//! snapshot is downloaded and checked first (etcd's hash, and that its etcd line can be
+//! restored by the cluster's), and only then is anything of the cluster touched:
+//!
+//! 1. **Verify**: read the whole snapshot through, check it, record the cluster's labels,
+//!    annotations and spec (the template) and its UID in the restore's status;
+//! 2. **Replace**: delete that cluster (only that UID: a precondition) and wait until it is
+//!    gone with everything it owned;
+//! 3. **Seed**: create the cluster again from the template with the restore-seed annotation:
+//!    its first member restores the snapshot before etcd starts ([`crate::builders::seed_member`]),
+//!    then the cluster grows to its size as usual;
+//! 4. **Done** when it is Available with every member: status `succeeded`, the snapshot's
+//!    path, revision and hash in both statuses.
+//!
+//! Each step is chosen from what is observed ([`next_step`], pure), so a restart of the
+//! controller at any point resumes where it stopped.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::controller::{Action, Config as ControllerRuntimeConfig, Controller};
+use kube::runtime::events::{EventType, Recorder, Reporter};
+use kube::runtime::watcher;
+use kube::{Api, Resource as _, ResourceExt as _};
+use serde_json::json;
+use tracing::{info, warn};
+
+use etcd_shared::names::{self, ANNOTATION_RESTORE_SEED};
+use etcd_shared::types::storage::SUPPORTED_STORAGE_TYPES;
+use etcd_shared::types::{
+    ClusterPhase, ClusterTemplate, EtcdCluster, EtcdRestore, EtcdRestoreStatus, RestoreSeed,
+};
+use etcd_shared::version::EtcdVersion;
+
+use super::metrics::BackupMetrics;
+use super::reconciler::{BackupError, aws_profile};
+use super::store::{self, S3Object, StoreTimeouts};
+use super::transfer;
+use crate::backoff::Backoff;
+use crate::conditions;
+use crate::error::Error;
+use crate::events::publish;
+
+/// Condition type: the snapshot was downloaded and checked.
+pub const VERIFIED: &str = "Verified";
+/// Condition type: the cluster runs on the restored data.
+pub const RESTORED: &str = "Restored";
+
+/// How often a restore in progress looks again (the cluster's own changes do not wake it).
+const POLL: Duration = Duration::from_secs(2);
+
+/// The next step of a restore, from what is observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RestoreStep {
+    /// Finished (succeeded): nothing more, ever. A new restore is a new EtcdRestore.
+    Done,
+    /// Download and check the snapshot, record the template.
+    Verify,
+    /// Delete the cluster being replaced (this UID only).
+    DeleteOld(String),
+    /// The replaced cluster is still terminating.
+    WaitGone,
+    /// Create the restored cluster.
+    CreateNew,
+    /// The restored cluster is growing.
+    WaitReady,
+    /// The restored cluster is Available with every member.
+    Finish,
+    /// A cluster of that name exists that is neither the replaced one nor this restore's.
+    Conflict(String),
+    /// The cluster to restore does not exist and nothing was recorded of it.
+    NoCluster,
+}
+
+/// Whether the restored cluster is Available with all its members.
+fn restored_and_ready(cluster: &EtcdCluster) -> bool {
+    let Some(status) = cluster.status.as_ref() else {
+        return false;
+    };
+    let size = cluster.spec.size.unwrap_or(0);
+    status.phase == Some(ClusterPhase::Running)
+        && status.ready_members == Some(size)
+        && status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Available" && c.status == "True")
+}
+
+/// The restore this cluster was seeded by, if any.
+fn seeded_by(cluster: &EtcdCluster) -> Option<String> {
+    let value = cluster.annotations().get(ANNOTATION_RESTORE_SEED)?;
+    RestoreSeed::parse(value).ok().map(|s| s.restore)
+}
+
+/// The next step of `restore` given the cluster of its name (if any).
+pub fn next_step(restore: &EtcdRestore, cluster: Option<&EtcdCluster>) -> RestoreStep {
+    let status = restore.status.as_ref();
+    if status.is_some_and(|s| s.succeeded) {
+        return RestoreStep::Done;
+    }
+    let replaced = status.and_then(|s| s.replaced_cluster_uid.clone());
+    let verified = status.is_some_and(|s| s.template.is_some()) && replaced.is_some();
+    let Some(cluster) = cluster else {
+        return if verified {
+            RestoreStep::CreateNew
+        } else {
+            RestoreStep::NoCluster
+        };
+    };
+    let uid = cluster.metadata.uid.clone().unwrap_or_default();
+    if !verified {
+        if seeded_by(cluster).as_deref() == Some(restore.name_any().as_str()) {
+            // Our own cluster, with our status lost: nothing to verify against any more.
+            return RestoreStep::WaitReady;
+        }
+        return RestoreStep::Verify;
+    }
+    if Some(&uid) == replaced.as_ref() {
+        return if cluster.metadata.deletion_timestamp.is_some() {
+            RestoreStep::WaitGone
+        } else {
+            RestoreStep::DeleteOld(uid)
+        };
+    }
+    if seeded_by(cluster).as_deref() == Some(restore.name_any().as_str()) {
+        return if restored_and_ready(cluster) {
+            RestoreStep::Finish
+        } else {
+            RestoreStep::WaitReady
+        };
+    }
+    RestoreStep::Conflict(format!(
+        "EtcdCluster {} (uid {uid}) was created by someone else after the restore replaced the old one",
+        cluster.name_any()
+    ))
+}
+
+/// Whether a snapshot taken by `snapshot` (when known) can be restored by the tool of
+/// `cluster`'s line: the same line or the next one (etcd's rule), never an older one.
+pub fn lines_fit(snapshot: Option<&str>, cluster: &EtcdVersion) -> Result<(), String> {
+    let Some(snapshot) = snapshot else {
+        return Ok(());
+    };
+    let taken: EtcdVersion = snapshot
+        .parse()
+        .map_err(|e| format!("the snapshot's etcd version {snapshot:?} does not parse: {e}"))?;
+    if (taken.major, taken.minor) > (cluster.major, cluster.minor) {
+        return Err(format!(
+            "the snapshot was taken by etcd {taken}, newer than the cluster's {cluster}: an older etcd cannot restore it; set spec.version to {}.{}.x or later first",
+            taken.major, taken.minor
+        ));
+    }
+    if taken.major != cluster.major || cluster.minor > taken.minor + 1 {
+        return Err(format!(
+            "the snapshot was taken by etcd {taken}; the cluster runs {cluster}: restore into {}.{}.x or {}.{}.x, then upgrade one line at a time",
+            taken.major,
+            taken.minor,
+            taken.major,
+            taken.minor + 1
+        ));
+    }
+    Ok(())
+}
+
+/// What every restore reconcile shares.
+pub struct RestoreReconciler {
+    client: kube::Client,
+    metrics: BackupMetrics,
+    recorder: Recorder,
+    store: StoreTimeouts,
+    policy: etcd_shared::admission::AdmissionPolicy,
+    backoff: Backoff,
+    restore_image: Option<String>,
+}
+
+impl RestoreReconciler {
+    /// A reconciler publishing events as `reporter`, reading cluster specs with `policy`;
+    /// `restore_image` is the controller's `--restore-image` (restores are refused without).
+    pub fn new(
+        client: kube::Client,
+        metrics: BackupMetrics,
+        reporter: Reporter,
+        policy: etcd_shared::admission::AdmissionPolicy,
+        restore_image: Option<String>,
+    ) -> Self {
+        RestoreReconciler {
+            recorder: Recorder::new(client.clone(), reporter),
+            backoff: Backoff::new(Duration::from_secs(5), Duration::from_secs(300)),
+            store: StoreTimeouts::default(),
+            client,
+            metrics,
+            policy,
+            restore_image,
+        }
+    }
+}
+
+/// Runs the EtcdRestore controller until `shutdown` resolves.
+pub async fn run(
+    reconciler: Arc<RestoreReconciler>,
+    namespace: Option<String>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let restores: Api<EtcdRestore> = match &namespace {
+        Some(ns) => Api::namespaced(reconciler.client.clone(), ns),
+        None => Api::all(reconciler.client.clone()),
+    };
+    let forgetting = reconciler.clone();
+    Controller::new(restores, watcher::Config::default())
+        .with_config(ControllerRuntimeConfig::default().concurrency(2))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, reconciler)
+        .for_each(|result| {
+            let r = forgetting.clone();
+            async move {
+                match result {
+                    Ok(_) => {}
+                    Err(kube::runtime::controller::Error::ObjectNotFound(gone)) => {
+                        let ns = gone.namespace.clone().unwrap_or_default();
+                        r.backoff.succeeded(&format!("{ns}/{}", gone.name));
+                    }
+                    Err(kube::runtime::controller::Error::QueueError(e)) => {
+                        warn!(error = %e, "the EtcdRestore watch failed; retrying");
+                    }
+                    Err(e) => tracing::debug!(error = %e, "restore controller stream error"),
+                }
+            }
+        })
+        .await;
+}
+
+fn key(restore: &EtcdRestore) -> String {
+    format!(
+        "{}/{}",
+        restore.namespace().unwrap_or_default(),
+        restore.name_any()
+    )
+}
+
+fn error_policy(
+    restore: Arc<EtcdRestore>,
+    error: &BackupError,
+    r: Arc<RestoreReconciler>,
+) -> Action {
+    let delay = r.backoff.failed(&key(&restore));
+    warn!(restore = %key(&restore), %error, retry_in = ?delay, "restore step failed; retrying");
+    Action::requeue(delay)
+}
+
+async fn reconcile(
+    restore: Arc<EtcdRestore>,
+    r: Arc<RestoreReconciler>,
+) -> Result<Action, BackupError> {
+    let namespace = restore.namespace().unwrap_or_default();
+    let target = restore.spec.etcd_cluster.name.clone();
+    let clusters: Api<EtcdCluster> = Api::namespaced(r.client.clone(), &namespace);
+    let cluster = clusters
+        .get_opt(&target)
+        .await
+        .map_err(Error::kube(format!("get EtcdCluster {target}")))?;
+    let step = next_step(&restore, cluster.as_ref());
+    tracing::debug!(restore = %key(&restore), ?step, "restore step");
+    let reference = restore.object_ref(&());
+    match step {
+        RestoreStep::Done => Ok(Action::await_change()),
+        RestoreStep::NoCluster => {
+            let message = format!(
+                "EtcdCluster {target:?} not found in this namespace: a restore replaces an existing cluster, whose spec is the template"
+            );
+            fail(&r, &restore, "ClusterNotFound", &message, VERIFIED).await;
+            Ok(Action::requeue(Duration::from_secs(30)))
+        }
+        RestoreStep::Conflict(message) => {
+            fail(&r, &restore, "ClusterReplaced", &message, RESTORED).await;
+            Ok(Action::await_change())
+        }
+        RestoreStep::Verify => {
+            let Some(cluster) = cluster else {
+                return Ok(Action::requeue(POLL));
+            };
+            if r.restore_image.is_none() {
+                let message = "the controller runs without --restore-image (the chart sets it), so it cannot seed a restored member; the cluster is untouched";
+                fail(&r, &restore, "NoRestoreImage", message, VERIFIED).await;
+                return Ok(Action::await_change());
+            }
+            match verify(&r, &restore, &cluster).await {
+                Ok(status) => {
+                    write_status(&r.client, &restore, &status).await?;
+                    let note = status
+                        .conditions
+                        .iter()
+                        .find(|c| c.type_ == VERIFIED)
+                        .map(|c| c.message.clone())
+                        .unwrap_or_default();
+                    publish(
+                        &r.recorder,
+                        &reference,
+                        EventType::Normal,
+                        "SnapshotVerified",
+                        note,
+                    )
+                    .await;
+                    Ok(Action::requeue(Duration::ZERO))
+                }
+                Err(error) => {
+                    let reason = error.reason();
+                    fail(&r, &restore, reason, &error.to_string(), VERIFIED).await;
+                    r.metrics.restored(false);
+                    if error.needs_spec_change() {
+                        Ok(Action::await_change())
+                    } else {
+                        Err(error)
+                    }
+                }
+            }
+        }
+        RestoreStep::DeleteOld(uid) => {
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: Some(uid.clone()),
+                    resource_version: None,
+                }),
+                ..DeleteParams::foreground()
+            };
+            match clusters.delete(&target, &params).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+                Err(e) => return Err(Error::kube(format!("delete EtcdCluster {target}"))(e).into()),
+            }
+            info!(restore = %key(&restore), cluster = %target, %uid, "the snapshot checked; the cluster it replaces is being deleted");
+            publish(&r.recorder, &reference, EventType::Normal, "ClusterReplaced", format!("deleting EtcdCluster {target} (uid {uid}) to restore it from the verified snapshot")).await;
+            Ok(Action::requeue(POLL))
+        }
+        RestoreStep::WaitGone | RestoreStep::WaitReady => Ok(Action::requeue(POLL)),
+        RestoreStep::CreateNew => {
+            let new = restored_cluster(&restore, &namespace)?;
+            match clusters.create(&PostParams::default(), &new).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => return Err(Error::kube(format!("create EtcdCluster {target}"))(e).into()),
+            }
+            publish(
+                &r.recorder,
+                &reference,
+                EventType::Normal,
+                "ClusterCreated",
+                format!("EtcdCluster {target} created; its first member restores the snapshot"),
+            )
+            .await;
+            Ok(Action::requeue(POLL))
+        }
+        RestoreStep::Finish => {
+            let mut status = restore.status.clone().unwrap_or_default();
+            status.succeeded = true;
+            status.reason = None;
+            let now = Time(Timestamp::now());
+            let message = format!(
+                "EtcdCluster {target} runs on the snapshot {} (revision {})",
+                status.snapshot_path.clone().unwrap_or_default(),
+                status
+                    .snapshot_revision
+                    .map_or("unknown".to_string(), |r| r.to_string())
+            );
+            set_condition(
+                &mut status,
+                conditions::new(
+                    RESTORED,
+                    true,
+                    "Restored",
+                    message.clone(),
+                    restore.metadata.generation,
+                    &now,
+                ),
+            );
+            write_status(&r.client, &restore, &status).await?;
+            r.metrics.restored(true);
+            r.backoff.succeeded(&key(&restore));
+            publish(
+                &r.recorder,
+                &reference,
+                EventType::Normal,
+                "Restored",
+                message,
+            )
+            .await;
+            Ok(Action::await_change())
+        }
+    }
+}
+
+/// Reads the snapshot through and checks it; the status to record before anything is touched.
+async fn verify(
+    r: &RestoreReconciler,
+    restore: &EtcdRestore,
+    cluster: &EtcdCluster,
+) -> Result<EtcdRestoreStatus, BackupError> {
+    let namespace = restore.namespace().unwrap_or_default();
+    let spec = &restore.spec;
+    if !SUPPORTED_STORAGE_TYPES.contains(&spec.backup_storage_type.as_str()) {
+        return Err(BackupError::StorageType(spec.backup_storage_type.clone()));
+    }
+    let s3 = spec.source.s3.as_ref().ok_or(BackupError::NoSource)?;
+    let object = S3Object::from_source(s3)?;
+    let view = crate::builders::ClusterView::new(cluster, &r.policy).map_err(|e| {
+        BackupError::ClusterInvalid {
+            name: cluster.name_any(),
+            reason: e.to_string(),
+        }
+    })?;
+    let profile = aws_profile(&r.client, &namespace, &s3.aws_secret).await?;
+    let bucket = store::open(&object, &profile, r.store)?;
+    let (checked, info) = transfer::verify(&bucket, &object.key, None).await?;
+    lines_fit(info.etcd_version.as_deref(), &view.version).map_err(|reason| {
+        BackupError::ClusterInvalid {
+            name: cluster.name_any(),
+            reason,
+        }
+    })?;
+    let now = Time(Timestamp::now());
+    let mut annotations = cluster.annotations().clone();
+    annotations.remove(ANNOTATION_RESTORE_SEED);
+    annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+    let mut status = restore.status.clone().unwrap_or_default();
+    status.succeeded = false;
+    status.reason = None;
+    status.snapshot_path = Some(object.display(&object.key));
+    status.snapshot_revision = info.revision;
+    status.snapshot_etcd_version = info.etcd_version.clone();
+    status.snapshot_sha256 = Some(checked.sha256.clone());
+    status.replaced_cluster_uid = cluster.metadata.uid.clone();
+    status.template = Some(ClusterTemplate {
+        labels: cluster.labels().clone(),
+        annotations,
+        spec: cluster.spec.clone(),
+    });
+    status.observed_generation = restore.metadata.generation;
+    let message = format!(
+        "{} checked: {} bytes, sha256 {}, etcd {} at revision {}",
+        object.display(&object.key),
+        checked.size,
+        checked.sha256,
+        info.etcd_version.as_deref().unwrap_or("(not recorded)"),
+        info.revision
+            .map_or("(not recorded)".to_string(), |r| r.to_string())
+    );
+    set_condition(
+        &mut status,
+        conditions::new(
+            VERIFIED,
+            true,
+            "SnapshotVerified",
+            message,
+            restore.metadata.generation,
+            &now,
+        ),
+    );
+    Ok(status)
+}
+
+/// The cluster to create: the template, with the seed annotation.
+fn restored_cluster(restore: &EtcdRestore, namespace: &str) -> Result<EtcdCluster, BackupError> {
+    let status = restore.status.clone().unwrap_or_default();
+    let template = status.template.clone().ok_or(BackupError::NoSource)?;
+    let s3 = restore
+        .spec
+        .source
+        .s3
+        .clone()
+        .ok_or(BackupError::NoSource)?;
+    let seed = RestoreSeed {
+        restore: restore.name_any(),
+        s3,
+        sha256: status.snapshot_sha256.clone().unwrap_or_default(),
+        revision: status.snapshot_revision,
+        etcd_version: status.snapshot_etcd_version.clone(),
+    };
+    let mut annotations = template.annotations.clone();
+    annotations.insert(ANNOTATION_RESTORE_SEED.into(), seed.to_annotation());
+    let mut cluster = EtcdCluster::new(&restore.spec.etcd_cluster.name, template.spec.clone());
+    cluster.metadata = ObjectMeta {
+        name: Some(restore.spec.etcd_cluster.name.clone()),
+        namespace: Some(namespace.to_string()),
+        labels: (!template.labels.is_empty()).then(|| template.labels.clone()),
+        annotations: Some(annotations),
+        ..ObjectMeta::default()
+    };
+    Ok(cluster)
+}
+
+fn set_condition(
+    status: &mut EtcdRestoreStatus,
+    condition: k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition,
+) {
+    let mut new = vec![condition];
+    conditions::carry_transition_times(&mut new, &status.conditions);
+    let Some(condition) = new.pop() else {
+        return;
+    };
+    status.conditions.retain(|c| c.type_ != condition.type_);
+    status.conditions.push(condition);
+}
+
+/// Records a failure (the live cluster untouched when it happens before the replace step).
+async fn fail(
+    r: &RestoreReconciler,
+    restore: &EtcdRestore,
+    reason: &str,
+    message: &str,
+    condition: &str,
+) {
+    let mut status = restore.status.clone().unwrap_or_default();
+    status.succeeded = false;
+    status.reason = Some(format!("{reason}: {message}"));
+    let now = Time(Timestamp::now());
+    set_condition(
+        &mut status,
+        conditions::new(
+            condition,
+            false,
+            reason,
+            message.to_string(),
+            restore.metadata.generation,
+            &now,
+        ),
+    );
+    if let Err(e) = write_status(&r.client, restore, &status).await {
+        warn!(restore = %key(restore), error = %e, "could not write the restore's status");
+    }
+    publish(
+        &r.recorder,
+        &restore.object_ref(&()),
+        EventType::Warning,
+        reason,
+        message.to_string(),
+    )
+    .await;
+}
+
+async fn write_status(
+    client: &kube::Client,
+    restore: &EtcdRestore,
+    status: &EtcdRestoreStatus,
+) -> Result<(), BackupError> {
+    let namespace = restore.namespace().unwrap_or_default();
+    let api: Api<EtcdRestore> = Api::namespaced(client.clone(), &namespace);
+    let patch = json!({
+        "apiVersion": "etcd.database.coreos.com/v1beta2",
+        "kind": "EtcdRestore",
+        "status": status,
+    });
+    api.patch_status(
+        &restore.name_any(),
+        &PatchParams::apply(names::FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(Error::kube(format!(
+        "write status of EtcdRestore {}",
+        restore.name_any()
+    )))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use etcd_shared::types::{EtcdClusterStatus, EtcdRestoreSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+    fn restore(status: Option<EtcdRestoreStatus>) -> EtcdRestore {
+        let mut r = EtcdRestore::new("r1", EtcdRestoreSpec::default());
+        r.metadata.namespace = Some("ns".into());
+        r.status = status;
+        r
+    }
+
+    fn recorded(uid: &str) -> EtcdRestoreStatus {
+        EtcdRestoreStatus {
+            replaced_cluster_uid: Some(uid.into()),
+            template: Some(ClusterTemplate::default()),
+            ..EtcdRestoreStatus::default()
+        }
+    }
+
+    fn cluster(uid: &str, seed_of: Option<&str>, deleting: bool, ready: bool) -> EtcdCluster {
+        let mut c = EtcdCluster::new("c", Default::default());
+        c.spec.size = Some(3);
+        c.metadata.uid = Some(uid.into());
+        if deleting {
+            c.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+        }
+        if let Some(restore) = seed_of {
+            let seed = RestoreSeed {
+                restore: restore.into(),
+                ..RestoreSeed::default()
+            };
+            c.metadata.annotations =
+                Some([(ANNOTATION_RESTORE_SEED.to_string(), seed.to_annotation())].into());
+        }
+        if ready {
+            c.status = Some(EtcdClusterStatus {
+                phase: Some(ClusterPhase::Running),
+                ready_members: Some(3),
+                conditions: vec![Condition {
+                    type_: "Available".into(),
+                    status: "True".into(),
+                    reason: "r".into(),
+                    message: String::new(),
+                    observed_generation: None,
+                    last_transition_time: Time(Timestamp::UNIX_EPOCH),
+                }],
+                ..EtcdClusterStatus::default()
+            });
+        }
+        c
+    }
+
+    #[test]
+    fn each_step_follows_from_what_is_observed() {
+        let done = EtcdRestoreStatus {
+            succeeded: true,
+            ..recorded("old")
+        };
+        let cases: Vec<(&str, EtcdRestore, Option<EtcdCluster>, RestoreStep)> = vec![
+            (
+                "finished",
+                restore(Some(done)),
+                Some(cluster("new", Some("r1"), false, true)),
+                RestoreStep::Done,
+            ),
+            (
+                "no cluster, nothing recorded",
+                restore(None),
+                None,
+                RestoreStep::NoCluster,
+            ),
+            (
+                "live cluster, not yet checked",
+                restore(None),
+                Some(cluster("old", None, false, true)),
+                RestoreStep::Verify,
+            ),
+            (
+                "a failed check is retried",
+                restore(Some(EtcdRestoreStatus {
+                    reason: Some("x".into()),
+                    ..Default::default()
+                })),
+                Some(cluster("old", None, false, true)),
+                RestoreStep::Verify,
+            ),
+            (
+                "checked: delete the old one",
+                restore(Some(recorded("old"))),
+                Some(cluster("old", None, false, true)),
+                RestoreStep::DeleteOld("old".into()),
+            ),
+            (
+                "old one terminating",
+                restore(Some(recorded("old"))),
+                Some(cluster("old", None, true, true)),
+                RestoreStep::WaitGone,
+            ),
+            (
+                "old one gone",
+                restore(Some(recorded("old"))),
+                None,
+                RestoreStep::CreateNew,
+            ),
+            (
+                "ours, growing",
+                restore(Some(recorded("old"))),
+                Some(cluster("new", Some("r1"), false, false)),
+                RestoreStep::WaitReady,
+            ),
+            (
+                "ours, ready",
+                restore(Some(recorded("old"))),
+                Some(cluster("new", Some("r1"), false, true)),
+                RestoreStep::Finish,
+            ),
+            (
+                "ours, status lost",
+                restore(None),
+                Some(cluster("new", Some("r1"), false, false)),
+                RestoreStep::WaitReady,
+            ),
+        ];
+        for (name, r, c, want) in cases {
+            assert_eq!(next_step(&r, c.as_ref()), want, "{name}");
+        }
+        let other = next_step(
+            &restore(Some(recorded("old"))),
+            Some(&cluster("else", Some("r2"), false, true)),
+        );
+        assert!(matches!(other, RestoreStep::Conflict(_)), "{other:?}");
+        let by_hand = next_step(
+            &restore(Some(recorded("old"))),
+            Some(&cluster("else", None, false, true)),
+        );
+        assert!(matches!(by_hand, RestoreStep::Conflict(_)), "{by_hand:?}");
+    }
+
+    #[test]
+    fn a_snapshot_is_restored_by_its_line_or_the_next() {
+        let v = |s: &str| s.parse::<EtcdVersion>().expect("version");
+        assert!(lines_fit(Some("3.5.35"), &v("3.5.21")).is_ok());
+        assert!(lines_fit(Some("3.5.35"), &v("3.6.16")).is_ok());
+        assert!(
+            lines_fit(None, &v("3.6.16")).is_ok(),
+            "unknown: etcd's tool decides"
+        );
+        let newer = lines_fit(Some("3.6.16"), &v("3.5.35")).expect_err("newer");
+        assert!(newer.contains("newer than the cluster's"), "{newer}");
+        let skip = lines_fit(Some("3.4.45"), &v("3.6.16")).expect_err("skip");
+        assert!(skip.contains("restore into 3.4.x or 3.5.x"), "{skip}");
+        assert!(lines_fit(Some("garbage"), &v("3.6.16")).is_err());
+    }
+}
