@@ -135,7 +135,8 @@ async fn check_can_i(
 /// What the controller needs, asked in `scope` (everything but the Lease).
 fn needed(scope: &Scope) -> Vec<Question> {
     let mut q = Vec::new();
-    for verb in ["get", "list", "watch"] {
+    // Get, list and watch; create and delete for a restore, which replaces the cluster.
+    for verb in ["get", "list", "watch", "create", "delete"] {
         q.push(ask(
             verb,
             "etcdclusters.etcd.database.coreos.com",
@@ -143,15 +144,24 @@ fn needed(scope: &Scope) -> Vec<Question> {
             true,
         ));
     }
-    q.push(Question {
-        subresource: Some("status"),
-        ..ask(
-            "patch",
-            "etcdclusters.etcd.database.coreos.com",
-            scope,
-            true,
-        )
-    });
+    for resource in [
+        "etcdbackups.etcd.database.coreos.com",
+        "etcdrestores.etcd.database.coreos.com",
+    ] {
+        for verb in ["get", "list", "watch"] {
+            q.push(ask(verb, resource, scope, true));
+        }
+    }
+    for resource in [
+        "etcdclusters.etcd.database.coreos.com",
+        "etcdbackups.etcd.database.coreos.com",
+        "etcdrestores.etcd.database.coreos.com",
+    ] {
+        q.push(Question {
+            subresource: Some("status"),
+            ..ask("patch", resource, scope, true)
+        });
+    }
     q.push(Question {
         subresource: Some("finalizers"),
         ..ask(
@@ -181,13 +191,22 @@ fn needed(scope: &Scope) -> Vec<Question> {
 /// What the controller must not be able to do, asked in `scope`.
 fn not_needed(scope: &Scope) -> Vec<Question> {
     let mut q = Vec::new();
-    for verb in ["create", "update", "patch", "delete", "deletecollection"] {
+    // The spec is the user's: never updated or patched, never deleted in bulk.
+    for verb in ["update", "patch", "deletecollection"] {
         q.push(ask(
             verb,
             "etcdclusters.etcd.database.coreos.com",
             scope,
             false,
         ));
+    }
+    for resource in [
+        "etcdbackups.etcd.database.coreos.com",
+        "etcdrestores.etcd.database.coreos.com",
+    ] {
+        for verb in ["create", "update", "patch", "delete", "deletecollection"] {
+            q.push(ask(verb, resource, scope, false));
+        }
     }
     q.push(Question {
         subresource: Some("status"),
@@ -376,17 +395,27 @@ async fn act_as_controller(
             .await,
         404,
     )?;
-    // Authorization comes before admission: refused with 403 whatever the webhook would say.
-    let cluster: EtcdCluster = serde_json::from_value(json!({
-        "apiVersion": EtcdCluster::api_version(&()),
-        "kind": EtcdCluster::kind(&()),
-        "metadata": { "name": "not-allowed" },
-        "spec": { "size": 1 },
-    }))
-    .context("building an EtcdCluster")?;
+    // A restore deletes and creates clusters: allowed, so an absent one answers 404.
     expect_code(
-        "create an EtcdCluster",
-        in_ns.create(&PostParams::default(), &cluster).await,
+        "delete an absent EtcdCluster",
+        in_ns
+            .delete("absent", &kube::api::DeleteParams::default())
+            .await
+            .map(|_| ()),
+        404,
+    )?;
+    // Authorization comes before admission: a merge patch of the spec is refused with 403
+    // whatever the webhook would say.
+    expect_code(
+        "patch an EtcdCluster's spec",
+        in_ns
+            .patch(
+                "absent",
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "spec": { "size": 1 } })),
+            )
+            .await
+            .map(|_| ()),
         403,
     )?;
 
