@@ -1,7 +1,7 @@
 //! The etcd operator's controller: reconciles each `EtcdCluster` into the Kubernetes objects
 //! and etcd membership changes that make it real, and reports status and events.
 //!
-//! Reconcile is a pipeline: fetch and validate ([`builders::ClusterView`]), observe pods,
+//! Reconcile is a pipeline: fetch and validate ([`view::ClusterView`]), observe pods,
 //! claims and etcd members ([`observe`]), decide the single next step with a pure planner
 //! ([`planner`]), apply the desired objects with server-side apply and carry out the step
 //! ([`reconcile`]), then write the status ([`status`]).
@@ -31,3 +31,4 @@ pub mod observe;
 pub mod planner;
 pub mod reconcile;
 pub mod status;
+pub mod view;

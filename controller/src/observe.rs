@@ -14,12 +14,12 @@ use kube::Api;
 use etcd_shared::names::{self, CLIENT_PORT};
 use etcd_shared::version::EtcdVersion;
 
-use crate::builders::ClusterView;
 use crate::cache::{self, Caches};
 use crate::error::Error;
 use crate::etcd::{EtcdAccess, EtcdPool, ListedMember, MemberStatus};
 use crate::etcd_tls::MemberTls;
 use crate::planner::{Health, MemberState, Observed, PodPhase, PodState};
+use crate::view::ClusterView;
 
 /// Everything observed, with the pods as read (the executor needs their IPs).
 pub struct Observation {

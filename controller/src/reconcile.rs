@@ -25,14 +25,16 @@ use etcd_shared::types::ClusterPhase;
 
 use crate::admin::Readiness;
 use crate::backoff::Backoff;
-use crate::builders::{self, ClusterView, InitialState, MemberPlan};
+use crate::builders;
 use crate::cache::{self, Caches, StoredCluster};
 use crate::context::Context;
 use crate::error::{Error, FIELD_MANAGER};
 use crate::etcd::EtcdPool;
 use crate::observe::{Observation, observe};
 use crate::planner::{self, Blocked, RemovalReason, Step};
+use crate::planner::{InitialState, MemberPlan};
 use crate::status;
+use crate::view::ClusterView;
 use kube::runtime::reflector::Store;
 
 /// How long after an error of a watch `/readyz` stays failing. A watch that keeps failing

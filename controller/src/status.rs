@@ -16,8 +16,8 @@ use etcd_shared::types::status::is_unknown_time;
 use etcd_shared::types::{ClusterPhase, EtcdClusterStatus, MembersStatus, RestoredFrom};
 use etcd_shared::version::EtcdVersion;
 
-use crate::builders::{ClusterView, InvalidCluster};
 use crate::planner::{Blocked, Health, MemberState, Observed, RemovalReason, Step, Waiting};
+use crate::view::{ClusterView, InvalidCluster};
 
 /// Condition types.
 pub const AVAILABLE: &str = "Available";

@@ -33,11 +33,11 @@ use super::schedule::{self, Next, Success};
 use super::store::{self, AwsProfile, S3Object, StoreError, StoreTimeouts};
 use super::transfer::{self, SnapshotInfo, TransferError};
 use crate::backoff::Backoff;
-use crate::builders::ClusterView;
 use crate::error::Error;
 use crate::etcd::{EtcdAccess, MemberStatus};
 use crate::events::publish;
 use crate::observe;
+use crate::view::ClusterView;
 
 /// Why a backup failed.
 #[derive(Debug, thiserror::Error)]

@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use etcd_shared::names;
 
-use super::ClusterView;
+use crate::view::ClusterView;
 
 /// Name of a member's claim, when the cluster uses claims.
 pub(crate) fn claim_name_if_durable(view: &ClusterView, member: &str) -> Option<String> {
@@ -40,7 +40,7 @@ pub fn data_claim(view: &ClusterView, member: &str) -> Option<PersistentVolumeCl
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::builders::fixtures::view_of;
+    use crate::view::fixtures::view_of;
 
     #[test]
     fn claims_only_for_durable_clusters() {

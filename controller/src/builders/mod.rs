@@ -6,14 +6,11 @@ mod pdb;
 mod pod;
 mod seed;
 mod services;
-mod view;
 
+/// The builders' input, defined in [`crate::view`].
+pub use crate::view::{ClusterView, InvalidCluster, TlsMode};
 pub use claim::data_claim;
 pub use pdb::disruption_budget;
-pub use pod::{InitialState, MemberPlan, member_pod};
+pub use pod::member_pod;
 pub use seed::seed_member;
 pub use services::{client_service, peer_service};
-pub use view::{ClusterView, InvalidCluster, TlsMode};
-
-#[cfg(test)]
-pub(crate) mod fixtures;

@@ -7,7 +7,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use etcd_shared::names;
 
-use super::ClusterView;
+use crate::view::ClusterView;
 
 /// A budget with `minAvailable` = a majority of the desired size. For one member this
 /// blocks voluntary evictions altogether: a single member cannot be moved without an outage.
@@ -39,7 +39,7 @@ pub fn disruption_budget(view: &ClusterView) -> PodDisruptionBudget {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::builders::fixtures::view_of;
+    use crate::view::fixtures::view_of;
 
     #[test]
     fn budget_keeps_a_majority() {

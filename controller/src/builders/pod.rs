@@ -16,10 +16,11 @@ use k8s_openapi::api::core::v1::{
 
 use etcd_shared::member_flags::{MemberFlag, POD_ENV, POD_IP};
 use etcd_shared::names::{self, CLIENT_PORT, METRICS_PORT, PEER_PORT};
-use etcd_shared::version::{EtcdVersion, LineCapabilities};
+use etcd_shared::version::LineCapabilities;
 
-use super::ClusterView;
 use super::claim::claim_name_if_durable;
+use crate::planner::{InitialState, MemberPlan};
+use crate::view::ClusterView;
 
 /// Where the data volume is mounted.
 pub const DATA_DIR: &str = "/var/lib/etcd";
@@ -27,28 +28,6 @@ const PEER_TLS_DIR: &str = "/etc/etcd/peer-tls";
 const SERVER_TLS_DIR: &str = "/etc/etcd/server-tls";
 /// The etcd binary in the official images.
 pub const ETCD_BINARY: &str = "/usr/local/bin/etcd";
-
-/// Whether a member founds a new cluster or joins an existing one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InitialState {
-    /// The first member of a new cluster.
-    New,
-    /// A member added to a running cluster through the member API.
-    Existing,
-}
-
-/// What a member pod is started with.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MemberPlan {
-    /// Member (and pod) name.
-    pub name: String,
-    /// `--initial-cluster`: every voter and this member, as (name, peer URL).
-    pub initial_cluster: Vec<(String, String)>,
-    /// New cluster or joining.
-    pub state: InitialState,
-    /// Version the member starts with.
-    pub version: EtcdVersion,
-}
 
 /// The pod of a member.
 pub fn member_pod(view: &ClusterView, plan: &MemberPlan) -> Pod {
@@ -375,7 +354,7 @@ fn port(name: &str, port: i32) -> ContainerPort {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::builders::fixtures::view_of;
+    use crate::view::fixtures::view_of;
 
     fn plan(view: &ClusterView, state: InitialState) -> MemberPlan {
         let name = names::member_name(&view.name, 0);

@@ -8,8 +8,9 @@ use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, SecretVolumeSource, Vol
 
 use etcd_shared::types::RestoreSeed;
 
-use super::ClusterView;
-use super::pod::{DATA_DIR, MemberPlan, container_security_context};
+use super::pod::{DATA_DIR, container_security_context};
+use crate::planner::MemberPlan;
+use crate::view::ClusterView;
 
 /// The operator's binary in its image.
 pub const CONTROLLER_BINARY: &str = "/usr/local/bin/etcd-controller";
@@ -145,8 +146,9 @@ pub fn seed_member(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::builders::fixtures::view_of;
-    use crate::builders::{InitialState, member_pod};
+    use crate::builders::member_pod;
+    use crate::planner::InitialState;
+    use crate::view::fixtures::view_of;
     use etcd_shared::types::storage::S3Source;
 
     fn seed() -> RestoreSeed {

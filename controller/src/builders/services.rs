@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use etcd_shared::names::{self, CLIENT_PORT, PEER_PORT};
 
-use super::ClusterView;
+use crate::view::ClusterView;
 
 fn member_selector(view: &ClusterView) -> BTreeMap<String, String> {
     let mut s = names::selector_labels(&view.name);
@@ -77,7 +77,7 @@ pub fn client_service(view: &ClusterView) -> Service {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::builders::fixtures::view_of;
+    use crate::view::fixtures::view_of;
 
     #[test]
     fn peer_service_is_headless_and_publishes_not_ready() {

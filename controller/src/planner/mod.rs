@@ -11,6 +11,9 @@
 //! - upgrades move one member at a time, followers first, only while every member is
 //!   healthy, and only along a path etcd supports.
 
+/// Test fixtures: pods as the planner sees them.
+#[cfg(test)]
+pub(crate) mod fixtures;
 pub mod model;
 #[cfg(test)]
 mod tests;
@@ -20,8 +23,30 @@ use std::time::Duration;
 use etcd_shared::names;
 use etcd_shared::version::{DEFAULT_SNAPSHOT_COUNT, EtcdVersion, LineCapabilities, check_upgrade};
 
-use crate::builders::{ClusterView, InitialState, MemberPlan};
+use crate::view::ClusterView;
 pub use model::{Health, MemberState, Observed, PodPhase, PodState};
+
+/// Whether a member founds a new cluster or joins an existing one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InitialState {
+    /// The first member of a new cluster.
+    New,
+    /// A member added to a running cluster through the member API.
+    Existing,
+}
+
+/// What a member pod is started with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberPlan {
+    /// Member (and pod) name.
+    pub name: String,
+    /// `--initial-cluster`: every voter and this member, as (name, peer URL).
+    pub initial_cluster: Vec<(String, String)>,
+    /// New cluster or joining.
+    pub state: InitialState,
+    /// Version the member starts with.
+    pub version: EtcdVersion,
+}
 
 /// How long the planner waits before it gives up on a member.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::builders::fixtures::view_of;
+use crate::view::fixtures::view_of;
 
 const OLD: Duration = Duration::from_secs(3600);
 const YOUNG: Duration = Duration::from_secs(5);
@@ -13,7 +13,7 @@ fn v(s: &str) -> EtcdVersion {
 }
 
 fn pod(i: u32, version: &str) -> PodState {
-    crate::builders::fixtures::ready_pod(i, version)
+    crate::planner::fixtures::ready_pod(i, version)
 }
 
 fn member(i: u32, version: &str) -> MemberState {

@@ -8,8 +8,8 @@ use etcd_shared::admission::{Refusal, Violation};
 use etcd_shared::types::status::unknown_time;
 
 use super::*;
-use crate::builders::fixtures::view_of;
 use crate::planner::PodState;
+use crate::view::fixtures::view_of;
 
 fn v(s: &str) -> EtcdVersion {
     s.parse().expect("version")
@@ -20,7 +20,7 @@ fn now() -> Timestamp {
 }
 
 fn pod(i: u32, version: &str) -> PodState {
-    crate::builders::fixtures::ready_pod(i, version)
+    crate::planner::fixtures::ready_pod(i, version)
 }
 
 fn member(i: u32, version: &str, healthy: bool) -> MemberState {

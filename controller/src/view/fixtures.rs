@@ -19,22 +19,3 @@ pub(crate) fn view_of(spec: &str) -> ClusterView {
     ClusterView::new(&cluster_of(spec), &AdmissionPolicy::default())
         .unwrap_or_else(|e| panic!("fixture invalid: {e}"))
 }
-
-/// A running, ready, hour-old pod of member `demo-i` created at `version`, as the planner sees it.
-pub(crate) fn ready_pod(i: u32, version: &str) -> crate::planner::PodState {
-    let parsed = version.parse().ok();
-    crate::planner::PodState {
-        name: format!("demo-{i}"),
-        version: parsed,
-        image: format!("quay.io/coreos/etcd:v{version}"),
-        restarts: 0,
-        restarts_at_upgrade: None,
-        phase: crate::planner::PodPhase::Running,
-        ready: true,
-        ip: Some(format!("10.0.0.{i}")),
-        terminating: false,
-        age: std::time::Duration::from_secs(3600),
-        created_on: parsed,
-        snapshot_barrier: None,
-    }
-}

@@ -1,5 +1,6 @@
-//! The cluster as the builders and the planner see it: validated, defaulted, with every
-//! derived value (token, domain, URLs) computed once.
+//! The domain type: an `EtcdCluster` as the planner, the status, the observation and the
+//! builders see it: validated, defaulted, with every derived value (token, domain, URLs)
+//! computed once. It depends on none of them.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
@@ -229,9 +230,13 @@ impl ClusterView {
     }
 }
 
+/// Test fixtures: clusters written as YAML specs, as a user would.
+#[cfg(test)]
+pub(crate) mod fixtures;
+
 #[cfg(test)]
 mod tests {
-    use crate::builders::fixtures::view_of;
+    use super::fixtures::view_of;
 
     /// Member addresses follow CoreOS' layout: `.svc` unless a cluster domain is named; `""`
     /// (what CoreOS' Go client always sends) is unset, and CoreOS' leading dot is accepted.
