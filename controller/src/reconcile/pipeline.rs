@@ -1,0 +1,422 @@
+//! One reconcile of one cluster, as a pipeline: validate and default the spec, apply the
+//! Services and the budget, observe, plan one step, carry it out ([`super::steps`]), write the
+//! status and announce what changed. The decisions are pure functions (the planner,
+//! [`status::compute`], [`requeue_after`], [`transition_events`]); this module sequences them
+//! with the API calls.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::Store;
+use kube::{Api, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tracing::warn;
+
+use etcd_shared::types::ClusterPhase;
+use etcd_shared::{EtcdCluster, EtcdClusterStatus};
+
+use super::steps::execute;
+use crate::builders;
+use crate::cache::{self, Caches};
+use crate::context::{Context, ControllerConfig};
+use crate::error::{Error, FIELD_MANAGER};
+use crate::etcd::EtcdPool;
+use crate::observe::observe;
+use crate::planner::{self, Blocked, Step, Waiting};
+use crate::status;
+use crate::view::ClusterView;
+
+/// One reconcile of one cluster; events go through `recorder`, etcd calls over `pool`'s
+/// connections.
+pub async fn reconcile(
+    cluster: &EtcdCluster,
+    ctx: &Context,
+    caches: &Caches,
+    recorder: &Recorder,
+    pool: &Arc<EtcdPool>,
+) -> Result<Action, Error> {
+    let timer = ctx.metrics.reconcile_timer();
+    let result = reconcile_inner(cluster, ctx, caches, recorder, pool).await;
+    timer.observe();
+    if result.is_ok() {
+        ctx.metrics.reconcile_ok();
+    }
+    result
+}
+
+async fn reconcile_inner(
+    cluster: &EtcdCluster,
+    ctx: &Context,
+    caches: &Caches,
+    recorder: &Recorder,
+    pool: &Arc<EtcdPool>,
+) -> Result<Action, Error> {
+    let name = cluster.name_any();
+    let namespace = cluster.namespace().unwrap_or_default();
+    if cluster.metadata.deletion_timestamp.is_some() {
+        // Owner references garbage-collect pods, claims, Services and the budget.
+        ctx.metrics.forget_cluster(&namespace, &name);
+        pool.forget(&format!("{namespace}/{name}"));
+        return Ok(Action::await_change());
+    }
+    let api: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &namespace);
+    let previous = cluster.status.as_ref();
+    let view = match ClusterView::new(cluster, &ctx.config.policy()) {
+        Ok(v) => v,
+        Err(e) => {
+            warn!(%name, %namespace, error = %e, "invalid EtcdCluster spec");
+            let new = status::invalid(&e, cluster.metadata.generation, previous, Timestamp::now());
+            write_status(&api, &name, &new, previous).await?;
+            publish(
+                recorder,
+                &cluster.object_ref(&()),
+                EventType::Warning,
+                "InvalidSpec",
+                e.to_string(),
+                None,
+            )
+            .await;
+            return Ok(Action::await_change());
+        }
+    };
+
+    let (peer, client, pdb) = (
+        builders::peer_service(&view),
+        builders::client_service(&view),
+        builders::disruption_budget(&view),
+    );
+    futures::try_join!(
+        apply(ctx, &view, &peer, &caches.services),
+        apply(ctx, &view, &client, &caches.services),
+        apply(ctx, &view, &pdb, &caches.pdbs)
+    )?;
+
+    let bootstrapped = previous.and_then(|s| s.size).is_some_and(|s| s > 0);
+    let obs = observe(
+        &ctx.client,
+        caches,
+        &view,
+        bootstrapped,
+        ctx.config.etcd_timeout,
+        Some(pool.clone()),
+    )
+    .await?;
+    for (member, why) in &obs.health_failures {
+        ctx.metrics.health_check_failed(&namespace, &name);
+        tracing::debug!(%name, %member, %why, "member health check failed");
+    }
+    let step = planner::plan(&view, &obs.model, &ctx.config.timeouts);
+    let outcome = execute(ctx, recorder, cluster, &view, &obs, &step).await;
+
+    let new = status::compute(&view, &obs.model, &step, previous, Timestamp::now());
+    let phase = new.phase.unwrap_or(ClusterPhase::Creating);
+    ctx.metrics.observe_cluster(
+        &namespace,
+        &name,
+        phase.as_str(),
+        i64::from(new.ready_members.unwrap_or(0)),
+    );
+    if let Some(prev) = previous {
+        let reference = cluster.object_ref(&());
+        for event in transition_events(&new, prev) {
+            publish(
+                recorder,
+                &reference,
+                event.type_,
+                &event.reason,
+                event.note,
+                None,
+            )
+            .await;
+        }
+    }
+    write_status(&api, &name, &new, previous).await?;
+    outcome?;
+    Ok(Action::requeue(requeue_after(&step, &ctx.config)))
+}
+
+/// How soon a cluster is reconciled again after a reconcile that planned `step` (sooner when
+/// one is due without a watch event: a member added through etcd's API shows in no watch).
+pub fn requeue_after(step: &Step, config: &ControllerConfig) -> Duration {
+    match step {
+        Step::Done | Step::Blocked(Blocked::Paused) => config.idle_requeue,
+        // A starting member's pod changes wake the controller through the pod watch.
+        Step::Wait(Waiting::MemberStarting(_)) => config.idle_requeue,
+        Step::Blocked(_) | Step::Wait(_) => config.wait_requeue,
+        _ => config.busy_requeue,
+    }
+}
+
+/// An Event to publish about the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Announcement {
+    /// Normal or Warning.
+    pub type_: EventType,
+    /// The reason (also the action).
+    pub reason: String,
+    /// The text.
+    pub note: String,
+}
+
+/// The Events for the condition changes that matter to a person, between the stored status
+/// `old` and the `new` one: `Available` turning False and `Degraded` turning True are
+/// Warnings with the condition's reason; `Available` turning True is a Normal `Available`.
+/// A condition whose status and reason stay is announced once, when it changed.
+pub fn transition_events(new: &EtcdClusterStatus, old: &EtcdClusterStatus) -> Vec<Announcement> {
+    new.conditions
+        .iter()
+        .filter(|c| {
+            !old.conditions
+                .iter()
+                .any(|o| o.type_ == c.type_ && o.status == c.status && o.reason == c.reason)
+        })
+        .filter_map(|c| {
+            let warning = (c.type_ == status::AVAILABLE && c.status == "False")
+                || (c.type_ == status::DEGRADED && c.status == "True");
+            let (type_, reason) = if warning {
+                (EventType::Warning, c.reason.clone())
+            } else if c.type_ == status::AVAILABLE && c.status == "True" {
+                (EventType::Normal, "Available".to_string())
+            } else {
+                return None;
+            };
+            Some(Announcement {
+                type_,
+                reason,
+                note: c.message.clone(),
+            })
+        })
+        .collect()
+}
+
+/// Server-side applies one derived object under the operator's field manager, unless the
+/// cached object already is what would be applied ([`cache::is_current`]): then nothing is
+/// sent.
+async fn apply<K>(
+    ctx: &Context,
+    view: &ClusterView,
+    object: &K,
+    cache: &Store<K>,
+) -> Result<(), Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Serialize
+        + DeserializeOwned
+        + Clone
+        + std::fmt::Debug,
+{
+    let name = object.meta().name.clone().unwrap_or_default();
+    let mut value = serde_json::to_value(object).map_err(|source| Error::Serialize {
+        what: "object",
+        source,
+    })?;
+    value["apiVersion"] = K::api_version(&()).into();
+    value["kind"] = K::kind(&()).into();
+    let hash = cache::content_hash(&value);
+    if cache::is_current(cache, &view.namespace, &name, &hash, &value) {
+        return Ok(());
+    }
+    value["metadata"]["annotations"][cache::APPLIED_HASH] = hash.into();
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &view.namespace);
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&value),
+    )
+    .await
+    .map_err(Error::kube(format!("apply {} {name}", K::kind(&()))))?;
+    ctx.metrics.applied(&K::kind(&()));
+    Ok(())
+}
+
+/// Writes the status when it changed, and clears what another writer left beside it.
+async fn write_status(
+    api: &Api<EtcdCluster>,
+    name: &str,
+    new: &EtcdClusterStatus,
+    previous: Option<&EtcdClusterStatus>,
+) -> Result<(), Error> {
+    if !status::changed(new, previous) {
+        return Ok(());
+    }
+    let patch = serde_json::json!({
+        "apiVersion": EtcdCluster::api_version(&()),
+        "kind": EtcdCluster::kind(&()),
+        "status": new,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(Error::kube(format!("write status of {name}")))?;
+    // What another writer (CoreOS' operator) left beside our fields: server-side apply keeps
+    // it, so clear it explicitly.
+    if let Some(stale) = previous.and_then(|p| status::stale_fields(new, p)) {
+        api.patch_status(name, &PatchParams::default(), &Patch::Merge(&stale))
+            .await
+            .map_err(Error::kube(format!("clear stale status fields of {name}")))?;
+    }
+    Ok(())
+}
+
+/// Publishes an Event about `reference`; `related` names the object it concerns besides (a
+/// member's pod), so that events of different members never merge into one series (the
+/// Recorder keys a series by object, reason and related object, not by note). A failure is
+/// logged, never fails the reconcile.
+pub(crate) async fn publish(
+    recorder: &Recorder,
+    reference: &ObjectReference,
+    type_: EventType,
+    reason: &str,
+    note: String,
+    related: Option<ObjectReference>,
+) {
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: reason.into(),
+        secondary: related,
+    };
+    if let Err(e) = recorder.publish(&event, reference).await {
+        warn!(error = %e, reason, "could not publish event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+    #[test]
+    fn requeue_table() {
+        let config = ControllerConfig::default();
+        let (idle, wait, busy) = (
+            config.idle_requeue,
+            config.wait_requeue,
+            config.busy_requeue,
+        );
+        for (step, expected) in [
+            (Step::Done, idle),
+            (Step::Blocked(Blocked::Paused), idle),
+            (Step::Wait(Waiting::MemberStarting("demo-1".into())), idle),
+            (
+                Step::Wait(Waiting::LearnerCatchingUp("demo-1".into())),
+                wait,
+            ),
+            (Step::Wait(Waiting::Unhealthy(vec!["demo-1".into()])), wait),
+            (Step::Blocked(Blocked::AllMembersLost), wait),
+            (
+                Step::Blocked(Blocked::QuorumLost {
+                    missing: vec!["demo-0".into(), "demo-1".into()],
+                    voters: 3,
+                }),
+                wait,
+            ),
+            (Step::DeletePod("demo-1".into()), busy),
+            (
+                Step::AddMember {
+                    name: "demo-3".into(),
+                    peer_url: "http://demo-3:2380".into(),
+                    learner: true,
+                },
+                busy,
+            ),
+            (Step::RecordSnapshotBarrier { index: 7 }, busy),
+        ] {
+            assert_eq!(requeue_after(&step, &config), expected, "{step:?}");
+        }
+    }
+
+    fn condition(type_: &str, status: &str, reason: &str) -> Condition {
+        Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: format!("{type_} {status} {reason}"),
+            observed_generation: None,
+            last_transition_time: etcd_shared::types::status::unknown_time(),
+        }
+    }
+
+    fn with(conditions: Vec<Condition>) -> EtcdClusterStatus {
+        EtcdClusterStatus {
+            conditions,
+            ..EtcdClusterStatus::default()
+        }
+    }
+
+    #[test]
+    fn transition_events_table() {
+        use status::{AVAILABLE, DEGRADED};
+        let warn = |reason: &str, type_: &str, status: &str| Announcement {
+            type_: EventType::Warning,
+            reason: reason.into(),
+            note: format!("{type_} {status} {reason}"),
+        };
+        let available = Announcement {
+            type_: EventType::Normal,
+            reason: "Available".into(),
+            note: format!("{AVAILABLE} True QuorumHealthy"),
+        };
+        for (old, new, expected) in [
+            // Nothing changed: nothing said.
+            (
+                vec![condition(AVAILABLE, "True", "QuorumHealthy")],
+                vec![condition(AVAILABLE, "True", "QuorumHealthy")],
+                vec![],
+            ),
+            // Quorum lost, then regained.
+            (
+                vec![condition(AVAILABLE, "True", "QuorumHealthy")],
+                vec![condition(AVAILABLE, "False", "QuorumLost")],
+                vec![warn("QuorumLost", AVAILABLE, "False")],
+            ),
+            (
+                vec![condition(AVAILABLE, "False", "QuorumLost")],
+                vec![condition(AVAILABLE, "True", "QuorumHealthy")],
+                vec![available.clone()],
+            ),
+            // A first status: Available True is announced.
+            (
+                vec![],
+                vec![condition(AVAILABLE, "True", "QuorumHealthy")],
+                vec![available],
+            ),
+            // Still unavailable, for another reason: announced again.
+            (
+                vec![condition(AVAILABLE, "False", "QuorumLost")],
+                vec![condition(AVAILABLE, "False", "AllMembersLost")],
+                vec![warn("AllMembersLost", AVAILABLE, "False")],
+            ),
+            // Degraded turning True is a warning; turning False, or Progressing, is not said.
+            (
+                vec![condition(DEGRADED, "False", "AllMembersHealthy")],
+                vec![condition(DEGRADED, "True", "MembersUnhealthy")],
+                vec![warn("MembersUnhealthy", DEGRADED, "True")],
+            ),
+            (
+                vec![condition(DEGRADED, "True", "MembersUnhealthy")],
+                vec![
+                    condition(DEGRADED, "False", "AllMembersHealthy"),
+                    condition("Progressing", "True", "ScalingUp"),
+                ],
+                vec![],
+            ),
+        ] {
+            assert_eq!(
+                transition_events(&with(new.clone()), &with(old.clone())),
+                expected,
+                "{old:?} -> {new:?}"
+            );
+        }
+    }
+}

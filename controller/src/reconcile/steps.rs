@@ -1,0 +1,371 @@
+//! Carrying out the planner's step: the pod and claim calls and etcd member calls one step
+//! takes, and the Event and metric that record it (chosen by [`record_of`], a pure function).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::events::{EventType, Recorder};
+use kube::{Api, Resource};
+use tracing::info;
+
+use etcd_shared::EtcdCluster;
+use etcd_shared::names;
+
+use super::pipeline::publish;
+use crate::builders;
+use crate::context::Context;
+use crate::error::Error;
+use crate::observe::Observation;
+use crate::planner::{InitialState, MemberPlan, RemovalReason, Step};
+use crate::status;
+use crate::view::ClusterView;
+
+/// How a change is recorded once made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepRecord {
+    /// The Event's reason (and action).
+    pub reason: &'static str,
+    /// The `member_changes_total{kind}` label.
+    pub kind: &'static str,
+    /// The object the change concerns, named in the Event's `related` field: `(kind, name)`,
+    /// a member's pod or claim.
+    pub related: Option<(&'static str, String)>,
+}
+
+/// How `step` is recorded; `None` for the steps that change nothing.
+pub fn record_of(step: &Step) -> Option<StepRecord> {
+    let pod = |name: &str| Some(("Pod", name.to_string()));
+    let (reason, kind, related) = match step {
+        Step::Bootstrap(plan) => ("ClusterBootstrapped", "bootstrap", pod(&plan.name)),
+        Step::AddMember { name, .. } => ("MemberAdded", "add", pod(name)),
+        Step::CreatePod(plan) => ("MemberPodCreated", "start", pod(&plan.name)),
+        Step::PromoteLearner { name, .. } => ("MemberPromoted", "promote", pod(name)),
+        Step::RemoveMember {
+            name,
+            reason: RemovalReason::ScaleDown,
+            ..
+        } => ("MemberRemoved", "remove", pod(name)),
+        Step::RemoveMember {
+            name,
+            reason: RemovalReason::Replace,
+            ..
+        } => ("MemberReplaced", "replace", pod(name)),
+        Step::DeletePod(name) => ("MemberPodDeleted", "delete_pod", pod(name)),
+        Step::DeleteClaim(member) => (
+            "MemberClaimDeleted",
+            "delete_claim",
+            Some(("PersistentVolumeClaim", names::data_claim_name(member))),
+        ),
+        Step::UpgradeMember { name, .. } => ("MemberUpgraded", "upgrade", pod(name)),
+        Step::TransferLeadership { to, .. } => {
+            ("LeadershipTransferred", "transfer_leadership", pod(to))
+        }
+        Step::RecordSnapshotBarrier { .. } => ("SnapshotBarrierRecorded", "snapshot_barrier", None),
+        Step::Wait(_) | Step::Blocked(_) | Step::Done => return None,
+    };
+    Some(StepRecord {
+        reason,
+        kind,
+        related,
+    })
+}
+
+/// Carries out one step, and records it as an Event and a metric.
+pub async fn execute(
+    ctx: &Context,
+    recorder: &Recorder,
+    cluster: &EtcdCluster,
+    view: &ClusterView,
+    obs: &Observation,
+    step: &Step,
+) -> Result<(), Error> {
+    let Some(record) = record_of(step) else {
+        return Ok(());
+    };
+    if !carry_out(ctx, view, obs, step).await? {
+        return Ok(());
+    }
+    let note = status::describe(step);
+    info!(cluster = %view.name, namespace = %view.namespace, step = %note, "member change");
+    ctx.metrics.member_change(record.kind);
+    let related = record.related.map(|(kind, name)| ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some(kind.into()),
+        name: Some(name),
+        namespace: Some(view.namespace.clone()),
+        ..ObjectReference::default()
+    });
+    publish(
+        recorder,
+        &cluster.object_ref(&()),
+        EventType::Normal,
+        record.reason,
+        note,
+        related,
+    )
+    .await;
+    Ok(())
+}
+
+/// The calls of one step. `Ok(false)`: etcd did not take the change yet (a learner not caught
+/// up), so there is nothing to record.
+async fn carry_out(
+    ctx: &Context,
+    view: &ClusterView,
+    obs: &Observation,
+    step: &Step,
+) -> Result<bool, Error> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &view.namespace);
+    match step {
+        Step::Bootstrap(plan) | Step::CreatePod(plan) => {
+            create_member_pod(ctx, view, plan).await?;
+        }
+        Step::AddMember {
+            peer_url, learner, ..
+        } => {
+            obs.access
+                .add_member(obs.member_change_endpoint()?, peer_url, *learner)
+                .await?;
+        }
+        Step::PromoteLearner { id, name } => {
+            if !obs
+                .access
+                .promote_member(obs.member_change_endpoint()?, *id)
+                .await?
+            {
+                info!(member = %name, "learner not caught up yet");
+                return Ok(false);
+            }
+        }
+        Step::RemoveMember { id, .. } => {
+            obs.access
+                .remove_member(obs.member_change_endpoint()?, *id)
+                .await?;
+        }
+        Step::DeletePod(name) => match pods.delete(name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(Error::kube(format!("delete pod {name}"))(e)),
+        },
+        Step::DeleteClaim(member) => {
+            let claims: Api<PersistentVolumeClaim> =
+                Api::namespaced(ctx.client.clone(), &view.namespace);
+            let claim = names::data_claim_name(member);
+            match claims.delete(&claim, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(Error::kube(format!("delete claim {claim}"))(e)),
+            }
+        }
+        Step::UpgradeMember {
+            name,
+            image,
+            version,
+        } => {
+            // The restart count goes with the image, so the planner can tell the new
+            // container's readiness from the old one's.
+            let restarts = obs.model.pod(name).map_or(0, |p| p.restarts);
+            let patch = serde_json::json!({
+                "metadata": {
+                    "labels": BTreeMap::from([(names::LABEL_VERSION, version.to_string())]),
+                    "annotations": BTreeMap::from([(
+                        names::ANNOTATION_RESTARTS_AT_UPGRADE,
+                        restarts.to_string(),
+                    )]),
+                },
+                "spec": { "containers": [ { "name": "etcd", "image": image } ] },
+            });
+            pods.patch(name, &PatchParams::default(), &Patch::Strategic(&patch))
+                .await
+                .map_err(Error::kube(format!("upgrade pod {name}")))?;
+        }
+        Step::TransferLeadership { from, to_id, .. } => {
+            let endpoint = obs
+                .endpoint_of(from)
+                .ok_or_else(|| Error::NoEndpoint(from.clone()))?;
+            obs.access.move_leader(endpoint, *to_id).await?;
+        }
+        Step::RecordSnapshotBarrier { index } => {
+            let patch = serde_json::json!({
+                "metadata": { "annotations": { names::ANNOTATION_SNAPSHOT_BARRIER: index.to_string() } },
+            });
+            for pod in &obs.model.pods {
+                pods.patch(&pod.name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map_err(Error::kube(format!(
+                        "record the snapshot barrier on {}",
+                        pod.name
+                    )))?;
+            }
+        }
+        Step::Wait(_) | Step::Blocked(_) | Step::Done => return Ok(false),
+    }
+    Ok(true)
+}
+
+/// Creates a member's claim (when it keeps its data on one) and its pod; either already
+/// existing is fine (a retried step).
+async fn create_member_pod(
+    ctx: &Context,
+    view: &ClusterView,
+    plan: &MemberPlan,
+) -> Result<(), Error> {
+    if let Some(claim) = builders::data_claim(view, &plan.name) {
+        let claims: Api<PersistentVolumeClaim> =
+            Api::namespaced(ctx.client.clone(), &view.namespace);
+        match claims.create(&PostParams::default(), &claim).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(Error::kube(format!("create claim of {}", plan.name))(e)),
+        }
+    }
+    let mut pod = builders::member_pod(view, plan);
+    // The first member of a restored cluster is seeded from the snapshot.
+    if plan.state == InitialState::New
+        && let Some(seed) = &view.seed
+    {
+        let image = ctx
+            .config
+            .restore_image
+            .as_deref()
+            .ok_or(Error::NoRestoreImage)?;
+        builders::seed_member(&mut pod, view, plan, seed, image);
+    }
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &view.namespace);
+    match pods.create(&PostParams::default(), &pod).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(Error::kube(format!("create pod {}", plan.name))(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::planner::{Blocked, Waiting};
+
+    fn plan(name: &str) -> MemberPlan {
+        MemberPlan {
+            name: name.into(),
+            initial_cluster: vec![],
+            state: InitialState::New,
+            version: "3.6.16".parse().unwrap_or_else(|e| panic!("{e}")),
+        }
+    }
+
+    /// Every change names the member it concerns, so two members' events of one reason are
+    /// two series, each with its own note; steps that change nothing record nothing.
+    #[test]
+    fn every_change_is_recorded_with_its_member() {
+        let pod = |n: &str| Some(("Pod", n.to_string()));
+        for (step, reason, kind, related) in [
+            (
+                Step::Bootstrap(plan("demo-0")),
+                "ClusterBootstrapped",
+                "bootstrap",
+                pod("demo-0"),
+            ),
+            (
+                Step::AddMember {
+                    name: "demo-3".into(),
+                    peer_url: "http://demo-3.demo.ns1.svc:2380".into(),
+                    learner: true,
+                },
+                "MemberAdded",
+                "add",
+                pod("demo-3"),
+            ),
+            (
+                Step::CreatePod(plan("demo-3")),
+                "MemberPodCreated",
+                "start",
+                pod("demo-3"),
+            ),
+            (
+                Step::PromoteLearner {
+                    id: 7,
+                    name: "demo-3".into(),
+                },
+                "MemberPromoted",
+                "promote",
+                pod("demo-3"),
+            ),
+            (
+                Step::RemoveMember {
+                    id: 7,
+                    name: "demo-2".into(),
+                    reason: RemovalReason::ScaleDown,
+                },
+                "MemberRemoved",
+                "remove",
+                pod("demo-2"),
+            ),
+            (
+                Step::RemoveMember {
+                    id: 7,
+                    name: "demo-1".into(),
+                    reason: RemovalReason::Replace,
+                },
+                "MemberReplaced",
+                "replace",
+                pod("demo-1"),
+            ),
+            (
+                Step::DeletePod("demo-2".into()),
+                "MemberPodDeleted",
+                "delete_pod",
+                pod("demo-2"),
+            ),
+            (
+                Step::DeleteClaim("demo-2".into()),
+                "MemberClaimDeleted",
+                "delete_claim",
+                Some(("PersistentVolumeClaim", "demo-2-data".to_string())),
+            ),
+            (
+                Step::UpgradeMember {
+                    name: "demo-1".into(),
+                    image: "quay.io/coreos/etcd:v3.7.3".into(),
+                    version: "3.7.3".parse().unwrap_or_else(|e| panic!("{e}")),
+                },
+                "MemberUpgraded",
+                "upgrade",
+                pod("demo-1"),
+            ),
+            (
+                Step::TransferLeadership {
+                    from: "demo-0".into(),
+                    to: "demo-1".into(),
+                    to_id: 9,
+                },
+                "LeadershipTransferred",
+                "transfer_leadership",
+                pod("demo-1"),
+            ),
+            (
+                Step::RecordSnapshotBarrier { index: 100 },
+                "SnapshotBarrierRecorded",
+                "snapshot_barrier",
+                None,
+            ),
+        ] {
+            assert_eq!(
+                record_of(&step),
+                Some(StepRecord {
+                    reason,
+                    kind,
+                    related
+                }),
+                "{step:?}"
+            );
+        }
+        for quiet in [
+            Step::Done,
+            Step::Blocked(Blocked::Paused),
+            Step::Wait(Waiting::MemberStarting("demo-1".into())),
+        ] {
+            assert_eq!(record_of(&quiet), None, "{quiet:?}");
+        }
+    }
+}
