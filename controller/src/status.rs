@@ -166,9 +166,14 @@ fn phase(obs: &Observed, step: &Step, previous: Option<ClusterPhase>) -> Cluster
         Step::Blocked(Blocked::UpgradeNotSupported(_)) => ClusterPhase::Degraded,
         Step::Done => ClusterPhase::Running,
         _ if creating => ClusterPhase::Creating,
+        // The snapshot barrier and the wait for the snapshots past it come before an
+        // upgrade's first member moves: part of the upgrade, as Progressing says.
         Step::UpgradeMember { .. }
         | Step::TransferLeadership { .. }
-        | Step::Wait(Waiting::MemberUpgrading(_)) => ClusterPhase::Upgrading,
+        | Step::RecordSnapshotBarrier { .. }
+        | Step::Wait(Waiting::MemberUpgrading(_) | Waiting::SnapshotBeforeUpgrade { .. }) => {
+            ClusterPhase::Upgrading
+        }
         Step::RemoveMember {
             reason: RemovalReason::Replace,
             ..

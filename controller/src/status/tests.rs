@@ -1,5 +1,7 @@
-//! Table tests of the status fields CoreOS' clients read: `targetVersion` only during an
-//! upgrade, `controlPaused` while paused, `reason` only with a failure phase.
+//! Table tests of [`compute`]: every field it decides (phase, reason, the conditions, the
+//! members, the versions) for each kind of step; then the CoreOS status fields (`targetVersion`
+//! only during an upgrade, `controlPaused` while paused, `reason` only with a failure phase),
+//! carried transition times and stale fields of another writer.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -8,7 +10,7 @@ use etcd_shared::admission::{Refusal, Violation};
 use etcd_shared::types::status::unknown_time;
 
 use super::*;
-use crate::planner::PodState;
+use crate::planner::{MemberPlan, PodState};
 use crate::view::fixtures::view_of;
 
 fn v(s: &str) -> EtcdVersion {
@@ -62,6 +64,7 @@ const AT_3_6: [Option<&str>; 3] = [Some("3.6.16"), Some("3.6.16"), Some("3.6.16"
 const AT_3_5: [Option<&str>; 3] = [Some("3.5.35"), Some("3.5.35"), Some("3.5.35")];
 const MIXED: [Option<&str>; 3] = [Some("3.6.16"), Some("3.5.35"), Some("3.5.35")];
 
+/// One case of [`compute`]: what it is given and every field it decides.
 struct Row {
     what: &'static str,
     spec: &'static str,
@@ -71,6 +74,25 @@ struct Row {
     reason: Option<&'static str>,
     target: Option<&'static str>,
     paused: bool,
+    /// `(status, reason)` of the Available, Progressing and Degraded conditions.
+    available: (bool, &'static str),
+    progressing: (bool, &'static str),
+    degraded: (bool, &'static str),
+    /// `members.ready` and `members.unready`; `readyMembers` is the first's length.
+    ready: &'static [&'static str],
+    unready: &'static [&'static str],
+}
+
+const ALL: &[&str] = &["demo-0", "demo-1", "demo-2"];
+const NONE: &[&str] = &[];
+
+fn plan(name: &str) -> MemberPlan {
+    MemberPlan {
+        name: name.into(),
+        initial_cluster: vec![],
+        state: crate::planner::InitialState::New,
+        version: v("3.6.16"),
+    }
 }
 
 fn rows() -> Vec<Row> {
@@ -79,46 +101,95 @@ fn rows() -> Vec<Row> {
         image: "quay.io/coreos/etcd:v3.6.16".into(),
         version: v("3.6.16"),
     };
+    let healthy = (false, "AsExpected");
+    let quorum = (true, "QuorumHealthy");
+    let base = Row {
+        what: "running at the spec's version",
+        spec: "size: 3\nversion: 3.6.16",
+        obs: three(AT_3_6),
+        step: Step::Done,
+        phase: ClusterPhase::Running,
+        reason: None,
+        target: None,
+        paused: false,
+        available: quorum,
+        progressing: (false, "Reconciled"),
+        degraded: healthy,
+        ready: ALL,
+        unready: NONE,
+    };
     vec![
         Row {
-            what: "running at the spec's version",
-            spec: "size: 3\nversion: 3.6.16",
-            obs: three(AT_3_6),
-            step: Step::Done,
-            phase: ClusterPhase::Running,
-            reason: None,
-            target: None,
-            paused: false,
-        },
-        Row {
             what: "creating: no member list yet",
-            spec: "size: 3\nversion: 3.6.16",
             obs: Observed::default(),
             step: Step::Wait(Waiting::MemberStarting("demo-0".into())),
             phase: ClusterPhase::Creating,
-            reason: None,
-            target: None,
-            paused: false,
+            available: (false, "Bootstrapping"),
+            progressing: (true, "WaitingForMembers"),
+            ready: NONE,
+            ..base.clone()
+        },
+        Row {
+            what: "creating: the first member",
+            obs: Observed::default(),
+            step: Step::Bootstrap(plan("demo-0")),
+            phase: ClusterPhase::Creating,
+            available: (false, "Bootstrapping"),
+            progressing: (true, "Bootstrapping"),
+            ready: NONE,
+            ..base.clone()
         },
         Row {
             what: "the first member is upgraded",
-            spec: "size: 3\nversion: 3.6.16",
             obs: three(AT_3_5),
             step: upgrade,
             phase: ClusterPhase::Upgrading,
-            reason: None,
             target: Some("3.6.16"),
-            paused: false,
+            progressing: (true, "Upgrading"),
+            ..base.clone()
         },
         Row {
             what: "waiting for an upgraded member",
-            spec: "size: 3\nversion: 3.6.16",
             obs: three(MIXED),
             step: Step::Wait(Waiting::MemberUpgrading("demo-0".into())),
             phase: ClusterPhase::Upgrading,
-            reason: None,
             target: Some("3.6.16"),
-            paused: false,
+            progressing: (true, "Upgrading"),
+            ..base.clone()
+        },
+        Row {
+            what: "leadership handed over before the leader is upgraded",
+            obs: three(MIXED),
+            step: Step::TransferLeadership {
+                from: "demo-0".into(),
+                to: "demo-1".into(),
+                to_id: 101,
+            },
+            phase: ClusterPhase::Upgrading,
+            target: Some("3.6.16"),
+            progressing: (true, "Upgrading"),
+            ..base.clone()
+        },
+        Row {
+            what: "a snapshot barrier recorded before an upgrade",
+            obs: three(AT_3_5),
+            step: Step::RecordSnapshotBarrier { index: 1000 },
+            phase: ClusterPhase::Upgrading,
+            target: Some("3.6.16"),
+            progressing: (true, "Upgrading"),
+            ..base.clone()
+        },
+        Row {
+            what: "waiting for the members' snapshots before an upgrade",
+            obs: three(AT_3_5),
+            step: Step::Wait(Waiting::SnapshotBeforeUpgrade {
+                members: vec!["demo-1".into()],
+                entries_left: 10,
+            }),
+            phase: ClusterPhase::Upgrading,
+            target: Some("3.6.16"),
+            progressing: (true, "Upgrading"),
+            ..base.clone()
         },
         Row {
             what: "paused in the middle of an upgrade",
@@ -126,23 +197,22 @@ fn rows() -> Vec<Row> {
             obs: three(MIXED),
             step: Step::Blocked(Blocked::Paused),
             phase: ClusterPhase::Paused,
-            reason: None,
             target: Some("3.6.16"),
             paused: true,
+            progressing: (false, "Paused"),
+            ..base.clone()
         },
         Row {
             what: "paused at the spec's version",
             spec: "size: 3\nversion: 3.6.16\npaused: true",
-            obs: three(AT_3_6),
             step: Step::Blocked(Blocked::Paused),
             phase: ClusterPhase::Paused,
-            reason: None,
-            target: None,
             paused: true,
+            progressing: (false, "Paused"),
+            ..base.clone()
         },
         Row {
             what: "an upgrade etcd does not support",
-            spec: "size: 3\nversion: 3.6.16",
             obs: three(AT_3_5),
             step: Step::Blocked(Blocked::UpgradeNotSupported(
                 "3.5.20 cannot move to 3.6".into(),
@@ -150,11 +220,12 @@ fn rows() -> Vec<Row> {
             phase: ClusterPhase::Degraded,
             reason: Some("UpgradeNotSupported"),
             target: Some("3.6.16"),
-            paused: false,
+            progressing: (false, "Blocked"),
+            degraded: (true, "UpgradeNotSupported"),
+            ..base.clone()
         },
         Row {
             what: "quorum lost",
-            spec: "size: 3\nversion: 3.6.16",
             obs: three([Some("3.6.16"), None, None]),
             step: Step::Blocked(Blocked::QuorumLost {
                 missing: vec!["demo-1".into(), "demo-2".into()],
@@ -162,72 +233,176 @@ fn rows() -> Vec<Row> {
             }),
             phase: ClusterPhase::QuorumLost,
             reason: Some("QuorumLost"),
-            target: None,
-            paused: false,
+            available: (false, "QuorumLost"),
+            progressing: (false, "Blocked"),
+            degraded: (true, "QuorumLost"),
+            ready: &["demo-0"],
+            unready: &["demo-1", "demo-2"],
+            ..base.clone()
         },
         Row {
             what: "every member lost",
-            spec: "size: 3\nversion: 3.6.16",
             obs: three([None, None, None]),
             step: Step::Blocked(Blocked::AllMembersLost),
             phase: ClusterPhase::QuorumLost,
             reason: Some("AllMembersLost"),
-            target: None,
-            paused: false,
+            available: (false, "QuorumLost"),
+            progressing: (false, "Blocked"),
+            degraded: (true, "AllMembersLost"),
+            ready: NONE,
+            unready: ALL,
+            ..base.clone()
         },
         Row {
             what: "an unhealthy member the kubelet restarts",
-            spec: "size: 3\nversion: 3.6.16",
             obs: three([Some("3.6.16"), Some("3.6.16"), None]),
             step: Step::Wait(Waiting::Unhealthy(vec!["demo-2".into()])),
             phase: ClusterPhase::Degraded,
             reason: Some("MembersUnhealthy"),
-            target: None,
-            paused: false,
+            progressing: (true, "WaitingForMembers"),
+            degraded: (true, "MembersUnhealthy"),
+            ready: &["demo-0", "demo-1"],
+            unready: &["demo-2"],
+            ..base.clone()
         },
         Row {
-            what: "scaling is no failure",
+            what: "an unhealthy member replaced",
+            obs: three([Some("3.6.16"), Some("3.6.16"), None]),
+            step: Step::RemoveMember {
+                id: 102,
+                name: "demo-2".into(),
+                reason: RemovalReason::Replace,
+            },
+            phase: ClusterPhase::Recovering,
+            progressing: (true, "ReplacingMember"),
+            degraded: (true, "MembersUnhealthy"),
+            ready: &["demo-0", "demo-1"],
+            unready: &["demo-2"],
+            ..base.clone()
+        },
+        Row {
+            what: "scaling up is no failure",
             spec: "size: 5\nversion: 3.6.16",
-            obs: three(AT_3_6),
             step: Step::AddMember {
                 name: "demo-3".into(),
                 peer_url: "http://demo-3.demo.ns1.svc:2380".into(),
                 learner: true,
             },
             phase: ClusterPhase::Scaling,
-            reason: None,
-            target: None,
-            paused: false,
+            progressing: (true, "ScalingUp"),
+            ..base.clone()
         },
+        Row {
+            what: "a learner catching up",
+            spec: "size: 5\nversion: 3.6.16",
+            step: Step::Wait(Waiting::LearnerCatchingUp("demo-3".into())),
+            phase: ClusterPhase::Scaling,
+            progressing: (true, "WaitingForMembers"),
+            ..base.clone()
+        },
+        Row {
+            what: "scaling down",
+            spec: "size: 1\nversion: 3.6.16",
+            step: Step::RemoveMember {
+                id: 102,
+                name: "demo-2".into(),
+                reason: RemovalReason::ScaleDown,
+            },
+            phase: ClusterPhase::Scaling,
+            progressing: (true, "ScalingDown"),
+            ..base.clone()
+        },
+        base,
     ]
 }
 
+impl Clone for Row {
+    fn clone(&self) -> Self {
+        Row {
+            obs: self.obs.clone(),
+            step: self.step.clone(),
+            ..*self
+        }
+    }
+}
+
+/// The condition of `type_` as `(status, reason)`.
+fn condition_of(s: &EtcdClusterStatus, type_: &str) -> (bool, String) {
+    let c = s
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .unwrap_or_else(|| panic!("no {type_} condition"));
+    (c.status == "True", c.reason.clone())
+}
+
 #[test]
-fn coreos_fields_follow_the_phase_the_version_and_the_pause() {
+fn compute_table() {
     for row in rows() {
         // Past creation (a cluster is Creating until it first matches its spec).
         let previous = EtcdClusterStatus {
             phase: row.obs.bootstrapped.then_some(ClusterPhase::Running),
             ..EtcdClusterStatus::default()
         };
-        let s = compute(
-            &view_of(row.spec),
-            &row.obs,
-            &row.step,
-            Some(&previous),
-            now(),
-        );
-        assert_eq!(s.phase, Some(row.phase), "{}", row.what);
-        assert_eq!(s.reason.as_deref(), row.reason, "{}: reason", row.what);
+        let view = view_of(row.spec);
+        let s = compute(&view, &row.obs, &row.step, Some(&previous), now());
+        let what = row.what;
+        assert_eq!(s.phase, Some(row.phase), "{what}");
+        assert_eq!(s.reason.as_deref(), row.reason, "{what}: reason");
         assert_eq!(
             s.target_version.as_deref(),
             row.target,
-            "{}: targetVersion",
-            row.what
+            "{what}: targetVersion"
         );
-        assert_eq!(s.control_paused, row.paused, "{}: controlPaused", row.what);
+        assert_eq!(s.control_paused, row.paused, "{what}: controlPaused");
         // A failure phase has a reason and any other phase has none.
-        assert_eq!(s.reason.is_some(), row.phase.is_failure(), "{}", row.what);
+        assert_eq!(s.reason.is_some(), row.phase.is_failure(), "{what}");
+        for (type_, (status, reason)) in [
+            (AVAILABLE, row.available),
+            (PROGRESSING, row.progressing),
+            (DEGRADED, row.degraded),
+            (
+                PAUSED,
+                (
+                    row.paused,
+                    if row.paused {
+                        "PausedBySpec"
+                    } else {
+                        "NotPaused"
+                    },
+                ),
+            ),
+        ] {
+            assert_eq!(
+                condition_of(&s, type_),
+                (status, reason.to_string()),
+                "{what}: {type_}"
+            );
+        }
+        assert!(
+            s.conditions
+                .iter()
+                .all(|c| c.observed_generation == view.generation
+                    && c.last_transition_time == Time(now())),
+            "{what}: {:?}",
+            s.conditions
+        );
+        let members = s.members.clone().unwrap_or_default();
+        assert_eq!(members.ready, row.ready, "{what}: members.ready");
+        assert_eq!(members.unready, row.unready, "{what}: members.unready");
+        assert_eq!(
+            s.ready_members,
+            i32::try_from(row.ready.len()).ok(),
+            "{what}: readyMembers"
+        );
+        assert_eq!(s.observed_generation, view.generation, "{what}");
+        assert_eq!(s.service_name.as_deref(), Some("demo-client"), "{what}");
+        assert_eq!(s.client_port, Some(CLIENT_PORT), "{what}");
+        assert_eq!(
+            s.next_step,
+            Some(describe(&row.step)).filter(|d| !d.is_empty()),
+            "{what}"
+        );
     }
 }
 
