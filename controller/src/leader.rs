@@ -868,18 +868,63 @@ mod tests {
     #[test]
     fn identities() {
         assert_eq!(identity_from(Some("pod-1"), "host", 7), "pod-1");
+        assert_eq!(identity_from(Some(" pod-1\n"), "host", 7), "pod-1");
         assert_eq!(identity_from(Some(" "), "host", 0xabc), "host_00000abc");
         assert_eq!(identity_from(None, "host", u64::MAX), "host_ffffffff");
-        // Without POD_NAME: the hostname and a random suffix, different for each process.
-        let ours = default_identity();
-        match std::env::var(POD_NAME_ENV) {
-            Ok(pod) if !pod.trim().is_empty() => assert_eq!(ours, pod.trim()),
-            _ => {
-                let (host, suffix) = ours.rsplit_once('_').expect("HOST_SUFFIX");
-                assert_eq!(host, hostname());
-                assert_eq!(suffix.len(), 8);
-                assert_ne!(default_identity(), ours, "another process, another suffix");
-            }
+    }
+
+    /// Set by [`two_processes_on_one_host_campaign_as_two`] for the processes it starts.
+    const PRINT_IDENTITY: &str = "ETCD_CONTROLLER_TEST_PRINT_IDENTITY";
+
+    /// In a process started by [`two_processes_on_one_host_campaign_as_two`]: prints the
+    /// process' identity. Otherwise nothing.
+    #[test]
+    fn print_identity_when_asked() {
+        if std::env::var_os(PRINT_IDENTITY).is_some() {
+            println!("identity={}", default_identity());
         }
+    }
+
+    /// [`default_identity`] as two processes of this test binary on this host see it: two
+    /// different identities of the form `HOSTNAME_xxxxxxxx` without `$POD_NAME`, the pod's
+    /// name with it.
+    #[test]
+    fn two_processes_on_one_host_campaign_as_two() {
+        let identity_of_a_process = |pod_name: Option<&str>| -> String {
+            let exe = std::env::current_exe().unwrap_or_else(|e| panic!("the test binary: {e}"));
+            let mut command = std::process::Command::new(exe);
+            command
+                .args(["--exact", "leader::tests::print_identity_when_asked"])
+                .args(["--nocapture", "--test-threads=1"])
+                .env(PRINT_IDENTITY, "1");
+            match pod_name {
+                Some(pod) => command.env(POD_NAME_ENV, pod),
+                None => command.env_remove(POD_NAME_ENV),
+            };
+            let out = command
+                .output()
+                .unwrap_or_else(|e| panic!("running the test binary: {e}"));
+            assert!(out.status.success(), "{out:?}");
+            // libtest writes "test NAME ... " on the same line before the test's own output.
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            stdout
+                .split_once("identity=")
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                .unwrap_or_else(|| panic!("no identity printed: {out:?}"))
+                .to_string()
+        };
+        let (first, second) = (identity_of_a_process(None), identity_of_a_process(None));
+        assert_ne!(first, second, "two processes on one host share an identity");
+        for identity in [&first, &second] {
+            let (host, suffix) = identity
+                .rsplit_once('_')
+                .unwrap_or_else(|| panic!("{identity} is not HOST_SUFFIX"));
+            assert_eq!(host, hostname());
+            assert!(
+                suffix.len() == 8 && suffix.chars().all(|c| c.is_ascii_hexdigit()),
+                "{identity}"
+            );
+        }
+        assert_eq!(identity_of_a_process(Some(" pod-7 ")), "pod-7");
     }
 }
