@@ -12,12 +12,26 @@ pub async fn publish(
     reason: &str,
     note: String,
 ) {
+    publish_related(recorder, reference, type_, reason, note, None).await;
+}
+
+/// [`publish`] naming, besides, the object the event concerns (`related`: a member's pod), so
+/// that events of one reason about different members never merge into one series (the
+/// Recorder keys a series by object, reason and related object, not by note).
+pub async fn publish_related(
+    recorder: &Recorder,
+    reference: &ObjectReference,
+    type_: EventType,
+    reason: &str,
+    note: String,
+    related: Option<ObjectReference>,
+) {
     let event = Event {
         type_,
         reason: reason.into(),
         note: Some(note),
         action: reason.into(),
-        secondary: None,
+        secondary: related,
     };
     if let Err(e) = recorder.publish(&event, reference).await {
         tracing::warn!(error = %e, reason, "could not publish event");

@@ -7,11 +7,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::Store;
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
@@ -27,6 +26,7 @@ use crate::cache::{self, Caches};
 use crate::context::{Context, ControllerConfig};
 use crate::error::{Error, FIELD_MANAGER};
 use crate::etcd::EtcdPool;
+use crate::events::publish;
 use crate::observe::observe;
 use crate::planner::{self, Blocked, Step, Waiting};
 use crate::status;
@@ -79,7 +79,6 @@ async fn reconcile_inner(
                 EventType::Warning,
                 "InvalidSpec",
                 e.to_string(),
-                None,
             )
             .await;
             return Ok(Action::await_change());
@@ -125,15 +124,7 @@ async fn reconcile_inner(
     if let Some(prev) = previous {
         let reference = cluster.object_ref(&());
         for event in transition_events(&new, prev) {
-            publish(
-                recorder,
-                &reference,
-                event.type_,
-                &event.reason,
-                event.note,
-                None,
-            )
-            .await;
+            publish(recorder, &reference, event.type_, &event.reason, event.note).await;
         }
     }
     write_status(&api, &name, &new, previous).await?;
@@ -265,30 +256,6 @@ async fn write_status(
             .map_err(Error::kube(format!("clear stale status fields of {name}")))?;
     }
     Ok(())
-}
-
-/// Publishes an Event about `reference`; `related` names the object it concerns besides (a
-/// member's pod), so that events of different members never merge into one series (the
-/// Recorder keys a series by object, reason and related object, not by note). A failure is
-/// logged, never fails the reconcile.
-pub(crate) async fn publish(
-    recorder: &Recorder,
-    reference: &ObjectReference,
-    type_: EventType,
-    reason: &str,
-    note: String,
-    related: Option<ObjectReference>,
-) {
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: reason.into(),
-        secondary: related,
-    };
-    if let Err(e) = recorder.publish(&event, reference).await {
-        warn!(error = %e, reason, "could not publish event");
-    }
 }
 
 #[cfg(test)]

@@ -20,13 +20,14 @@ use tracing::{info, warn};
 
 use etcd_shared::names;
 
-use super::pipeline::{publish, reconcile};
+use super::pipeline::reconcile;
 use crate::admin::Readiness;
 use crate::backoff::Backoff;
 use crate::cache::{Caches, StoredCluster};
 use crate::context::Context;
 use crate::error::Error;
 use crate::etcd::EtcdPool;
+use crate::events::publish;
 
 /// How long after an error of a watch `/readyz` stays failing. A watch that keeps failing
 /// retries with kube-runtime's default backoff (at most 30 s apart, with jitter), so readiness
@@ -244,7 +245,6 @@ async fn reconcile_stored(stored: Arc<StoredCluster>, r: Arc<Reconciler>) -> Res
                 EventType::Warning,
                 "Undecodable",
                 note,
-                None,
             )
             .await;
             return Ok(Action::requeue(r.ctx.config.idle_requeue));

@@ -12,10 +12,10 @@ use tracing::info;
 use etcd_shared::EtcdCluster;
 use etcd_shared::names;
 
-use super::pipeline::publish;
 use crate::builders;
 use crate::context::Context;
 use crate::error::Error;
+use crate::events::publish_related;
 use crate::observe::Observation;
 use crate::planner::{InitialState, MemberPlan, RemovalReason, Step};
 use crate::status;
@@ -96,7 +96,7 @@ pub async fn execute(
         namespace: Some(view.namespace.clone()),
         ..ObjectReference::default()
     });
-    publish(
+    publish_related(
         recorder,
         &cluster.object_ref(&()),
         EventType::Normal,
