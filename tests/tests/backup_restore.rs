@@ -52,6 +52,7 @@ fn main() -> std::process::ExitCode {
         a_one_shot_backup_is_taken_while_writes_continue,
         periodic_backups_keep_max_backups,
         a_corrupt_snapshot_is_refused_before_the_cluster_is_touched,
+        a_tls_cluster_is_backed_up_with_the_client_tls_secret,
     ];
     tests.extend([
         etcd_tests::Test::new(
@@ -660,5 +661,46 @@ async fn coreos_examples_back_up_and_restore_the_users_cluster(
     duration("the users' example restored on 3.2.13", started);
     let pods: Api<Pod> = ctx.api();
     check_every_member(&pods, "example-etcd-cluster", "/users/", &data, 3).await?;
+    Ok(())
+}
+
+/// Issue 16, item 7: a cluster with client TLS (`spec.TLS.static`, CoreOS' layout) is backed up
+/// with CoreOS' `clientTLSSecret` (etcd-client.crt, etcd-client.key, etcd-client-ca.crt) over
+/// mutual TLS; a client TLS secret that does not exist is reported, not retried silently.
+async fn a_tls_cluster_is_backed_up_with_the_client_tls_secret(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    install(&ctx).await?;
+    let _controller = Controller::start(&ctx)?;
+    let storage = Storage::start(&ctx, "tls").await?;
+    support::tls::coreos_tls_secrets(&ctx, "sec").await?;
+    let created = create_cluster(
+        &ctx,
+        &format!(
+            "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdCluster\nmetadata:\n  name: sec\nspec:\n  size: 1\n{}",
+            support::tls::tls_section("sec")
+        ),
+    )
+    .await?;
+    let version = created.spec.version.clone().context("version")?;
+    wait_until(&ctx.api(), "sec", "settled over TLS", |c| {
+        settled(c, 1, &version)
+    })
+    .await?;
+    let yaml = |name: &str, secret: &str| {
+        format!(
+            "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdBackup\nmetadata:\n  name: {name}\nspec:\n  etcdEndpoints: [\"https://sec-client:2379\"]\n  storageType: S3\n  clientTLSSecret: {secret}\n{}",
+            storage.s3_yaml(&format!("sec/{name}.db"))
+        )
+    };
+    create_backup(&ctx, &yaml("tls", "sec-operator")).await?;
+    let status = backup_status(&ctx, "tls", "succeeded", |s| s.succeeded).await?;
+    let bucket = storage.open()?;
+    transfer::verify(&bucket, "sec/tls.db", status.last_backup_sha256.as_deref()).await?;
+
+    create_backup(&ctx, &yaml("nosecret", "absent")).await?;
+    let failed = backup_status(&ctx, "nosecret", "refused", |s| s.reason.is_some()).await?;
+    let reason = failed.reason.unwrap_or_default();
+    ensure!(reason.contains("absent") && !failed.succeeded, "{reason}");
     Ok(())
 }

@@ -2,6 +2,7 @@
 //! status, a client that keeps writing, and checks against every member's data.
 
 pub mod operator;
+pub mod tls;
 pub mod writer;
 
 use std::collections::BTreeMap;
