@@ -7,7 +7,6 @@
 //! `cargo bench -p etcd-controller --bench backup [-- MiB]` (default 1024 MiB; needs
 //! `hack/build-tools.sh`).
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
@@ -15,8 +14,7 @@ use etcd_controller::backup::store::{self, AwsProfile, S3Object, StoreTimeouts};
 use etcd_controller::backup::transfer::{self, SnapshotInfo};
 use etcd_controller::etcd::EtcdAccess;
 use etcd_shared::types::storage::S3Source;
-use etcd_tests::ports::free_ports;
-use etcd_tests::process::ManagedProcess;
+use etcd_tests::member::SingleMember;
 use etcd_tests::s3::S3Server;
 use etcd_tests::{Tools, poll_until};
 
@@ -43,25 +41,6 @@ fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
 }
 
-fn start_member(etcd: &Path, dir: &Path) -> anyhow::Result<(ManagedProcess, String)> {
-    let [client, peer] = free_ports()?;
-    let endpoint = format!("http://127.0.0.1:{client}");
-    let peer_url = format!("http://127.0.0.1:{peer}");
-    let args = [
-        "--name=a".to_string(),
-        format!("--data-dir={}", dir.join("member").display()),
-        format!("--listen-client-urls={endpoint}"),
-        format!("--advertise-client-urls={endpoint}"),
-        format!("--listen-peer-urls={peer_url}"),
-        format!("--initial-advertise-peer-urls={peer_url}"),
-        format!("--initial-cluster=a={peer_url}"),
-        "--quota-backend-bytes=8589934592".into(),
-        "--max-request-bytes=2097152".into(),
-    ];
-    let process = ManagedProcess::start("etcd", etcd, &args, dir.join("etcd.log"))?;
-    Ok((process, endpoint))
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -71,7 +50,15 @@ async fn main() -> anyhow::Result<()> {
         .unwrap_or(1024);
     let tools = Tools::from_env()?;
     let dir = tempfile::tempdir()?;
-    let (_etcd, endpoint) = start_member(&tools.etcd(VERSION)?, dir.path())?;
+    let member = SingleMember::start(
+        &tools.etcd(VERSION)?,
+        dir.path(),
+        &[
+            "--quota-backend-bytes=8589934592".into(),
+            "--max-request-bytes=2097152".into(),
+        ],
+    )?;
+    let endpoint = member.endpoint.clone();
     let access = EtcdAccess {
         timeout: Duration::from_secs(10),
         ..EtcdAccess::default()

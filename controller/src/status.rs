@@ -7,14 +7,15 @@
 //! Nothing CoreOS' operator left in the status (phase Failed, its reason, its conditions) is
 //! carried over: every field is computed anew.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Map, Value, json};
 
 use etcd_shared::names::{self, CLIENT_PORT};
-use etcd_shared::types::status::is_unknown_time;
 use etcd_shared::types::{ClusterPhase, EtcdClusterStatus, MembersStatus, RestoredFrom};
 use etcd_shared::version::EtcdVersion;
+
+use crate::conditions;
 
 use crate::planner::{Blocked, Health, MemberState, Observed, RemovalReason, Step, Waiting};
 use crate::view::{ClusterView, InvalidCluster};
@@ -91,37 +92,6 @@ fn blocked_message(b: &Blocked) -> String {
         ),
         Blocked::AllMembersLost => "every member and its data is gone (members kept their data in emptyDirs); delete and recreate the EtcdCluster to start an empty cluster, or restore from a backup".into(),
         Blocked::UpgradeNotSupported(why) => format!("upgrade blocked: {why}"),
-    }
-}
-
-fn condition(
-    type_: &str,
-    ok: bool,
-    reason: &str,
-    message: String,
-    generation: Option<i64>,
-    now: &Time,
-) -> Condition {
-    Condition {
-        type_: type_.into(),
-        status: if ok { "True" } else { "False" }.into(),
-        reason: reason.into(),
-        message,
-        observed_generation: generation,
-        last_transition_time: now.clone(),
-    }
-}
-
-/// Keeps each condition's lastTransitionTime when its status did not change and the old time
-/// is known (a condition CoreOS' operator wrote may have none).
-fn carry_transition_times(new: &mut [Condition], old: &[Condition]) {
-    for c in new {
-        if let Some(o) = old.iter().find(|o| o.type_ == c.type_)
-            && o.status == c.status
-            && !is_unknown_time(&o.last_transition_time)
-        {
-            c.last_transition_time = o.last_transition_time.clone();
-        }
     }
 }
 
@@ -325,7 +295,7 @@ pub fn compute(
         _ => format!("next: {}", describe(step)),
     };
     let mut conditions = vec![
-        condition(
+        conditions::new(
             AVAILABLE,
             available,
             available_reason.0,
@@ -333,7 +303,7 @@ pub fn compute(
             generation,
             &now,
         ),
-        condition(
+        conditions::new(
             PROGRESSING,
             progressing,
             progressing_reason,
@@ -341,7 +311,7 @@ pub fn compute(
             generation,
             &now,
         ),
-        condition(
+        conditions::new(
             DEGRADED,
             degraded,
             degraded_reason,
@@ -349,7 +319,7 @@ pub fn compute(
             generation,
             &now,
         ),
-        condition(
+        conditions::new(
             PAUSED,
             view.paused,
             if view.paused {
@@ -367,7 +337,7 @@ pub fn compute(
         ),
     ];
     if let Some(prev) = previous {
-        carry_transition_times(&mut conditions, &prev.conditions);
+        conditions::carry_transition_times(&mut conditions, &prev.conditions);
     }
     let expected: Vec<String> = obs.pods.iter().map(|p| p.name.clone()).collect();
     let phase = phase(obs, step, previous_phase);
@@ -421,7 +391,7 @@ pub fn invalid(
     let now = Time(now);
     let mut status = previous.cloned().unwrap_or_default();
     let mut conditions = vec![
-        condition(
+        conditions::new(
             DEGRADED,
             true,
             "InvalidSpec",
@@ -429,7 +399,7 @@ pub fn invalid(
             generation,
             &now,
         ),
-        condition(
+        conditions::new(
             PROGRESSING,
             false,
             "InvalidSpec",
@@ -438,7 +408,7 @@ pub fn invalid(
             &now,
         ),
     ];
-    carry_transition_times(&mut conditions, &status.conditions);
+    conditions::carry_transition_times(&mut conditions, &status.conditions);
     status
         .conditions
         .retain(|c| c.type_ != DEGRADED && c.type_ != PROGRESSING);

@@ -6,7 +6,6 @@
 //!
 //! Run: `cargo test -p etcd-controller --test snapshots` (needs `hack/build-tools.sh`).
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,39 +16,13 @@ use etcd_controller::backup::store::{self, AwsProfile, S3Object, StoreTimeouts};
 use etcd_controller::backup::transfer::{self, SnapshotInfo, TransferError};
 use etcd_controller::etcd::EtcdAccess;
 use etcd_shared::types::storage::S3Source;
-use etcd_tests::ports::free_ports;
-use etcd_tests::process::ManagedProcess;
+use etcd_tests::member::SingleMember;
 use etcd_tests::s3::S3Server;
 use etcd_tests::{Tools, poll_until};
 use futures::StreamExt as _;
 use object_store::ObjectStore;
 
 const KEYS: usize = 2_000;
-
-struct Member {
-    _process: ManagedProcess,
-    endpoint: String,
-}
-
-fn start_member(etcd: &Path, dir: &Path) -> anyhow::Result<Member> {
-    let [client, peer] = free_ports()?;
-    let endpoint = format!("http://127.0.0.1:{client}");
-    let peer_url = format!("http://127.0.0.1:{peer}");
-    let args = [
-        "--name=a".to_string(),
-        format!("--data-dir={}", dir.join("member").display()),
-        format!("--listen-client-urls={endpoint}"),
-        format!("--advertise-client-urls={endpoint}"),
-        format!("--listen-peer-urls={peer_url}"),
-        format!("--initial-advertise-peer-urls={peer_url}"),
-        format!("--initial-cluster=a={peer_url}"),
-    ];
-    let process = ManagedProcess::start("etcd", etcd, &args, dir.join("etcd.log"))?;
-    Ok(Member {
-        _process: process,
-        endpoint,
-    })
-}
 
 async fn open_bucket(server: &S3Server, bucket: &str) -> anyhow::Result<Arc<dyn ObjectStore>> {
     server.create_bucket(bucket).await?;
@@ -76,7 +49,7 @@ async fn round_trip(
     version: &str,
 ) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let member = start_member(&tools.etcd(version)?, dir.path())?;
+    let member = SingleMember::start(&tools.etcd(version)?, dir.path(), &[])?;
     let access = EtcdAccess {
         timeout: Duration::from_secs(3),
         ..EtcdAccess::default()

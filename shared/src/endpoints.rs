@@ -207,48 +207,37 @@ mod tests {
         }
     }
 
+    fn kind(e: &EndpointError) -> &'static str {
+        match e {
+            EndpointError::Empty => "Empty",
+            EndpointError::NotUrl { .. } => "NotUrl",
+            EndpointError::IpAddress { .. } => "IpAddress",
+            EndpointError::NotCluster { .. } => "NotCluster",
+            EndpointError::OtherNamespace { .. } => "OtherNamespace",
+            EndpointError::TwoClusters { .. } => "TwoClusters",
+        }
+    }
+
     #[test]
     fn other_urls_are_refused_with_the_reason() {
-        let cases: [(&str, fn(&EndpointError) -> bool); 10] = [
-            ("example-client:2379", |e| {
-                matches!(e, EndpointError::NotUrl { .. })
-            }),
-            ("ftp://example-client", |e| {
-                matches!(e, EndpointError::NotUrl { .. })
-            }),
-            ("http://:2379", |e| {
-                matches!(e, EndpointError::NotUrl { .. })
-            }),
-            ("http://u:p@example-client:2379", |e| {
-                matches!(e, EndpointError::NotUrl { .. })
-            }),
-            ("http://example-client:port", |e| {
-                matches!(e, EndpointError::NotUrl { .. })
-            }),
-            ("http://10.0.0.5:2379", |e| {
-                matches!(e, EndpointError::IpAddress { .. })
-            }),
-            ("http://[fd00::1]:2379", |e| {
-                matches!(e, EndpointError::IpAddress { .. })
-            }),
-            ("http://example-client.other:2379", |e| {
-                matches!(e, EndpointError::OtherNamespace { .. })
-            }),
-            ("http://etcd.example.com:2379", |e| {
-                matches!(e, EndpointError::NotCluster { .. })
-            }),
-            ("http://example-client.prod.pod:2379", |e| {
-                matches!(e, EndpointError::NotCluster { .. })
-            }),
+        let cases = [
+            ("example-client:2379", "NotUrl"),
+            ("ftp://example-client", "NotUrl"),
+            ("http://:2379", "NotUrl"),
+            ("http://u:p@example-client:2379", "NotUrl"),
+            ("http://example-client:port", "NotUrl"),
+            ("http://10.0.0.5:2379", "IpAddress"),
+            ("http://[fd00::1]:2379", "IpAddress"),
+            ("http://example-client.other:2379", "OtherNamespace"),
+            ("http://etcd.example.com:2379", "NotCluster"),
+            ("http://example-client.prod.pod:2379", "NotCluster"),
         ];
-        for (url, is) in cases {
+        for (url, want) in cases {
             let err = cluster_of_endpoint(url, "prod").expect_err(url);
-            assert!(is(&err), "{url}: {err}");
+            assert_eq!(kind(&err), want, "{url}: {err}");
         }
         let long = format!("http://{}:2379", "a".repeat(5000));
-        let msg = cluster_of_endpoint(&long, "prod")
-            .expect_err("long")
-            .to_string();
+        let msg = cluster_of_endpoint(&long, "prod").expect_err("long").to_string();
         assert!(msg.len() < 400, "{msg}");
     }
 

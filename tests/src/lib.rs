@@ -29,6 +29,7 @@ pub mod endpoints;
 pub mod helm;
 pub mod kubeconfig;
 pub mod kubelet;
+pub mod member;
 pub mod namespace;
 pub mod operator;
 pub mod pki;

@@ -42,8 +42,8 @@ use kube::ResourceExt as _;
 
 use support::operator::{Controller, create_cluster, install};
 use support::{
-    ETCD_TIMEOUT, WAIT, bulk_put, check_every_member, client_service_urls, connect, settled,
-    wait_until,
+    ETCD_TIMEOUT, WAIT, bulk_put, check_every_member, client_service_urls, connect, create_settled,
+    duration, settled, wait_until,
 };
 
 fn main() -> std::process::ExitCode {
@@ -72,12 +72,6 @@ fn main() -> std::process::ExitCode {
         .with_timeout(long),
     ]);
     etcd_tests::run_suite_with_kubelet(tests)
-}
-
-fn duration(what: &str, since: Instant) -> f64 {
-    let secs = since.elapsed().as_secs_f64();
-    println!("duration: {what}: {secs:.1} s");
-    secs
 }
 
 /// A real S3 server with a bucket, and the `awsSecret` for it in the test's namespace.
@@ -222,26 +216,7 @@ async fn backup_status(
 }
 
 async fn settled_cluster(ctx: &TestContext, name: &str, size: usize) -> anyhow::Result<String> {
-    settled_cluster_of(ctx, name, size, None).await
-}
-
-async fn settled_cluster_of(
-    ctx: &TestContext,
-    name: &str,
-    size: usize,
-    version: Option<&str>,
-) -> anyhow::Result<String> {
-    let started = Instant::now();
-    let version_line = version.map_or(String::new(), |v| format!("  version: {v}\n"));
-    let created = create_cluster(
-        ctx,
-        &format!("apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdCluster\nmetadata:\n  name: {name}\nspec:\n  size: {size}\n{version_line}"),
-    )
-    .await?;
-    let version = created.spec.version.clone().context("defaulted version")?;
-    wait_until(&ctx.api(), name, "settled", |c| settled(c, size, &version)).await?;
-    duration(&format!("{name}: {size} members Available"), started);
-    Ok(version)
+    create_settled(ctx, name, size, None).await
 }
 
 /// Issue 16, item 4 and 7: a one-shot backup of a 3-member cluster under continuous writes
@@ -573,7 +548,7 @@ async fn a_3_5_snapshot_restores_into_3_6(ctx: TestContext) -> anyhow::Result<()
     let storage = Storage::start(&ctx, "lines").await?;
     let old = support::pinned_etcd("3.5")?;
     let new = support::pinned_etcd("3.6")?;
-    settled_cluster_of(&ctx, "old", 1, Some(&old)).await?;
+    create_settled(&ctx, "old", 1, Some(&old)).await?;
     let slices: Api<EndpointSlice> = ctx.api();
     let data = bulk_put(&slices, "old", "/old/", 500, 8).await?;
     create_backup(
@@ -584,7 +559,7 @@ async fn a_3_5_snapshot_restores_into_3_6(ctx: TestContext) -> anyhow::Result<()
     let backup = backup_status(&ctx, "b35", "succeeded", |s| s.succeeded).await?;
     ensure!(backup.etcd_version.as_deref() == Some(old.as_str()));
 
-    settled_cluster_of(&ctx, "next", 3, Some(&new)).await?;
+    create_settled(&ctx, "next", 3, Some(&new)).await?;
     create_restore(
         &ctx,
         &restore_yaml(&storage, "up", "next", "old/snapshot.db"),

@@ -32,6 +32,7 @@ use support::{
     ETCD_TIMEOUT, WAIT, check_every_member, client_service_urls, connect, member_list, member_pods,
     member_urls, pinned_etcd, reported_versions, settled, wait_until,
 };
+use support::{cluster_yaml, create_settled, duration};
 
 fn main() -> std::process::ExitCode {
     // Walks through many steps on real members, beside the other tests on two cores.
@@ -66,19 +67,6 @@ fn main() -> std::process::ExitCode {
     etcd_tests::run_suite_with_kubelet(tests)
 }
 
-fn cluster_yaml(name: &str, size: usize, version: Option<&str>) -> String {
-    let version = version.map_or(String::new(), |v| format!("  version: {v}\n"));
-    format!(
-        "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdCluster\nmetadata:\n  name: {name}\nspec:\n  size: {size}\n{version}"
-    )
-}
-
-fn duration(what: &str, since: Instant) -> f64 {
-    let secs = since.elapsed().as_secs_f64();
-    println!("duration: {what}: {secs:.1} s");
-    secs
-}
-
 async fn patch_spec(
     api: &Api<EtcdCluster>,
     name: &str,
@@ -90,31 +78,6 @@ async fn patch_spec(
         &Patch::Merge(serde_json::json!({ "spec": spec })),
     )
     .await
-}
-
-/// Creates a cluster of `size` and waits until it is settled; returns its version.
-async fn create_settled(
-    ctx: &TestContext,
-    name: &str,
-    size: usize,
-    version: Option<&str>,
-) -> anyhow::Result<String> {
-    let started = Instant::now();
-    let created = create_cluster(ctx, &cluster_yaml(name, size, version)).await?;
-    let version = created
-        .spec
-        .version
-        .clone()
-        .context("the webhook did not default the version")?;
-    wait_until(&ctx.api(), name, &format!("{size} healthy voters"), |c| {
-        settled(c, size, &version)
-    })
-    .await?;
-    let secs = duration(&format!("{name}: {size}-member cluster Available"), started);
-    if secs > 20.0 {
-        println!("note: {name} took longer than the 20 s aim");
-    }
-    Ok(version)
 }
 
 fn names_in(c: &EtcdCluster) -> BTreeSet<String> {

@@ -9,9 +9,11 @@
 //! - [`restore`]: the EtcdRestore reconciler.
 //! - [`seed`]: the restore steps the seed member's init containers run.
 //! - [`metrics`]: the backup and restore series.
+//! - [`outcomes`]: what both controllers do with their reconcile streams.
 
 pub mod integrity;
 pub mod metrics;
+pub mod outcomes;
 pub mod reconciler;
 pub mod restore;
 pub mod schedule;

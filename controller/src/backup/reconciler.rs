@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt as _, TryStreamExt as _};
+use futures::TryStreamExt as _;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, Patch, PatchParams};
@@ -189,28 +189,15 @@ pub async fn run(
         None => Api::all(reconciler.client.clone()),
     };
     let forgetting = reconciler.clone();
-    Controller::new(backups, watcher::Config::default())
+    let results = Controller::new(backups, watcher::Config::default())
         .with_config(ControllerRuntimeConfig::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, reconciler)
-        .for_each(|result| {
-            let r = forgetting.clone();
-            async move {
-                match result {
-                    Ok(_) => {}
-                    Err(kube::runtime::controller::Error::ObjectNotFound(gone)) => {
-                        let namespace = gone.namespace.clone().unwrap_or_default();
-                        r.metrics.forget(&namespace, &gone.name);
-                        r.backoff.succeeded(&format!("{namespace}/{}", gone.name));
-                    }
-                    Err(kube::runtime::controller::Error::QueueError(e)) => {
-                        warn!(error = %e, "the EtcdBackup watch failed; retrying");
-                    }
-                    Err(e) => tracing::debug!(error = %e, "backup controller stream error"),
-                }
-            }
-        })
-        .await;
+        .run(reconcile, error_policy, reconciler);
+    super::outcomes::drain(results, "EtcdBackup", |namespace, name| {
+        forgetting.metrics.forget(namespace, name);
+        forgetting.backoff.succeeded(&format!("{namespace}/{name}"));
+    })
+    .await;
 }
 
 fn key(backup: &EtcdBackup) -> String {

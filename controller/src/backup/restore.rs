@@ -19,7 +19,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt as _;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
@@ -211,27 +210,14 @@ pub async fn run(
         None => Api::all(reconciler.client.clone()),
     };
     let forgetting = reconciler.clone();
-    Controller::new(restores, watcher::Config::default())
+    let results = Controller::new(restores, watcher::Config::default())
         .with_config(ControllerRuntimeConfig::default().concurrency(2))
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, reconciler)
-        .for_each(|result| {
-            let r = forgetting.clone();
-            async move {
-                match result {
-                    Ok(_) => {}
-                    Err(kube::runtime::controller::Error::ObjectNotFound(gone)) => {
-                        let ns = gone.namespace.clone().unwrap_or_default();
-                        r.backoff.succeeded(&format!("{ns}/{}", gone.name));
-                    }
-                    Err(kube::runtime::controller::Error::QueueError(e)) => {
-                        warn!(error = %e, "the EtcdRestore watch failed; retrying");
-                    }
-                    Err(e) => tracing::debug!(error = %e, "restore controller stream error"),
-                }
-            }
-        })
-        .await;
+        .run(reconcile, error_policy, reconciler);
+    super::outcomes::drain(results, "EtcdRestore", |namespace, name| {
+        forgetting.backoff.succeeded(&format!("{namespace}/{name}"));
+    })
+    .await;
 }
 
 fn key(restore: &EtcdRestore) -> String {

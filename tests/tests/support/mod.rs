@@ -6,7 +6,7 @@ pub mod tls;
 pub mod writer;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use etcd_client::{Client, ConnectOptions, GetOptions};
@@ -19,6 +19,9 @@ use kube::{Api, ResourceExt};
 use etcd_shared::types::ClusterPhase;
 use etcd_shared::{EtcdCluster, names};
 use etcd_tests::await_condition;
+use etcd_tests::suite::TestContext;
+
+use self::operator::create_cluster;
 
 /// The etcd version pinned in `hack/versions.env` for release line `line` (`"3.2"`).
 pub fn pinned_etcd(line: &str) -> anyhow::Result<String> {
@@ -234,4 +237,44 @@ pub async fn bulk_put(
         .collect()
         .await;
     Ok(acked.into_iter().flatten().collect())
+}
+
+/// An EtcdCluster manifest of `size` members (and `version`, when given).
+pub fn cluster_yaml(name: &str, size: usize, version: Option<&str>) -> String {
+    let version = version.map_or(String::new(), |v| format!("  version: {v}\n"));
+    format!(
+        "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdCluster\nmetadata:\n  name: {name}\nspec:\n  size: {size}\n{version}"
+    )
+}
+
+/// Prints a `duration:` line for `what` and returns the seconds since `since`.
+pub fn duration(what: &str, since: Instant) -> f64 {
+    let secs = since.elapsed().as_secs_f64();
+    println!("duration: {what}: {secs:.1} s");
+    secs
+}
+
+/// Creates a cluster of `size` and waits until it is settled; returns its version.
+pub async fn create_settled(
+    ctx: &TestContext,
+    name: &str,
+    size: usize,
+    version: Option<&str>,
+) -> anyhow::Result<String> {
+    let started = Instant::now();
+    let created = create_cluster(ctx, &cluster_yaml(name, size, version)).await?;
+    let version = created
+        .spec
+        .version
+        .clone()
+        .context("the webhook did not default the version")?;
+    wait_until(&ctx.api(), name, &format!("{size} healthy voters"), |c| {
+        settled(c, size, &version)
+    })
+    .await?;
+    let secs = duration(&format!("{name}: {size}-member cluster Available"), started);
+    if secs > 20.0 {
+        println!("note: {name} took longer than the 20 s aim");
+    }
+    Ok(version)
 }

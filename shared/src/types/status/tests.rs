@@ -162,8 +162,16 @@ fn this_operators_status_round_trips_and_writes_only_what_is_set() {
         service_name: Some("demo-client".into()),
         client_port: Some(2379),
         next_step: None,
+        restored_from: Some(RestoredFrom {
+            restore: "demo-restore".into(),
+            path: "backups/demo/snapshot.db".into(),
+            revision: Some(10041),
+            sha256: "ab".repeat(32),
+            etcd_version: Some("3.6.16".into()),
+        }),
     };
     let written = serde_json::to_value(&ours).expect("serializes");
+    assert_eq!(written["restoredFrom"]["revision"], 10041);
     assert_eq!(written["controlPaused"], true);
     assert_eq!(written["reason"], "QuorumLost");
     assert!(written.get("targetVersion").is_none());
