@@ -1633,7 +1633,7 @@ impl Fuzzer {
                     self.report.largest_answer = (answer.body.len(), index, input.body.len());
                     self.kept[0] = Some((index, input.body.clone()));
                 }
-                match check_answer(endpoint, &input.body, &answer.body, &answer.verdict.uid) {
+                match check_answer(endpoint, &input.body, &answer.body) {
                     Err(why) => {
                         let kind = if why.starts_with("patch") {
                             self.report.bad_patches += 1;
@@ -1782,14 +1782,23 @@ impl Fuzzer {
     }
 }
 
-/// Checks an answer: an `admission.k8s.io/v1` AdmissionReview with the request's uid, and on
-/// `/mutate` a base64 JSONPatch that applies to the request's object.
-fn check_answer(
-    endpoint: Endpoint,
-    body: &[u8],
-    answer: &[u8],
-    uid: &str,
-) -> Result<Checked, String> {
+/// Checks an answer: an `admission.k8s.io/v1` AdmissionReview with the request's uid (read
+/// from the request itself: the verdict's is clipped for the logs), and on `/mutate` a base64
+/// JSONPatch that applies to the request's object.
+fn check_answer(endpoint: Endpoint, body: &[u8], answer: &[u8]) -> Result<Checked, String> {
+    // Only the uid is read (the rest skipped, as the webhook skips the objects: a tree of
+    // them may nest deeper than serde_json's recursion limit).
+    #[derive(serde::Deserialize)]
+    struct UidReview {
+        request: UidRequest,
+    }
+    #[derive(serde::Deserialize)]
+    struct UidRequest {
+        uid: String,
+    }
+    let review: UidReview = serde_json::from_slice(body)
+        .map_err(|e| format!("an answered request has no readable request.uid: {e}"))?;
+    let uid = review.request.uid.as_str();
     let answer: Value =
         serde_json::from_slice(answer).map_err(|e| format!("the answer is not JSON: {e}"))?;
     if answer["apiVersion"] != "admission.k8s.io/v1" || answer["kind"] != "AdmissionReview" {
