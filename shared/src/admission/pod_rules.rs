@@ -175,9 +175,10 @@ fn check_env(cluster: &EtcdCluster, defaults: &Defaults, report: &mut Report) {
 }
 
 /// `ETCD_ENABLE_V2`, as each line's binary treats it (measured with `ETCD_ENABLE_V2=true` on
-/// 3.2.13, 3.3.27, 3.4.45, 3.5.35, 3.6.16 and 3.7.3): 3.2 to 3.4 use it and say no more; 3.5
-/// uses it and logs a deprecation; 3.6 and 3.7 no longer have the flag, log "unrecognized
-/// environment variable" and start without the v2 API. (The flag `--enable-v2` itself makes
+/// 3.2.13, 3.3.27, 3.4.45, 3.5.35, 3.6.16 and 3.7.3): 3.2 to 3.4 use it ("recognized and used
+/// environment variable") and serve v2; 3.5 uses it and logs a deprecation; 3.6 and 3.7 no
+/// longer have the flag, log "unrecognized environment variable" and start without the v2 API
+/// (`/v2/keys` answers 404). (The flag `--enable-v2` itself makes
 /// 3.6 and 3.7 exit with "flag provided but not defined"; the operator never passes it.)
 fn warn_enable_v2(line: &crate::version::LineCapabilities, field: &str, report: &mut Report) {
     let next_drops_it = crate::version::LINES

@@ -317,10 +317,13 @@ fn env_rules() {
     );
 }
 
-/// `ETCD_ENABLE_V2` as each line's binary treats it, measured on 3.4.45, 3.5.35, 3.6.16 and
-/// 3.7.3 (`ETCD_ENABLE_V2=true etcd ...`): 3.4 uses it silently, 3.5 uses it and logs a
-/// deprecation, 3.6 and 3.7 log "unrecognized environment variable" and start without the v2
-/// API. It was refused on 3.6 ("a member given it does not start"), which was not so.
+/// `ETCD_ENABLE_V2` as each line's binary treats it, measured on 3.2.13, 3.3.27, 3.4.45,
+/// 3.5.35, 3.6.16 and 3.7.3 (`ETCD_ENABLE_V2=true etcd --logger=zap ...`, then `GET /v2/keys`):
+/// 3.2 to 3.4 log "recognized and used environment variable" and serve v2; 3.5 serves v2 and
+/// logs "--enable-v2 is deprecated in 3.5 and will be decommissioned in 3.6."; 3.6 and 3.7 log
+/// "unrecognized environment variable", start, and answer 404 on /v2/keys. Only the flag
+/// `--enable-v2` makes 3.6 and 3.7 exit ("flag provided but not defined"). It was refused on
+/// 3.6 ("a member given it does not start"), which was not so.
 #[test]
 fn enable_v2_per_line() {
     let cases = [
