@@ -34,6 +34,12 @@ struct Options {
     runs: usize,
     body_size: usize,
     tuned: bool,
+    /// `bodies`, `connections` or both (the default).
+    phase: Option<String>,
+    /// Connections of the hostile-connection phase (the default `--max-connections`).
+    connections: usize,
+    /// Only the bodies of this shape (`env-entries`, `one-string`, ...).
+    shape: Option<String>,
 }
 
 fn options() -> Options {
@@ -41,6 +47,9 @@ fn options() -> Options {
         runs: 3,
         body_size: 4 * 1024 * 1024,
         tuned: true,
+        phase: None,
+        connections: 256,
+        shape: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -53,6 +62,14 @@ fn options() -> Options {
                     .unwrap_or(o.body_size)
             }
             "--untuned" => o.tuned = false,
+            "--phase" => o.phase = args.next(),
+            "--shape" => o.shape = args.next(),
+            "--connections" => {
+                o.connections = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(o.connections)
+            }
             _ => {} // cargo bench passes --bench
         }
     }
@@ -257,6 +274,164 @@ fn per_connection_kib(dir: &std::path::Path, ca: &Ca, small: &Bytes, n: usize, t
     kib
 }
 
+/// How a hostile client makes each connection hold what it can outside the memory budget.
+#[derive(Clone, Copy, Debug)]
+enum Hostile {
+    /// HTTP/1 on the admission listener: a request head of just under the 64 KiB bound, never
+    /// finished (held until the 10 s header timeout).
+    Http1Head,
+    /// HTTP/2 on the admission listener: the most streams the server allows, each with just
+    /// under the header-list bound and a share of the connection window of body, never
+    /// finished (the requests wait for their share of the budget, then are answered 429).
+    Http2Streams,
+    /// HTTP/1 on the plain metrics listener, whose buffers are the process shell's
+    /// (hyper's defaults): a 400 KiB head, never finished, on as many connections as
+    /// `--max-admin-connections` allows (32).
+    MetricsHead,
+}
+
+/// RSS growth of a fresh server while `n` connections each hold what `kind` makes them hold:
+/// (idle MiB, MiB with the connections open and idle, peak MiB, KiB per connection at the
+/// peak on top of an idle one).
+fn hostile_connections(
+    dir: &std::path::Path,
+    ca: &Ca,
+    kind: Hostile,
+    n: usize,
+    tuned: bool,
+) -> (f64, f64, f64, f64) {
+    use etcd_webhook::server::{
+        HTTP1_MAX_BUF_BYTES, HTTP2_MAX_CONCURRENT_STREAMS, HTTP2_MAX_HEADER_LIST_BYTES,
+        HTTP2_WINDOW_BYTES,
+    };
+    use futures::StreamExt;
+    use http_body_util::BodyExt;
+    use hyper::body::Frame;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use tokio::io::AsyncWriteExt;
+
+    let mut server = start_server_tuned(BINARY, dir, ca, &[], tuned);
+    let pid = server.child.id();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (addr, metrics) = (server.addr, server.metrics);
+    let result = rt.block_on(async move {
+        let tls = |alpn: &'static [u8]| {
+            let config = client_config(&ca.cert_pem, &[alpn], &[&rustls::version::TLS13]);
+            async move {
+                let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+                let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+                tokio_rustls::TlsConnector::from(config)
+                    .connect(name, tcp)
+                    .await
+                    .expect("TLS")
+            }
+        };
+        // Every connection is open (idle) before the peak is reset; then each fills up.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let idle_mib = memory_kib(pid).1 as f64 / 1024.0;
+        let mut held = Vec::new();
+        let mut h2 = Vec::new();
+        match kind {
+            Hostile::Http1Head => {
+                for _ in 0..n {
+                    held.push(tls(b"http/1.1").await);
+                }
+            }
+            Hostile::Http2Streams => {
+                for _ in 0..n {
+                    let io = TokioIo::new(tls(b"h2").await);
+                    let (sender, conn) =
+                        hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+                            .await
+                            .expect("h2 handshake");
+                    tokio::spawn(conn);
+                    h2.push(sender);
+                }
+            }
+            Hostile::MetricsHead => {}
+        }
+        let mut plain = Vec::new();
+        if let Hostile::MetricsHead = kind {
+            for _ in 0..n {
+                plain.push(
+                    tokio::net::TcpStream::connect(metrics)
+                        .await
+                        .expect("connect"),
+                );
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let open_mib = memory_kib(pid).1 as f64 / 1024.0;
+        reset_peak(pid);
+        let head = |pad: usize| {
+            format!(
+                "POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Pad: {}",
+                "p".repeat(pad)
+            )
+        };
+        let mut tasks = Vec::new();
+        match kind {
+            Hostile::Http1Head => {
+                let head = head(HTTP1_MAX_BUF_BYTES - 1024);
+                for stream in &mut held {
+                    stream.write_all(head.as_bytes()).await.expect("write");
+                }
+            }
+            Hostile::MetricsHead => {
+                let head = head(400 * 1024);
+                for stream in &mut plain {
+                    let _ = stream.write_all(head.as_bytes()).await;
+                }
+            }
+            Hostile::Http2Streams => {
+                let streams = HTTP2_MAX_CONCURRENT_STREAMS as usize;
+                let share = HTTP2_WINDOW_BYTES as usize / streams;
+                let pad = "p".repeat(HTTP2_MAX_HEADER_LIST_BYTES as usize - 1024);
+                for sender in &h2 {
+                    for _ in 0..streams {
+                        let chunk = Bytes::from(vec![b' '; share]);
+                        let body = BodyExt::boxed(http_body_util::StreamBody::new(
+                            futures::stream::once(async move {
+                                Ok::<_, std::convert::Infallible>(Frame::data(chunk))
+                            })
+                            .chain(futures::stream::pending()),
+                        ));
+                        let request = hyper::Request::post(format!("https://{addr}/validate"))
+                            .header("content-type", "application/json")
+                            .header("content-length", "4194304")
+                            .header("x-pad", pad.as_str())
+                            .body(body)
+                            .expect("request");
+                        let mut sender = sender.clone();
+                        tasks.push(tokio::spawn(async move {
+                            let _ = sender.ready().await;
+                            let _ = sender.send_request(request).await;
+                        }));
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let peak_mib = memory_kib(pid).0 as f64 / 1024.0;
+        for t in tasks {
+            t.abort();
+        }
+        drop((held, h2, plain));
+        (
+            idle_mib,
+            open_mib,
+            peak_mib,
+            (peak_mib - open_mib.min(peak_mib)) * 1024.0 / n as f64,
+        )
+    });
+    stop(&mut server);
+    result
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
@@ -282,6 +457,36 @@ fn main() {
         "{:<15} {:>4} {:>10} {:>9} {:>10} {:>11} {:>9} {:>10} {:>10}  answers",
         "body", "n", "bytes", "idle MiB", "peak MiB", "peak/body", "after", "burst ms", "small ms"
     );
+    if o.phase.as_deref() != Some("bodies") {
+        println!(
+            "hostile connections: n at once, idle MiB, open (idle connections) MiB, peak MiB, KiB each on top of an idle connection"
+        );
+        for kind in [
+            Hostile::Http1Head,
+            Hostile::Http2Streams,
+            Hostile::MetricsHead,
+        ] {
+            let n = match kind {
+                Hostile::MetricsHead => 32,
+                _ => o.connections,
+            };
+            let runs: Vec<(f64, f64, f64, f64)> = (0..o.runs)
+                .map(|_| hostile_connections(dir.path(), &ca, kind, n, o.tuned))
+                .collect();
+            println!(
+                "{:<15} {:>4} {:>9.1} {:>9.1} {:>10.1} {:>10.1}",
+                format!("{kind:?}"),
+                n,
+                median(runs.iter().map(|r| r.0).collect()),
+                median(runs.iter().map(|r| r.1).collect()),
+                median(runs.iter().map(|r| r.2).collect()),
+                median(runs.iter().map(|r| r.3).collect()),
+            );
+        }
+        if o.phase.as_deref() == Some("connections") {
+            return;
+        }
+    }
     let per_conn = median(
         (0..o.runs)
             .map(|_| per_connection_kib(dir.path(), &ca, &small, 250, o.tuned))
@@ -296,6 +501,9 @@ fn main() {
         ("one-string", "/mutate"),
         ("managed-fields", "/validate"),
     ] {
+        if o.shape.as_deref().is_some_and(|only| only != shape) {
+            continue;
+        }
         let big = body(shape, o.body_size);
         for n in [1usize, 4, 16] {
             let runs: Vec<Burst> = (0..o.runs)

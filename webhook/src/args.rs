@@ -83,15 +83,24 @@ pub struct Args {
     pub max_request_body_size: usize,
 
     /// Memory the admission requests in flight may reserve together, bytes or with a Ki/Mi
-    /// suffix. Each request reserves 3 bytes per body byte (measured peak: see the README) plus
-    /// 64 KiB before its body is read; one that cannot get its share within 1 s is answered 429
-    /// with Retry-After. One request of the largest size is always admitted alone.
+    /// suffix (a quarter of it for bodies up to 64 KiB). A request reserves the most its body
+    /// can cost before reading it, then 4 bytes per body byte, 300 per JSON value and 64 KiB
+    /// (measured peaks: see the README); one that cannot get its share within 1 s is answered
+    /// 429 with Retry-After. One request of the largest size is always admitted alone.
     #[arg(long, env = "ETCD_WEBHOOK_MAX_IN_FLIGHT_MEMORY", value_name = "BYTES", default_value = "48Mi", value_parser = parse_size)]
     pub max_in_flight_memory: usize,
 
-    /// Most connections open at once on each listener; more are closed as soon as accepted.
+    /// Most connections open at once on the admission listener; more are closed as soon as
+    /// accepted.
     #[arg(long, env = "ETCD_WEBHOOK_MAX_CONNECTIONS", value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: u32,
+
+    /// Most connections open at once on the metrics listener and on the probe listener, each
+    /// (Prometheus and the kubelet need a few). Their HTTP/1 buffers are hyper's defaults, up
+    /// to about 400 KiB per connection while a request head is being received, so this caps
+    /// what these plain listeners can hold.
+    #[arg(long, env = "ETCD_WEBHOOK_MAX_ADMIN_CONNECTIONS", value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_admin_connections: u32,
 
     /// A connection that moves no byte for this long is closed (HTTP/1 keep-alive, HTTP/2, a
     /// TLS connection that never sends a request). Must be longer than --request-timeout. The
@@ -186,6 +195,10 @@ mod tests {
         assert_eq!(args.log_format, LogFormat::Text);
         assert_eq!(args.log_level, None);
         assert_eq!(args.cert_reload_interval, Duration::from_secs(10));
+        assert_eq!(
+            (args.max_connections, args.max_admin_connections),
+            (256, 32)
+        );
         let fractional = Args::try_parse_from([
             "etcd-webhook",
             "--tls-cert-file=c",

@@ -18,7 +18,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http_body_util::BodyExt;
 use tracing::{debug, info, warn};
 
 use crate::admission::{Answer, Endpoint, ReviewError, Reviewer};
@@ -239,16 +239,9 @@ async fn answer(
         }
     };
     let mut reservation = state.budget.reserve(expected).await.map_err(shed)?;
-    let body = match Limited::new(request.into_body(), limit).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) if e.is::<LengthLimitError>() => return Err(too_large()),
-        Err(e) => {
-            return Err(HttpError::new(
-                StatusCode::BAD_REQUEST,
-                format!("cannot read the request body: {e}"),
-            ));
-        }
-    };
+    let body = read_body(request.into_body(), limit, declared.map(|n| n as usize))
+        .await?
+        .ok_or_else(too_large)?;
     // Then only what answering it costs, from its size and its JSON values.
     let values = crate::admission::count_values(&body, crate::inflight::MAX_DECODED_VALUES);
     state.budget.shrink(&mut reservation, body.len(), values);
@@ -273,6 +266,32 @@ async fn answer(
             format!("the review failed: {e}"),
         )),
     }
+}
+
+/// The body, copied frame by frame into one buffer of the declared length (so the chunks are
+/// freed as they arrive, and the body is never held twice, as collecting the chunks and then
+/// joining them does); `None` when it is over `limit` bytes.
+async fn read_body(
+    mut body: Body,
+    limit: usize,
+    declared: Option<usize>,
+) -> Result<Option<Vec<u8>>, HttpError> {
+    let mut buf = Vec::with_capacity(declared.unwrap_or(0).min(limit));
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
+            HttpError::new(
+                StatusCode::BAD_REQUEST,
+                format!("cannot read the request body: {e}"),
+            )
+        })?;
+        if let Ok(data) = frame.into_data() {
+            if data.len() > limit - buf.len() {
+                return Ok(None);
+            }
+            buf.extend_from_slice(&data);
+        }
+    }
+    Ok(Some(buf))
 }
 
 fn check_content_type(headers: &HeaderMap) -> Result<(), HttpError> {

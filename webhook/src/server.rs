@@ -31,6 +31,29 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a request waits for its share of the memory budget before it is answered 429.
 const BUDGET_WAIT: Duration = Duration::from_secs(1);
 
+/// The most an HTTP/1 connection of the admission listener buffers of a request's head (and
+/// reads at once of its body), bytes: hyper's default (408 KiB) let every connection hold that
+/// much in a slowly sent head, outside the memory budget. The API server's heads are under
+/// 2 KiB; a larger one is answered 431.
+pub const HTTP1_MAX_BUF_BYTES: usize = 64 * 1024;
+
+/// The most streams one HTTP/2 connection of the admission listener has open at once
+/// (hyper's default is 200). The API server opens another connection when it needs more.
+pub const HTTP2_MAX_CONCURRENT_STREAMS: u32 = 8;
+
+/// The largest header list an HTTP/2 request may carry, bytes (hyper's default is 16 KiB).
+pub const HTTP2_MAX_HEADER_LIST_BYTES: u32 = 8 * 1024;
+
+/// HTTP/2 flow-control windows of the admission listener, bytes, for the connection and for
+/// each stream: what a client can make the webhook buffer of bodies not yet read (hyper's
+/// default is 1 MiB per connection, outside the memory budget). A body is read as fast as it
+/// arrives once its request has its share of the budget: a 4 MiB body takes 64 round trips.
+pub const HTTP2_WINDOW_BYTES: u32 = 64 * 1024;
+
+/// The most of one HTTP/2 response buffered before the client takes it, bytes (hyper's
+/// default is 400 KiB per stream; an answer is at most about 30 KiB).
+pub const HTTP2_MAX_SEND_BUF_BYTES: usize = 64 * 1024;
+
 /// Why the webhook cannot start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -223,8 +246,9 @@ pub async fn start(args: &Args, shutdown: Shutdown) -> Result<RunningServer, Ser
     };
     let tls_handle = servers.handle();
     let tls_acceptor = RustlsAcceptor::new(tls).handshake_timeout(HANDSHAKE_TIMEOUT);
-    let server = admin::http_server(tls_listener)
-        .map_err(tls_bind_error)?
+    let mut server = admin::http_server(tls_listener).map_err(tls_bind_error)?;
+    bound_connection_buffers(server.http_builder());
+    let server = server
         .acceptor(GuardAcceptor::new(limits, metrics.connections().clone()).acceptor(tls_acceptor))
         .handle(tls_handle.clone());
     servers.spawn(
@@ -237,7 +261,10 @@ pub async fn start(args: &Args, shutdown: Shutdown) -> Result<RunningServer, Ser
             metrics: args.metrics_bind_address.clone(),
             readiness: readiness.clone(),
             source: Arc::new(metrics.clone()),
-            limits,
+            limits: ConnectionLimits {
+                max: args.max_admin_connections as usize,
+                ..limits
+            },
             connections: metrics.connections().clone(),
         },
         &mut servers,
@@ -277,6 +304,24 @@ pub async fn start(args: &Args, shutdown: Shutdown) -> Result<RunningServer, Ser
         shutdown,
         supervisor,
     })
+}
+
+/// What one connection of the admission listener may buffer: [`HTTP1_MAX_BUF_BYTES`] of an
+/// HTTP/1 request's head, and for HTTP/2 [`HTTP2_MAX_CONCURRENT_STREAMS`] streams of
+/// [`HTTP2_MAX_HEADER_LIST_BYTES`] of headers, [`HTTP2_WINDOW_BYTES`] of bodies and
+/// [`HTTP2_MAX_SEND_BUF_BYTES`] of each answer. With the connection cap this bounds the
+/// memory of connections outside the in-flight budget (the README's figures).
+pub fn bound_connection_buffers(
+    builder: &mut hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>,
+) {
+    builder.http1().max_buf_size(HTTP1_MAX_BUF_BYTES);
+    builder
+        .http2()
+        .max_concurrent_streams(HTTP2_MAX_CONCURRENT_STREAMS)
+        .max_header_list_size(HTTP2_MAX_HEADER_LIST_BYTES)
+        .initial_connection_window_size(HTTP2_WINDOW_BYTES)
+        .initial_stream_window_size(HTTP2_WINDOW_BYTES)
+        .max_send_buf_size(HTTP2_MAX_SEND_BUF_BYTES);
 }
 
 struct Supervision {

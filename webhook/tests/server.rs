@@ -2010,3 +2010,148 @@ async fn new_connections_are_served_through_the_shutdown_delay() {
     assert!(triggered.elapsed() >= Duration::from_millis(1500));
     assert!(tokio::net::TcpStream::connect(addr).await.is_err());
 }
+
+/// Reads HTTP/2 frames until the server's first SETTINGS and a connection WINDOW_UPDATE (or
+/// 2 s): the settings it advertised, by id, and the connection window it grants.
+async fn h2_server_settings<S: tokio::io::AsyncRead + Unpin>(
+    stream: &mut S,
+) -> (std::collections::BTreeMap<u16, u32>, u32) {
+    let mut settings = std::collections::BTreeMap::new();
+    let mut window = 65_535u32; // RFC 9113's initial connection window
+    let mut seen_settings = false;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        let mut head = [0u8; 9];
+        let read = tokio::time::timeout(Duration::from_millis(500), stream.read_exact(&mut head));
+        let Ok(Ok(_)) = read.await else {
+            break;
+        };
+        let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+        let (kind, flags) = (head[3], head[4]);
+        let stream_id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+        let mut payload = vec![0u8; len];
+        stream.read_exact(&mut payload).await.unwrap();
+        match kind {
+            0x4 if flags & 0x1 == 0 => {
+                for entry in payload.chunks_exact(6) {
+                    let id = u16::from_be_bytes([entry[0], entry[1]]);
+                    let value = u32::from_be_bytes([entry[2], entry[3], entry[4], entry[5]]);
+                    settings.insert(id, value);
+                }
+                seen_settings = true;
+            }
+            0x8 if stream_id == 0 => {
+                let increment =
+                    u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]);
+                window += increment & 0x7fff_ffff;
+                if seen_settings {
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    assert!(seen_settings, "no SETTINGS from the server");
+    (settings, window)
+}
+
+/// What one connection can make the webhook buffer outside the memory budget is bounded
+/// (issue 14, item 1; hyper's defaults let an HTTP/1 head grow to 408 KiB, and an HTTP/2
+/// connection hold 200 streams and 1 MiB of unread bodies): an HTTP/1 head over 64 KiB is
+/// answered 431, and HTTP/2 clients are told 8 streams, 8 KiB of headers and 64 KiB windows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_buffers_are_bounded() {
+    use etcd_webhook::server::{
+        HTTP1_MAX_BUF_BYTES, HTTP2_MAX_CONCURRENT_STREAMS, HTTP2_MAX_HEADER_LIST_BYTES,
+        HTTP2_WINDOW_BYTES,
+    };
+    let h = Harness::start(&[]).await;
+    let body = serde_json::to_vec(&review(
+        "head",
+        "CREATE",
+        cluster("demo", json!({})),
+        Value::Null,
+    ))
+    .unwrap();
+    let h = &h;
+    let send = |pad: usize| {
+        let body = body.clone();
+        async move {
+            let mut raw = h.raw().await;
+            let head = format!(
+                "POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Pad: {}\r\nContent-Length: {}\r\n\r\n",
+                "p".repeat(pad),
+                body.len()
+            );
+            // The server may answer (and close) before it has read all of a head too large.
+            let _ = raw.write_all(head.as_bytes()).await;
+            let _ = raw.write_all(&body).await;
+            let mut answer = vec![0u8; 64];
+            let n = tokio::time::timeout(Duration::from_secs(5), raw.read(&mut answer))
+                .await
+                .expect("answered")
+                .unwrap_or(0);
+            String::from_utf8_lossy(&answer[..n]).to_string()
+        }
+    };
+    // A head of 32 KiB is served; one of 100 KiB (hyper's default allowed 408 KiB) is not.
+    assert!(send(32 * 1024).await.starts_with("HTTP/1.1 200"));
+    let answer = send(100 * 1024).await;
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer:?}");
+    const { assert!(100 * 1024 > HTTP1_MAX_BUF_BYTES) };
+
+    let tcp = tokio::net::TcpStream::connect(h.server.tls_addr())
+        .await
+        .unwrap();
+    let config = client_config(&h.ca.cert_pem, &[b"h2"], &[&rustls::version::TLS13]);
+    let name = rustls::pki_types::ServerName::IpAddress(h.server.tls_addr().ip().into());
+    let mut h2 = tokio_rustls::TlsConnector::from(config)
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    assert_eq!(h2.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    h2.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .await
+        .unwrap();
+    let (settings, window) = h2_server_settings(&mut h2).await;
+    // SETTINGS_MAX_CONCURRENT_STREAMS, SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_MAX_HEADER_LIST_SIZE.
+    assert_eq!(
+        settings.get(&0x3),
+        Some(&HTTP2_MAX_CONCURRENT_STREAMS),
+        "{settings:?}"
+    );
+    assert_eq!(
+        settings.get(&0x4),
+        Some(&HTTP2_WINDOW_BYTES),
+        "{settings:?}"
+    );
+    assert_eq!(
+        settings.get(&0x6),
+        Some(&HTTP2_MAX_HEADER_LIST_BYTES),
+        "{settings:?}"
+    );
+    // The connection window: hyper's default was 1 MiB. (h2 grants the last 1 byte of
+    // 64 KiB over the protocol's initial 65,535 only once data has flowed.)
+    assert!(
+        (65_535..=HTTP2_WINDOW_BYTES).contains(&window),
+        "the connection window is {window}"
+    );
+    assert_eq!(
+        (
+            HTTP2_MAX_CONCURRENT_STREAMS,
+            HTTP2_MAX_HEADER_LIST_BYTES,
+            HTTP2_WINDOW_BYTES
+        ),
+        (8, 8 * 1024, 64 * 1024)
+    );
+    // And a request over HTTP/2 is still answered.
+    let config = client_config(&h.ca.cert_pem, &[b"h2"], &[&rustls::version::TLS13]);
+    let mut conn = Conn::connect(h.server.tls_addr(), config).await.unwrap();
+    let answer = conn
+        .review(
+            "/validate",
+            &review("h2", "CREATE", cluster("demo", json!({})), Value::Null),
+        )
+        .await;
+    assert_eq!(answer["allowed"], true);
+}
