@@ -372,8 +372,9 @@ mod tests {
             assert!(reason.starts_with("invalid type: string \""), "{reason}");
             assert!(reason.len() < 1024, "{} bytes", reason.len());
             // Formatting the whole string took 100 ms and more in a release build, seconds in
-            // a debug one; the cut copy takes a few milliseconds.
-            assert!(took < std::time::Duration::from_millis(500), "{took:?}");
+            // a debug one; the cut copy takes a few milliseconds (up to 0.5 s in a debug build
+            // beside other builds on 2 CPUs, hence 1 s).
+            assert!(took < std::time::Duration::from_secs(1), "{took:?}");
         }
         // A long string where a string belongs still decodes whole.
         let c = decode(&object(json!({"repository": long}), Value::Null)).expect("decodes");
