@@ -41,22 +41,6 @@ pub async fn reconcile(
     recorder: &Recorder,
     pool: &Arc<EtcdPool>,
 ) -> Result<Action, Error> {
-    let timer = ctx.metrics.reconcile_timer();
-    let result = reconcile_inner(cluster, ctx, caches, recorder, pool).await;
-    timer.observe();
-    if result.is_ok() {
-        ctx.metrics.reconcile_ok();
-    }
-    result
-}
-
-async fn reconcile_inner(
-    cluster: &EtcdCluster,
-    ctx: &Context,
-    caches: &Caches,
-    recorder: &Recorder,
-    pool: &Arc<EtcdPool>,
-) -> Result<Action, Error> {
     let name = cluster.name_any();
     let namespace = cluster.namespace().unwrap_or_default();
     if cluster.metadata.deletion_timestamp.is_some() {

@@ -252,8 +252,11 @@ async fn reconcile_stored(stored: Arc<StoredCluster>, r: Arc<Reconciler>) -> Res
     };
     r.ctx.metrics.decodable(&namespace, &name);
     r.reported().remove(&key(cluster));
+    let timer = r.ctx.metrics.reconcile_timer();
     let result = reconcile(cluster, &r.ctx, &r.caches, &r.recorder, &r.pool).await;
+    timer.observe();
     if result.is_ok() {
+        r.ctx.metrics.reconcile_ok();
         r.backoff.succeeded(&key(cluster));
     }
     result
