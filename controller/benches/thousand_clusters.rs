@@ -6,6 +6,7 @@
 //!
 //! `cargo bench -p etcd-controller --bench thousand_clusters [-- N]`
 
+use std::os::unix::process::CommandExt as _;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -18,6 +19,9 @@ use kube::api::{ListParams, ObjectMeta, PostParams};
 
 use etcd_shared::{EtcdCluster, EtcdClusterSpec};
 use etcd_tests::{ControlPlane, ControlPlaneOptions};
+
+/// A command line the controller is run under (a profiler), before its own.
+const WRAPPER_ENV: &str = "ETCD_BENCH_CONTROLLER_WRAPPER";
 
 fn rss_kib(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -112,7 +116,20 @@ async fn main() -> anyhow::Result<()> {
         .await?;
 
     let [metrics, probes] = etcd_tests::ports::free_ports::<2>()?;
-    let mut controller = std::process::Command::new(env!("CARGO_BIN_EXE_etcd-controller"))
+    // `ETCD_BENCH_CONTROLLER_WRAPPER="heaptrack -o /tmp/controller"` runs the controller under
+    // a profiler (the RSS figures are then the wrapper's, not the controller's).
+    let wrapper = std::env::var(WRAPPER_ENV).unwrap_or_default();
+    let mut words = wrapper.split_whitespace();
+    let controller_bin = env!("CARGO_BIN_EXE_etcd-controller");
+    let mut command = match words.next() {
+        Some(program) => {
+            let mut c = std::process::Command::new(program);
+            c.args(words).arg(controller_bin);
+            c
+        }
+        None => std::process::Command::new(controller_bin),
+    };
+    let mut controller = command
         .arg("--kubeconfig")
         .arg(cp.kubeconfig_path())
         .args([
@@ -127,6 +144,8 @@ async fn main() -> anyhow::Result<()> {
         .arg(format!("--health-probe-bind-address=127.0.0.1:{probes}"))
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
+        // Its own process group: a wrapper's child is stopped with it.
+        .process_group(0)
         .spawn()
         .context("starting the controller")?;
     let pid = controller.id();
@@ -227,7 +246,12 @@ async fn main() -> anyhow::Result<()> {
         rss.map_or("?".into(), |k| format!("{:.1}", k as f64 / 1024.0)),
         hwm.map_or("?".into(), |k| format!("{:.1}", k as f64 / 1024.0)),
     );
-    controller.kill().ok();
+    // A profiler writes its data when the controller exits on SIGTERM.
+    let signal = if wrapper.is_empty() { "-KILL" } else { "-TERM" };
+    std::process::Command::new("kill")
+        .args([signal, "--", &format!("-{pid}")])
+        .status()
+        .context("stopping the controller")?;
     controller.wait().ok();
     Ok(())
 }
