@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Builds the pinned Go tools (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
-# etcd + etcdctl at several versions, helm 3 and helm 4) from the Go module proxy, and etcd 3.2-3.4
+# etcd + etcdctl at several versions, helm 3 and helm 4, versitygw, prometheus + promtool) from
+# the Go module proxy, and etcd 3.2-3.4
 # from their upstream source archives, into a cache outside the repo, keyed by version.
 # Idempotent: a warm cache costs well under a second per tool.
 #
 #   hack/build-tools.sh            build whatever is missing, then print each tool's version
 #   hack/build-tools.sh --check    exit 1 (building nothing) when something is missing
-#   ONLY=helm hack/build-tools.sh  only one group: etcd, etcd-source, kubernetes, helm or s3
+#   ONLY=helm hack/build-tools.sh  only one group: etcd, etcd-source, kubernetes, helm, s3 or
+#                                  prometheus
 #
 # Cache: $ETCD_OPERATOR_TOOLS (default ~/.cache/etcd-operator/tools). Go's own module and
 # build caches (GOMODCACHE, GOCACHE) stay where Go puts them, also outside the repo.
@@ -143,6 +145,30 @@ build_versitygw() {
   rm -rf "$out/bin"; mv "$out/bin.tmp" "$out/bin"; touch "$out/.complete"
 }
 
+# Prometheus and promtool (the Prometheus tests): `go install` of the module version pinned in
+# PROMETHEUS_VERSION (v0.3XX.Y is Prometheus 3.XX.Y), with the release's version stamped in as
+# upstream's Makefile does (read from the module's VERSION file), so `--version` names it.
+# The web UI's assets are not built (the tests use the HTTP API only).
+build_prometheus() {
+  local v="$PROMETHEUS_VERSION" out="$TOOLS/prometheus/v$PROMETHEUS_VERSION"
+  need "$out" || return 0
+  local mod="github.com/prometheus/prometheus"
+  log "building prometheus and promtool ($mod@v$v); first build about 15 min of CPU on 2 cores"
+  local dir release
+  dir="$(go mod download -json "$mod@v$v" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+  [[ -f "$dir/VERSION" ]] || { log "could not download $mod@v$v"; return 1; }
+  release="$(tr -d '[:space:]' < "$dir/VERSION")"
+  local pkg="github.com/prometheus/common/version"
+  local ldf="-s -w -X $pkg.Version=$release -X $pkg.Revision=v$v -X $pkg.Branch=v$release -X $pkg.BuildUser=build-tools"
+  mkdir -p "$out/bin.tmp"
+  GOBIN="$out/bin.tmp" go install -v -trimpath -ldflags "$ldf" \
+    "$mod/cmd/prometheus@v$v" "$mod/cmd/promtool@v$v" 2>&1 | progress "prometheus v$release"
+  [[ "${PIPESTATUS[0]}" == 0 ]] || { rm -rf "$out/bin.tmp"; log "prometheus v$v build failed"; return 1; }
+  "$out/bin.tmp/promtool" --version 2>&1 | grep -q "version $release" ||
+    { rm -rf "$out/bin.tmp"; log "promtool: the binary does not report version $release"; return 1; }
+  rm -rf "$out/bin"; mv "$out/bin.tmp" "$out/bin"; touch "$out/.complete"
+}
+
 # The archive of etcd tag v$1: from ../shared/third_party/etcd beside the repo when present,
 # else downloaded from upstream. Checked against its pinned SHA-256 either way.
 etcd_source_archive() {
@@ -237,6 +263,7 @@ case "$only" in all|etcd) for v in $APISERVER_ETCD_VERSION $ETCD_VERSIONS; do bu
 case "$only" in all|etcd|etcd-source) for v in $ETCD_SOURCE_VERSIONS; do build_etcd_source "$v"; done ;; esac
 case "$only" in all|helm) build_helm ;; esac
 case "$only" in all|s3) build_versitygw ;; esac
+case "$only" in all|prometheus) build_prometheus ;; esac
 
 if [[ "$mode" == "--check" ]]; then exit "$missing"; fi
 log "tools in $TOOLS:"
@@ -248,3 +275,4 @@ for v in $ETCD_SOURCE_VERSIONS $ETCD_VERSIONS; do show "$TOOLS/etcd/v$v/bin/etcd
 for v in "$HELM_VERSION" "$HELM4_VERSION"; do show "$TOOLS/helm/v$v/bin/helm" version --short; done
 for v in $ETCD_VERSIONS; do show "$TOOLS/etcd/v$v/bin/etcdutl" version; done
 [[ -x "$TOOLS/versitygw/v$VERSITYGW_VERSION/bin/versitygw" ]] && log "versitygw v$VERSITYGW_VERSION" || log "not built: versitygw"
+show "$TOOLS/prometheus/v$PROMETHEUS_VERSION/bin/promtool" --version

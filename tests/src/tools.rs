@@ -63,6 +63,9 @@ pub struct Versions {
     pub helm4: String,
     /// `VERSITYGW_VERSION`: the S3 server of the backup tests.
     pub versitygw: String,
+    /// `PROMETHEUS_VERSION`: the module version of Prometheus and promtool (`0.3XX.Y` is
+    /// Prometheus 3.XX.Y).
+    pub prometheus: String,
 }
 
 /// Parses `KEY=VALUE` lines (values optionally in single or double quotes; `#` comments and
@@ -118,6 +121,7 @@ impl Versions {
             helm: get("HELM_VERSION")?,
             helm4: get("HELM4_VERSION")?,
             versitygw: get("VERSITYGW_VERSION")?,
+            prometheus: get("PROMETHEUS_VERSION")?,
         })
     }
 
@@ -248,6 +252,22 @@ impl Tools {
         self.binary(dir, "versitygw")
     }
 
+    fn prometheus_dir(&self) -> PathBuf {
+        self.root
+            .join("prometheus")
+            .join(format!("v{}", self.versions.prometheus))
+    }
+
+    /// `prometheus`, the server of the Prometheus tests, at `PROMETHEUS_VERSION`.
+    pub fn prometheus(&self) -> Result<PathBuf, ToolsError> {
+        self.binary(self.prometheus_dir(), "prometheus")
+    }
+
+    /// `promtool` (rule unit tests, metric lint, PromQL parsing) at `PROMETHEUS_VERSION`.
+    pub fn promtool(&self) -> Result<PathBuf, ToolsError> {
+        self.binary(self.prometheus_dir(), "promtool")
+    }
+
     fn etcd_dir(&self, version: &str) -> PathBuf {
         self.root
             .join("etcd")
@@ -314,6 +334,11 @@ mod tests {
         assert!(v.etcd.iter().all(|e| e.starts_with("3.")));
         assert!(v.helm.starts_with("3."), "HELM_VERSION={}", v.helm);
         assert!(v.helm4.starts_with("4."), "HELM4_VERSION={}", v.helm4);
+        assert!(
+            v.prometheus.starts_with("0.3"),
+            "PROMETHEUS_VERSION={} (the Go module version of Prometheus 3.x)",
+            v.prometheus
+        );
     }
 
     /// One built etcd per line the operator supports, 3.2 to the newest, oldest first: the
