@@ -92,6 +92,9 @@ fn blocked_message(b: &Blocked) -> String {
         ),
         Blocked::AllMembersLost => "every member and its data is gone (members kept their data in emptyDirs); delete and recreate the EtcdCluster to start an empty cluster, or restore from a backup".into(),
         Blocked::UpgradeNotSupported(why) => format!("upgrade blocked: {why}"),
+        Blocked::SafetyBackupFailed { change, reason } => format!(
+            "{change} waits for its safety backup (spec.safetyBackup), which failed: {reason}"
+        ),
     }
 }
 
@@ -133,7 +136,9 @@ fn phase(obs: &Observed, step: &Step, previous: Option<ClusterPhase>) -> Cluster
         Step::Blocked(Blocked::QuorumLost { .. } | Blocked::AllMembersLost) if obs.bootstrapped => {
             ClusterPhase::QuorumLost
         }
-        Step::Blocked(Blocked::UpgradeNotSupported(_)) => ClusterPhase::Degraded,
+        Step::Blocked(Blocked::UpgradeNotSupported(_) | Blocked::SafetyBackupFailed { .. }) => {
+            ClusterPhase::Degraded
+        }
         Step::Done => ClusterPhase::Running,
         _ if creating => ClusterPhase::Creating,
         // The snapshot barrier and the wait for the snapshots past it come before an
@@ -163,6 +168,7 @@ fn failure_reason(phase: ClusterPhase, step: &Step) -> Option<String> {
         Step::Blocked(Blocked::QuorumLost { .. }) => "QuorumLost",
         Step::Blocked(Blocked::AllMembersLost) => "AllMembersLost",
         Step::Blocked(Blocked::UpgradeNotSupported(_)) => "UpgradeNotSupported",
+        Step::Blocked(Blocked::SafetyBackupFailed { .. }) => "SafetyBackupFailed",
         Step::Wait(Waiting::Unhealthy(_)) => "MembersUnhealthy",
         _ => phase.as_str(),
     };
@@ -253,6 +259,9 @@ pub fn compute(
         Step::Blocked(Blocked::AllMembersLost) => (true, "AllMembersLost", describe(step)),
         Step::Blocked(Blocked::UpgradeNotSupported(_)) => {
             (true, "UpgradeNotSupported", describe(step))
+        }
+        Step::Blocked(Blocked::SafetyBackupFailed { .. }) => {
+            (true, "SafetyBackupFailed", describe(step))
         }
         _ if unreachable.is_some() => (
             true,
@@ -377,6 +386,8 @@ pub fn compute(
             sha256: seed.sha256.clone(),
             etcd_version: seed.etcd_version.clone(),
         }),
+        // Written by the pipeline when it takes one; kept until the next.
+        last_safety_backup: previous.and_then(|p| p.last_safety_backup.clone()),
     }
 }
 

@@ -8,7 +8,7 @@ use kube::Resource;
 use etcd_shared::EtcdCluster;
 use etcd_shared::admission::{AdmissionPolicy, Refusal};
 use etcd_shared::names::{self, CLIENT_PORT, PEER_PORT};
-use etcd_shared::types::{PodPolicy, RestoreSeed};
+use etcd_shared::types::{PodPolicy, RestoreSeed, SafetyBackup};
 use etcd_shared::version::{EtcdVersion, LineCapabilities};
 
 /// Why a cluster cannot be reconciled as it stands.
@@ -66,6 +66,8 @@ pub struct ClusterView {
     /// The snapshot the first member is seeded from, for a cluster an EtcdRestore created
     /// (annotation [`names::ANNOTATION_RESTORE_SEED`]).
     pub seed: Option<RestoreSeed>,
+    /// Where a snapshot goes before each minor upgrade and scale-down (`spec.safetyBackup`).
+    pub safety_backup: Option<SafetyBackup>,
 }
 
 impl ClusterView {
@@ -153,6 +155,7 @@ impl ClusterView {
             domain,
             owner,
             seed,
+            safety_backup: spec.safety_backup.clone(),
         })
     }
 

@@ -237,7 +237,9 @@ mod tests {
             assert_eq!(kind(&err), want, "{url}: {err}");
         }
         let long = format!("http://{}:2379", "a".repeat(5000));
-        let msg = cluster_of_endpoint(&long, "prod").expect_err("long").to_string();
+        let msg = cluster_of_endpoint(&long, "prod")
+            .expect_err("long")
+            .to_string();
         assert!(msg.len() < 400, "{msg}");
     }
 

@@ -24,7 +24,9 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-pub use backup::{BackupPolicy, EtcdBackup, EtcdBackupSpec, EtcdBackupStatus};
+pub use backup::{
+    BackupPolicy, EtcdBackup, EtcdBackupSpec, EtcdBackupStatus, SafetyBackup, SafetyBackupRecord,
+};
 pub use restore::{
     ClusterTemplate, EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus, RestoreSeed,
 };
@@ -87,6 +89,11 @@ pub struct EtcdClusterSpec {
     /// plain HTTP. Cannot be turned on or off on a running cluster.
     #[serde(default, rename = "TLS", skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsPolicy>,
+
+    /// An extension of this operator (not in CoreOS' API): a bucket the controller writes a
+    /// snapshot to before each minor upgrade and each scale-down; the change waits for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub safety_backup: Option<SafetyBackup>,
 }
 
 /// How the member pods are built.

@@ -54,6 +54,13 @@ fn main() -> std::process::ExitCode {
         a_corrupt_snapshot_is_refused_before_the_cluster_is_touched,
         a_tls_cluster_is_backed_up_with_the_client_tls_secret,
     ];
+    tests.push(
+        etcd_tests::Test::new(
+            "safety_backups_come_before_a_scale_down_and_a_minor_upgrade",
+            safety_backups_come_before_a_scale_down_and_a_minor_upgrade,
+        )
+        .with_timeout(long),
+    );
     tests.extend([
         etcd_tests::Test::new(
             "a_restore_brings_back_every_acknowledged_write",
@@ -677,5 +684,90 @@ async fn a_tls_cluster_is_backed_up_with_the_client_tls_secret(
     let failed = backup_status(&ctx, "nosecret", "refused", |s| s.reason.is_some()).await?;
     let reason = failed.reason.unwrap_or_default();
     ensure!(reason.contains("absent") && !failed.succeeded, "{reason}");
+    Ok(())
+}
+
+/// Issue 16, item 6: a cluster with `spec.safetyBackup` (this operator's extension) gets a
+/// snapshot before scaling down and before its first member moves to a new minor line; each
+/// change waits for its snapshot, the status records it, one snapshot per change.
+async fn safety_backups_come_before_a_scale_down_and_a_minor_upgrade(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    install(&ctx).await?;
+    let _controller = Controller::start(&ctx)?;
+    let storage = Storage::start(&ctx, "safety").await?;
+    let from = support::pinned_etcd("3.6")?;
+    let to = support::pinned_etcd("3.7")?;
+    let started = Instant::now();
+    let created = create_cluster(
+        &ctx,
+        &format!(
+            "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdCluster\nmetadata:\n  name: safe\nspec:\n  size: 3\n  version: {from}\n  safetyBackup:\n    storageType: S3\n{}",
+            storage.s3_yaml("safe/snap.db").replace("\n  ", "\n    ").replacen("  s3:", "    s3:", 1)
+        ),
+    )
+    .await?;
+    ensure!(
+        created.spec.safety_backup.is_some(),
+        "the extension is kept"
+    );
+    wait_until(&ctx.api(), "safe", "settled", |c| settled(c, 3, &from)).await?;
+    duration("safe: 3 members Available", started);
+    let slices: Api<EndpointSlice> = ctx.api();
+    let data = bulk_put(&slices, "safe", "/s/", 300, 8).await?;
+    let clusters: Api<EtcdCluster> = ctx.api();
+    let patch = |spec: serde_json::Value| {
+        let clusters = clusters.clone();
+        async move {
+            clusters
+                .patch(
+                    "safe",
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(serde_json::json!({ "spec": spec })),
+                )
+                .await
+        }
+    };
+
+    // Scale 3 -> 1: one snapshot before the first removal, none for the second.
+    patch(serde_json::json!({ "size": 1 })).await?;
+    let scaled = wait_until(&ctx.api(), "safe", "1 member", |c| settled(c, 1, &from)).await?;
+    let record = scaled
+        .status
+        .as_ref()
+        .and_then(|s| s.last_safety_backup.clone())
+        .context("status.lastSafetyBackup after the scale-down")?;
+    ensure!(record.before.starts_with("scale down to 1"), "{record:?}");
+    let keys = storage.keys("safe").await?;
+    ensure!(keys.len() == 1, "one snapshot for the scale-down: {keys:?}");
+    ensure!(
+        keys[0].starts_with("safe/snap.db_before-scale-down-1_v"),
+        "{keys:?}"
+    );
+    let bucket = storage.open()?;
+    let key = record
+        .path
+        .split_once('/')
+        .map(|(_, k)| k.to_string())
+        .unwrap_or_default();
+    transfer::verify(&bucket, &key, Some(&record.sha256)).await?;
+
+    // 3.6 -> 3.7: a snapshot before the first member moves.
+    patch(serde_json::json!({ "version": to })).await?;
+    let upgraded = wait_until(&ctx.api(), "safe", "upgraded", |c| settled(c, 1, &to)).await?;
+    let record = upgraded
+        .status
+        .as_ref()
+        .and_then(|s| s.last_safety_backup.clone())
+        .context("status.lastSafetyBackup after the upgrade")?;
+    let line = to.rsplit_once('.').map(|(l, _)| l).unwrap_or_default();
+    ensure!(record.before == format!("upgrade to {line}"), "{record:?}");
+    let keys = storage.keys("safe").await?;
+    ensure!(
+        keys.len() == 2,
+        "a second snapshot for the upgrade: {keys:?}"
+    );
+    let pods: Api<Pod> = ctx.api();
+    check_every_member(&pods, "safe", "/s/", &data, 1).await?;
     Ok(())
 }

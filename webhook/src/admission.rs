@@ -446,6 +446,7 @@ fn without_pod(spec: &EtcdClusterSpec) -> EtcdClusterSpec {
         paused,
         pod: _,
         tls,
+        safety_backup,
     } = spec;
     EtcdClusterSpec {
         size: *size,
@@ -454,6 +455,7 @@ fn without_pod(spec: &EtcdClusterSpec) -> EtcdClusterSpec {
         paused: *paused,
         pod: None,
         tls: tls.clone(),
+        safety_backup: safety_backup.clone(),
     }
 }
 

@@ -8,6 +8,7 @@
 //! - [`reconciler`]: the EtcdBackup reconciler.
 //! - [`restore`]: the EtcdRestore reconciler.
 //! - [`seed`]: the restore steps the seed member's init containers run.
+//! - [`safety`]: the snapshot before a minor upgrade or a scale-down (`spec.safetyBackup`).
 //! - [`metrics`]: the backup and restore series.
 //! - [`outcomes`]: what both controllers do with their reconcile streams.
 
@@ -16,6 +17,7 @@ pub mod metrics;
 pub mod outcomes;
 pub mod reconciler;
 pub mod restore;
+pub mod safety;
 pub mod schedule;
 pub mod seed;
 pub mod store;

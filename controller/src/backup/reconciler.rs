@@ -25,7 +25,7 @@ use tracing::{info, warn};
 use etcd_shared::admission::{AdmissionPolicy, Defaults};
 use etcd_shared::endpoints::{EndpointError, cluster_of_endpoints};
 use etcd_shared::names;
-use etcd_shared::types::storage::SUPPORTED_STORAGE_TYPES;
+use etcd_shared::types::storage::{S3Source, SUPPORTED_STORAGE_TYPES};
 use etcd_shared::types::{EtcdBackup, EtcdBackupStatus, EtcdCluster};
 
 use super::metrics::BackupMetrics;
@@ -304,14 +304,12 @@ async fn take(
     r: &BackupReconciler,
     now: Timestamp,
 ) -> Result<Success, BackupError> {
-    let started = Instant::now();
     let namespace = backup.namespace().unwrap_or_default();
     let spec = &backup.spec;
     if !SUPPORTED_STORAGE_TYPES.contains(&spec.storage_type.as_str()) {
         return Err(BackupError::StorageType(spec.storage_type.clone()));
     }
     let s3 = spec.source.s3.as_ref().ok_or(BackupError::NoSource)?;
-    let object = S3Object::from_source(s3)?;
     let cluster_name = cluster_of_endpoints(&spec.etcd_endpoints, &namespace)?;
 
     // The cluster and how to reach its members.
@@ -326,53 +324,100 @@ async fn take(
             name: cluster_name.clone(),
             reason: e.to_string(),
         })?;
-    let tls = match (spec.client_tls_secret.as_str(), &view.tls.operator_secret) {
-        ("", None) => None,
-        ("", Some(secret)) => {
-            Some(observe::secret_tls(&r.client, &namespace, secret, &view.tls_server_name()).await?)
-        }
-        (secret, _) => {
-            Some(observe::secret_tls(&r.client, &namespace, secret, &view.tls_server_name()).await?)
-        }
+    let tls_secret = match spec.client_tls_secret.as_str() {
+        "" => view.tls.operator_secret.clone(),
+        secret => Some(secret.to_string()),
     };
-    let access = EtcdAccess {
-        tls_id: tls.as_ref().map_or(0, |(_, id)| *id),
-        tls: tls.map(|(tls, _)| tls),
-        timeout: r.config.etcd_timeout,
-        pool: None,
-    };
-    let (endpoint, member, status) = most_advanced_member(&r.client, &view, &access).await?;
-
-    // The bucket.
-    let profile = aws_profile(&r.client, &namespace, &s3.aws_secret).await?;
-    let bucket = store::open(&object, &profile, r.config.store)?;
     let periodic = schedule::interval(spec).is_some();
-    let key = schedule::snapshot_key(&object.key, periodic, status.revision, now);
-    let info = SnapshotInfo {
-        etcd_version: status.version.clone(),
-        revision: status.revision,
-        cluster: format!("{namespace}/{cluster_name}"),
-        member: member.clone(),
-    };
-    let limit = schedule::timeout(spec);
-    let stream = access.snapshot(&endpoint, limit).await?;
-    let checked = transfer::upload(&bucket, &key, &info, stream).await?;
-
+    let (success, bucket) = snapshot_cluster(
+        &r.client,
+        &view,
+        tls_secret.as_deref(),
+        s3,
+        &SnapshotSettings {
+            etcd_timeout: r.config.etcd_timeout,
+            limit: schedule::timeout(spec),
+            store: r.config.store,
+        },
+        |revision| {
+            S3Object::from_source(s3)
+                .map(|o| schedule::snapshot_key(&o.key, periodic, revision, now))
+                .unwrap_or_default()
+        },
+    )
+    .await?;
     if periodic {
         let max = spec.backup_policy.as_ref().map_or(0, |p| p.max_backups);
-        if let Err(e) = retain(&bucket, &object.key, max, &key).await {
+        let prefix = S3Object::from_source(s3)?.key;
+        let key = success.path.split_once('/').map_or("", |(_, k)| k);
+        if let Err(e) = retain(&bucket, &prefix, max, key).await {
             // The snapshot is written; old ones are tried again after the next one.
             warn!(backup = %namespace, error = %e, "deleting old snapshots failed");
         }
     }
-    Ok(Success {
-        path: object.display(&key),
-        etcd_version: status.version,
+    Ok(success)
+}
+
+/// Timeouts of one snapshot.
+#[derive(Debug, Clone, Copy)]
+pub struct SnapshotSettings {
+    /// Each etcd call but the snapshot.
+    pub etcd_timeout: Duration,
+    /// The snapshot stream.
+    pub limit: Duration,
+    /// The store's requests.
+    pub store: StoreTimeouts,
+}
+
+/// Writes a snapshot of the cluster of `view` to the bucket of `s3`, under the key `key_of`
+/// gives for the snapshot's revision: from the member with the highest revision, reached with
+/// the client certificate of `tls_secret` (CoreOS' layout) when the cluster serves TLS. The
+/// one way every snapshot is taken: EtcdBackups and the safety backups before risky changes.
+pub async fn snapshot_cluster(
+    client: &kube::Client,
+    view: &ClusterView,
+    tls_secret: Option<&str>,
+    s3: &S3Source,
+    settings: &SnapshotSettings,
+    key_of: impl FnOnce(i64) -> String,
+) -> Result<(Success, Arc<dyn ObjectStore>), BackupError> {
+    let started = Instant::now();
+    let object = S3Object::from_source(s3)?;
+    let tls = match tls_secret {
+        None => None,
+        Some(secret) => Some(
+            observe::secret_tls(client, &view.namespace, secret, &view.tls_server_name()).await?,
+        ),
+    };
+    let access = EtcdAccess {
+        tls_id: tls.as_ref().map_or(0, |(_, id)| *id),
+        tls: tls.map(|(tls, _)| tls),
+        timeout: settings.etcd_timeout,
+        pool: None,
+    };
+    let (endpoint, member, status) = most_advanced_member(client, view, &access).await?;
+    let profile = aws_profile(client, &view.namespace, &s3.aws_secret).await?;
+    let bucket = store::open(&object, &profile, settings.store)?;
+    let key = key_of(status.revision);
+    let info = SnapshotInfo {
+        etcd_version: status.version.clone(),
         revision: status.revision,
-        size: checked.size,
-        sha256: checked.sha256,
-        took: started.elapsed(),
-    })
+        cluster: format!("{}/{}", view.namespace, view.name),
+        member,
+    };
+    let stream = access.snapshot(&endpoint, settings.limit).await?;
+    let checked = transfer::upload(&bucket, &key, &info, stream).await?;
+    Ok((
+        Success {
+            path: object.display(&key),
+            etcd_version: status.version,
+            revision: status.revision,
+            size: checked.size,
+            sha256: checked.sha256,
+            took: started.elapsed(),
+        },
+        bucket,
+    ))
 }
 
 /// Asks every running member pod of the cluster its status and picks the one with the highest

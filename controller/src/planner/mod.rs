@@ -92,6 +92,14 @@ pub enum Blocked {
     AllMembersLost,
     /// The members run a version from which etcd cannot move to the spec's.
     UpgradeNotSupported(String),
+    /// The snapshot `spec.safetyBackup` asks for before a minor upgrade or a scale-down could
+    /// not be written, so the change waits (decided by the pipeline, not the planner).
+    SafetyBackupFailed {
+        /// The change, e.g. `upgrade to 3.7`.
+        change: String,
+        /// Why the snapshot failed.
+        reason: String,
+    },
 }
 
 /// What the planner is waiting for.

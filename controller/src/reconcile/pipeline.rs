@@ -21,6 +21,7 @@ use etcd_shared::types::ClusterPhase;
 use etcd_shared::{EtcdCluster, EtcdClusterStatus};
 
 use super::steps::execute;
+use crate::backup::safety;
 use crate::builders;
 use crate::cache::{self, Caches};
 use crate::context::{Context, ControllerConfig};
@@ -95,9 +96,13 @@ pub async fn reconcile(
         tracing::debug!(%name, %member, %why, "member health check failed");
     }
     let step = planner::plan(&view, &obs.model, &ctx.config.timeouts);
+    let (step, safety) = safety_backup(ctx, recorder, cluster, &view, &obs, step).await;
     let outcome = execute(ctx, recorder, cluster, &view, &obs, &step).await;
 
-    let new = status::compute(&view, &obs.model, &step, previous, Timestamp::now());
+    let mut new = status::compute(&view, &obs.model, &step, previous, Timestamp::now());
+    if safety.is_some() {
+        new.last_safety_backup = safety;
+    }
     let phase = new.phase.unwrap_or(ClusterPhase::Creating);
     ctx.metrics.observe_cluster(
         &namespace,
@@ -114,6 +119,67 @@ pub async fn reconcile(
     write_status(&api, &name, &new, previous).await?;
     outcome?;
     Ok(Action::requeue(requeue_after(&step, &ctx.config)))
+}
+
+/// Before a minor upgrade or a scale-down of a cluster with `spec.safetyBackup`, the snapshot
+/// the status has not recorded yet for that change: the step goes ahead once it is written
+/// (with the record to keep), and is blocked while it fails.
+async fn safety_backup(
+    ctx: &Context,
+    recorder: &Recorder,
+    cluster: &EtcdCluster,
+    view: &ClusterView,
+    obs: &crate::observe::Observation,
+    step: Step,
+) -> (Step, Option<etcd_shared::types::SafetyBackupRecord>) {
+    let (Some(change), Some(spec)) = (
+        safety::before(view, &obs.model, &step),
+        view.safety_backup.as_ref(),
+    ) else {
+        return (step, None);
+    };
+    let last = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.last_safety_backup.as_ref());
+    if !safety::missing(&change, last) {
+        return (step, None);
+    }
+    let reference = cluster.object_ref(&());
+    match safety::take(&ctx.client, view, spec, &change, ctx.config.etcd_timeout).await {
+        Ok(record) => {
+            let note = format!(
+                "snapshot of revision {} written to {} before {change}",
+                record.revision.unwrap_or(0),
+                record.path
+            );
+            publish(
+                recorder,
+                &reference,
+                EventType::Normal,
+                "SafetyBackupWritten",
+                note,
+            )
+            .await;
+            (step, Some(record))
+        }
+        Err(e) => {
+            let reason = e.to_string();
+            warn!(cluster = %view.name, namespace = %view.namespace, %change, error = %reason, "safety backup failed; the change waits");
+            publish(
+                recorder,
+                &reference,
+                EventType::Warning,
+                "SafetyBackupFailed",
+                format!("{change} waits: {reason}"),
+            )
+            .await;
+            (
+                Step::Blocked(Blocked::SafetyBackupFailed { change, reason }),
+                None,
+            )
+        }
+    }
 }
 
 /// How soon a cluster is reconciled again after a reconcile that planned `step` (sooner when

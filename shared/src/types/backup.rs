@@ -155,3 +155,47 @@ pub struct EtcdBackupStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 }
+
+/// An operator extension (not in CoreOS' API): where the controller writes a snapshot of the
+/// cluster before each minor upgrade and before each scale-down; the change waits until the
+/// snapshot is written, and the cluster's status records it (`lastSafetyBackup`).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SafetyBackup {
+    /// Where snapshots go: S3 (the only type supported). The matching source (`s3`) must be
+    /// set; each snapshot's key is the path's key followed by
+    /// `_before-<change>_v<revision>_<time>`.
+    #[schemars(extend("enum" = ["S3"]))]
+    pub storage_type: String,
+
+    /// The storage location, inline: `s3`.
+    #[serde(flatten)]
+    pub source: StorageSource,
+
+    /// Longest the snapshot may take, seconds; 0 means 60. On failure the change does not
+    /// happen: the cluster reports it and retries.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(range(min = 0, max = 86400))]
+    pub timeout_in_second: i64,
+}
+
+/// The snapshot written before the latest risky change of a cluster.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SafetyBackupRecord {
+    /// The change it was taken for, e.g. `upgrade to 3.7` or `scale down to 3 (generation 4)`.
+    #[serde(default)]
+    pub before: String,
+    /// BUCKET/KEY of the snapshot.
+    #[serde(default)]
+    pub path: String,
+    /// Revision the snapshot holds at least.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    /// SHA-256 of the snapshot's database, hex.
+    #[serde(default)]
+    pub sha256: String,
+    /// When it was written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<Time>,
+}

@@ -113,6 +113,10 @@ pub struct EtcdClusterStatus {
     /// The snapshot this cluster was restored from, when an EtcdRestore seeded it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restored_from: Option<RestoredFrom>,
+
+    /// The snapshot written before the latest minor upgrade or scale-down (`spec.safetyBackup`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_safety_backup: Option<super::backup::SafetyBackupRecord>,
 }
 
 /// The snapshot a restored cluster was seeded from.

@@ -169,6 +169,7 @@ fn this_operators_status_round_trips_and_writes_only_what_is_set() {
             sha256: "ab".repeat(32),
             etcd_version: Some("3.6.16".into()),
         }),
+        last_safety_backup: None,
     };
     let written = serde_json::to_value(&ours).expect("serializes");
     assert_eq!(written["restoredFrom"]["revision"], 10041);
