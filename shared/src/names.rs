@@ -50,6 +50,13 @@ pub const ANNOTATION_CREATED_ON: &str = "etcd.database.coreos.com/created-on-ver
 /// applied a snapshot's worth of entries past this index (it then took a raft snapshot after
 /// them and never replays them).
 pub const ANNOTATION_SNAPSHOT_BARRIER: &str = "etcd.database.coreos.com/snapshot-barrier-index";
+/// Annotation of a member pod, `"true"` when etcd serves its `/metrics` on the pod's plain-HTTP
+/// client port only: a line without a metrics listener (3.2) and no client TLS. The chart's
+/// PodMonitor scrapes the `metrics` port of every member and the `client` port of pods with
+/// this annotation; a 3.2 member with client TLS answers `/metrics` only to a client
+/// certificate and is not scraped.
+pub const ANNOTATION_METRICS_ON_CLIENT_PORT: &str =
+    "etcd.database.coreos.com/metrics-on-client-port";
 /// CoreOS' legacy label `etcd_cluster`, kept so existing selectors keep working.
 pub const LEGACY_LABEL_CLUSTER: &str = "etcd_cluster";
 /// Annotation on an EtcdCluster whose first member is seeded from a snapshot (JSON of

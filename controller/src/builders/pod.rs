@@ -42,7 +42,7 @@ pub fn member_pod(view: &ClusterView, plan: &MemberPlan) -> Pod {
         name: Some(plan.name.clone()),
         namespace: Some(view.namespace.clone()),
         labels: Some(labels),
-        annotations: Some(member_annotations(view, plan)),
+        annotations: Some(member_annotations(view, plan, caps)),
         owner_references: Some(vec![view.owner.clone()]),
         ..ObjectMeta::default()
     };
@@ -216,12 +216,25 @@ pub fn container_security_context() -> SecurityContext {
 }
 
 /// The user's pod annotations and the version the member is created with.
-fn member_annotations(view: &ClusterView, plan: &MemberPlan) -> BTreeMap<String, String> {
+fn member_annotations(
+    view: &ClusterView,
+    plan: &MemberPlan,
+    caps: &LineCapabilities,
+) -> BTreeMap<String, String> {
     let mut annotations = view.pod.annotations.clone();
     annotations.insert(
         names::ANNOTATION_CREATED_ON.to_string(),
         plan.version.to_string(),
     );
+    // Where a scraper finds `/metrics`: the metrics port when the line has one, else the
+    // client port when it is plain HTTP (an in-place upgrade keeps the pod's ports, so this
+    // stays true of the pod whatever it runs later).
+    if !caps.metrics_urls && view.tls.server_secret.is_none() {
+        annotations.insert(
+            names::ANNOTATION_METRICS_ON_CLIENT_PORT.to_string(),
+            "true".to_string(),
+        );
+    }
     annotations
 }
 
@@ -592,6 +605,48 @@ mod tests {
                 other => panic!("{other:?}"),
             };
             assert_eq!(got, want, "{version} tls={tls}");
+        }
+    }
+
+    /// Where a scraper finds each line's `/metrics`: the `metrics` port from 3.3 on (TLS or
+    /// not), the plain client port on 3.2 (the annotation the chart's PodMonitor keys on), and
+    /// nowhere without a client certificate (3.2 with client TLS).
+    #[test]
+    fn metrics_port_or_client_port_annotation_per_line() {
+        for (version, tls, metrics_port, on_client_port) in [
+            ("3.2.13", false, false, true),
+            ("3.2.13", true, false, false),
+            ("3.3.27", false, true, false),
+            ("3.4.45", true, true, false),
+            ("3.6.16", false, true, false),
+            ("3.7.3", true, true, false),
+        ] {
+            let tls_spec = if tls {
+                "\nTLS:\n  static:\n    member:\n      peerSecret: p\n      serverSecret: s\n    operatorSecret: o"
+            } else {
+                ""
+            };
+            let view = view_of(&format!("version: {version}{tls_spec}"));
+            let pod = member_pod(&view, &plan(&view, InitialState::New));
+            let annotated = pod
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(names::ANNOTATION_METRICS_ON_CLIENT_PORT))
+                .map(String::as_str);
+            assert_eq!(
+                annotated,
+                on_client_port.then_some("true"),
+                "{version} tls={tls}"
+            );
+            let ports = pod.spec.unwrap().containers[0].ports.clone().unwrap();
+            assert_eq!(
+                ports
+                    .iter()
+                    .any(|p| p.name.as_deref() == Some("metrics") && p.container_port == 2381),
+                metrics_port,
+                "{version} tls={tls}: {ports:?}"
+            );
         }
     }
 
