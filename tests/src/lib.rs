@@ -15,6 +15,8 @@
 //!   from the binaries built in this workspace (the demo and the `installed` suite).
 //! - [`endpoints`]: the ready addresses behind a Service.
 //! - [`helm`]: the one helm runner (Helm 3 and Helm 4, [`HelmMajor`]).
+//! - [`prometheus`]: a real Prometheus discovering targets through the API server as the
+//!   Prometheus Operator configures it, its HTTP API, and promtool.
 //! - [`chart`]: what the chart suites share: rendered manifests and checks of them.
 //! - [`process`], [`ports`], [`kubeconfig`]: plumbing.
 //!
@@ -35,6 +37,7 @@ pub mod operator;
 pub mod pki;
 pub mod ports;
 pub mod process;
+pub mod prometheus;
 pub mod s3;
 pub mod suite;
 pub mod tools;
