@@ -28,6 +28,7 @@ fn main() -> ExitCode {
                 "chart_renders_optional_features",
                 chart_renders_optional_features,
             ),
+            per_major("chart_renders_monitoring", chart_renders_monitoring),
             per_major(
                 "bad_values_are_refused_by_the_schema",
                 bad_values_are_refused_by_the_schema,
@@ -53,9 +54,10 @@ async fn chart_lints_strictly(ctx: TestContext, major: HelmMajor) -> anyhow::Res
     let helm = Helm::new(ctx.control_plane(), major)?;
     let kube_version = kube_version()?;
     let chart = chart_dir();
-    let variants: [&[&str]; 3] = [
+    let variants: [&[&str]; 4] = [
         &[],
         &["--set", "controller.watchNamespace=apps"],
+        &["--set", "metrics.grafanaDashboard.enabled=true"],
         &[
             "--set",
             "webhook.clientConfig.url=https://127.0.0.1:9443",
@@ -687,6 +689,19 @@ async fn bad_values_are_refused_by_the_schema(
             "controller:\n  watchNamespace: Not_A_Namespace\n",
             &["/controller/watchNamespace", "does not match pattern"],
         ),
+        (
+            "pod-monitor-interval.yaml",
+            "metrics:\n  podMonitor:\n    interval: often\n",
+            &["/metrics/podMonitor/interval", "does not match pattern"],
+        ),
+        (
+            "rule-typo.yaml",
+            "metrics:\n  prometheusRule:\n    enable: true\n",
+            &[
+                "/metrics/prometheusRule",
+                "additional properties 'enable' not allowed",
+            ],
+        ),
     ];
     for (file, yaml, wanted) in cases {
         let path = helm.values_file(file, yaml)?;
@@ -700,6 +715,148 @@ async fn bad_values_are_refused_by_the_schema(
             ensure!(stderr.contains(w), "{file}: {w:?} not in:\n{stderr}");
         }
     }
+    Ok(())
+}
+
+/// The Prometheus Operator objects and the dashboard: each refused without its API, and
+/// rendered with it as the Prometheus tests expect: the PodMonitor selects member pods by the
+/// labels the controller gives them (the `metrics` port, and the client port of pods the
+/// controller annotates), the PrometheusRule is `files/alerts.yaml` unchanged, the ConfigMap
+/// holds `files/dashboard.json` with the sidecar's label; the monitors pass the strict
+/// rendering into scrape jobs (`etcd_tests::prometheus::monitors`).
+async fn chart_renders_monitoring(ctx: TestContext, major: HelmMajor) -> anyhow::Result<()> {
+    use etcd_shared::names;
+    use etcd_tests::prometheus::monitors;
+    let helm = Helm::new(ctx.control_plane(), major)?;
+    let (release, ns) = ("mon", "operators");
+    let full = fullname(release);
+    for (value, kind) in [
+        ("podMonitor", "PodMonitor"),
+        ("prometheusRule", "PrometheusRule"),
+    ] {
+        let refused =
+            template_failing(&helm, &["--set", &format!("metrics.{value}.enabled=true")]).await?;
+        ensure!(
+            refused.contains(&format!(
+                "metrics.{value}.enabled=true needs the Prometheus Operator's CRDs (the cluster does not serve monitoring.coreos.com/v1 {kind})"
+            )),
+            "unexpected refusal: {refused}"
+        );
+    }
+    let all_on = [
+        "--set",
+        "metrics.serviceMonitor.enabled=true",
+        "--set",
+        "metrics.podMonitor.enabled=true",
+        "--set",
+        "metrics.podMonitor.labels.release=prometheus",
+        "--set",
+        "metrics.prometheusRule.enabled=true",
+        "--set",
+        "metrics.prometheusRule.labels.role=alert-rules",
+        "--set",
+        "metrics.grafanaDashboard.enabled=true",
+        "--set",
+        "metrics.grafanaDashboard.namespace=grafana",
+        "--api-versions",
+        "monitoring.coreos.com/v1/ServiceMonitor",
+        "--api-versions",
+        "monitoring.coreos.com/v1/PodMonitor",
+        "--api-versions",
+        "monitoring.coreos.com/v1/PrometheusRule",
+    ];
+    let m = template(&helm, release, ns, &all_on).await?;
+    check_labels(&m, release)?;
+    let kinds = m.kinds();
+    for (kind, n) in [
+        ("ServiceMonitor", 2),
+        ("PodMonitor", 1),
+        ("PrometheusRule", 1),
+        ("ConfigMap", 1),
+    ] {
+        ensure!(kinds.get(kind) == Some(&n), "{kind}: {kinds:?}");
+    }
+
+    let pm = m.get("PodMonitor", &format!("{full}-etcd-members"))?;
+    let mut want_selector = names::selector_labels("x");
+    want_selector.remove(names::LABEL_INSTANCE);
+    want_selector.insert(names::LABEL_COMPONENT.into(), "member".into());
+    ensure!(
+        pm["spec"]["selector"]["matchLabels"] == json!(want_selector)
+            && pm["spec"]["namespaceSelector"] == json!({"any": true})
+            && pm["spec"]["podTargetLabels"] == json!([names::LEGACY_LABEL_CLUSTER])
+            && pm["spec"]["jobLabel"] == names::LABEL_NAME
+            && pm["metadata"]["labels"]["release"] == "prometheus",
+        "PodMonitor {pm}"
+    );
+    let endpoints = pm["spec"]["podMetricsEndpoints"]
+        .as_array()
+        .context("endpoints")?;
+    let annotation = format!(
+        "__meta_kubernetes_pod_annotation_{}",
+        monitors::sanitize_label_name(names::ANNOTATION_METRICS_ON_CLIENT_PORT)
+    );
+    ensure!(
+        endpoints.len() == 2
+            && endpoints[0]["port"] == "metrics"
+            && endpoints[1]["port"] == "client"
+            && endpoints[1]["relabelings"][0]["sourceLabels"] == json!([annotation])
+            && endpoints[1]["relabelings"][0]["regex"] == "true",
+        "PodMonitor endpoints {endpoints:?}"
+    );
+    let jobs = monitors::jobs_of(
+        &m.0,
+        monitors::ServiceDiscoveryRole::Endpoints,
+        std::path::Path::new("/kubeconfig"),
+    )?;
+    ensure!(jobs.len() == 4, "scrape jobs: {jobs:#?}");
+    for component in ["controller", "webhook"] {
+        let sm = m.get("ServiceMonitor", &format!("{full}-{component}"))?;
+        let endpoint = &sm["spec"]["endpoints"][0];
+        ensure!(
+            endpoint["honorLabels"] == (component == "controller")
+                && endpoint["relabelings"]
+                    == json!([{"targetLabel": "job", "replacement": format!("etcd-operator-{component}")}]),
+            "ServiceMonitor {sm}"
+        );
+    }
+
+    let rule = m.get("PrometheusRule", &format!("{full}-alerts"))?;
+    let file: Value = serde_yaml::from_str(&std::fs::read_to_string(
+        chart_dir().join("files/alerts.yaml"),
+    )?)?;
+    ensure!(
+        rule["spec"] == file && rule["metadata"]["labels"]["role"] == "alert-rules",
+        "the PrometheusRule is not files/alerts.yaml: {}",
+        rule["spec"]
+    );
+
+    let cm = m.get("ConfigMap", &format!("{full}-dashboard"))?;
+    let file: Value = serde_json::from_str(&std::fs::read_to_string(
+        chart_dir().join("files/dashboard.json"),
+    )?)?;
+    let rendered: Value = serde_json::from_str(
+        cm["data"]["etcd-operator.json"]
+            .as_str()
+            .context("the dashboard's key")?,
+    )?;
+    ensure!(
+        rendered == file
+            && cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+            && cm["metadata"]["namespace"] == "grafana",
+        "dashboard ConfigMap {}",
+        cm["metadata"]
+    );
+
+    // Namespace mode: the members are looked for in the watched namespace only.
+    let mut scoped = all_on.to_vec();
+    scoped.extend(["--set", "controller.watchNamespace=apps"]);
+    let m = template(&helm, release, ns, &scoped).await?;
+    let pm = m.get("PodMonitor", &format!("{full}-etcd-members"))?;
+    ensure!(
+        pm["spec"]["namespaceSelector"] == json!({"matchNames": ["apps"]}),
+        "scoped PodMonitor {pm}"
+    );
     Ok(())
 }
 

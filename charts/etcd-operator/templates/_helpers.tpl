@@ -160,13 +160,15 @@ service:
 {{- end }}
 {{- end }}
 
-{{/* What cert-manager mode and the ServiceMonitor need from the cluster. */}}
+{{/* What cert-manager mode and the Prometheus Operator objects need from the cluster. */}}
 {{- define "etcd-operator.checkCapabilities" -}}
 {{- if and (eq .Values.webhook.certificates.mode "cert-manager") (not (.Capabilities.APIVersions.Has "cert-manager.io/v1")) }}
 {{- fail "webhook.certificates.mode=cert-manager needs cert-manager (the cluster does not serve cert-manager.io/v1): install cert-manager first, use webhook.certificates.mode=self-signed, or pass --api-versions cert-manager.io/v1 to helm template" }}
 {{- end }}
-{{- if and .Values.metrics.serviceMonitor.enabled (not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/ServiceMonitor")) }}
-{{- fail "metrics.serviceMonitor.enabled=true needs the Prometheus Operator's CRDs (the cluster does not serve monitoring.coreos.com/v1 ServiceMonitor): install them, set metrics.serviceMonitor.enabled=false, or pass --api-versions monitoring.coreos.com/v1/ServiceMonitor to helm template" }}
+{{- range $value, $kind := dict "serviceMonitor" "ServiceMonitor" "podMonitor" "PodMonitor" "prometheusRule" "PrometheusRule" }}
+{{- if and (get $.Values.metrics $value).enabled (not ($.Capabilities.APIVersions.Has (printf "monitoring.coreos.com/v1/%s" $kind))) }}
+{{- fail (printf "metrics.%s.enabled=true needs the Prometheus Operator's CRDs (the cluster does not serve monitoring.coreos.com/v1 %s): install them, set metrics.%s.enabled=false, or pass --api-versions monitoring.coreos.com/v1/%s to helm template" $value $kind $value $kind) }}
+{{- end }}
 {{- end }}
 {{- end }}
 
