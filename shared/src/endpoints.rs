@@ -67,9 +67,10 @@ pub enum EndpointError {
     },
 }
 
-/// Longest part of a URL quoted in an error.
+/// Longest part of a URL (or of a name taken from one) quoted in an error.
 const QUOTE_MAX: usize = 96;
 
+/// At most [`QUOTE_MAX`] characters of `url`, then `...`.
 fn shorten(url: &str) -> String {
     match url.char_indices().nth(QUOTE_MAX) {
         Some((cut, _)) => format!("{}...", &url[..cut]),
@@ -113,7 +114,7 @@ pub fn cluster_of_endpoint(url: &str, namespace: &str) -> Result<String, Endpoin
     }
     let not_cluster = || EndpointError::NotCluster {
         url: short(),
-        namespace: namespace.to_string(),
+        namespace: shorten(namespace),
     };
     let labels: Vec<&str> = host.trim_end_matches('.').split('.').collect();
     let check_namespace = |ns: &str| {
@@ -122,8 +123,8 @@ pub fn cluster_of_endpoint(url: &str, namespace: &str) -> Result<String, Endpoin
         } else {
             Err(EndpointError::OtherNamespace {
                 url: short(),
-                other: ns.to_string(),
-                namespace: namespace.to_string(),
+                other: shorten(ns),
+                namespace: shorten(namespace),
             })
         }
     };
@@ -163,8 +164,8 @@ pub fn cluster_of_endpoints(urls: &[String], namespace: &str) -> Result<String, 
             None => found = Some(cluster),
             Some(first) if *first != cluster => {
                 return Err(EndpointError::TwoClusters {
-                    first: first.clone(),
-                    second: cluster,
+                    first: shorten(first),
+                    second: shorten(&cluster),
                 });
             }
             Some(_) => {}
@@ -241,6 +242,25 @@ mod tests {
             .expect_err("long")
             .to_string();
         assert!(msg.len() < 400, "{msg}");
+        // The names taken from a URL are shortened too.
+        let label = "b".repeat(5000);
+        for (urls, namespace) in [
+            (vec![format!("http://a-client.{label}:2379")], "prod"),
+            (vec![format!("http://a-client.prod:2379")], label.as_str()),
+            (vec![format!("http://x.y.z:2379")], label.as_str()),
+            (
+                vec![
+                    "http://a-client:2379".to_string(),
+                    format!("http://{label}-client:2379"),
+                ],
+                "prod",
+            ),
+        ] {
+            let msg = cluster_of_endpoints(&urls, namespace)
+                .expect_err("long")
+                .to_string();
+            assert!(msg.len() < 600, "{} bytes", msg.len());
+        }
     }
 
     #[test]

@@ -1,9 +1,11 @@
-//! The admission rules of `EtcdCluster`: validation (create and update) and defaulting.
+//! The admission rules of `EtcdCluster` (validation of creates and updates, and defaulting),
+//! `EtcdBackup` and `EtcdRestore` (validation; nothing is defaulted).
 //!
 //! Everything here is a pure function of the objects given: the webhook calls these and
 //! holds no rules of its own. Each refusal is a [`Violation`] that names the field and the
 //! rule; accepted objects may carry warnings that `kubectl` prints.
 
+mod backup_rules;
 mod defaults;
 mod image_ref;
 mod pod_rules;
@@ -11,17 +13,24 @@ pub mod pod_security;
 mod pod_spec_rules;
 mod quantity;
 mod spec_rules;
+mod storage_rules;
 mod syntax;
 mod tls_rules;
 mod update_rules;
 
 use std::fmt;
 
+pub use backup_rules::{MAX_SEED_BYTES, MIN_QUIET_INTERVAL_SECONDS};
 pub use defaults::Defaults;
 pub use quantity::{ParseQuantityError, parse_quantity};
+pub use storage_rules::{
+    ESCAPED_KEY_CHARACTERS, MAX_KEY_BYTES, ObjectPathError, check_bucket_name, check_object_key,
+    check_object_path,
+};
 pub use syntax::clipped;
 
 use crate::EtcdCluster;
+use crate::types::{EtcdBackup, EtcdRestore};
 
 /// One broken rule: the field path (`spec.size`) and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,19 +95,62 @@ impl AdmissionPolicy {
         old: Option<&EtcdCluster>,
     ) -> Result<Vec<String>, Refusal> {
         // An update that leaves the spec alone (labels, finalizers, status) is never refused:
-        // an object stored before a rule existed must stay deletable and labelable.
+        // an object stored before a rule existed must stay deletable and labelable. The
+        // restore-seed annotation is judged whenever it is new or changed.
+        let spec_changed = old.is_none_or(|o| o.spec != new.spec);
+        let seed_changed = old
+            .is_none_or(|o| backup_rules::seed_annotation(o) != backup_rules::seed_annotation(new));
+        let mut report = Report::default();
+        if spec_changed {
+            spec_rules::check_name(new, &mut report);
+            spec_rules::check_size(new, &mut report);
+            spec_rules::check_version(new, &self.defaults, &mut report);
+            spec_rules::check_repository(new, &mut report);
+            pod_rules::check(new, &self.defaults, &mut report);
+            tls_rules::check(new, &mut report);
+            backup_rules::check_safety_backup(new, &mut report);
+            if let Some(old) = old {
+                update_rules::check(new, old, &self.defaults, &mut report);
+            }
+        }
+        if seed_changed {
+            backup_rules::check_seed(new, &mut report);
+        }
+        report.finish()
+    }
+
+    /// Validates an EtcdBackup of `namespace` (the request's): a create (`old` is `None`) or an
+    /// update. Its endpoints must name one EtcdCluster of that namespace, its storage must be
+    /// S3 with a valid path, secret and endpoint. Returns the warnings of an accepted object
+    /// (retention without an interval, a very short interval), or every violation.
+    pub fn validate_backup(
+        &self,
+        new: &EtcdBackup,
+        namespace: &str,
+        old: Option<&EtcdBackup>,
+    ) -> Result<Vec<String>, Refusal> {
+        // As for clusters: an update that leaves the spec alone is never refused.
         if old.is_some_and(|o| o.spec == new.spec) {
             return Ok(Vec::new());
         }
         let mut report = Report::default();
-        spec_rules::check_name(new, &mut report);
-        spec_rules::check_size(new, &mut report);
-        spec_rules::check_version(new, &self.defaults, &mut report);
-        spec_rules::check_repository(new, &mut report);
-        pod_rules::check(new, &self.defaults, &mut report);
-        tls_rules::check(new, &mut report);
-        if let Some(old) = old {
-            update_rules::check(new, old, &self.defaults, &mut report);
+        backup_rules::check_backup(new, namespace, &mut report);
+        report.finish()
+    }
+
+    /// Validates an EtcdRestore: a create (`old` is `None`) or an update. Its storage must be
+    /// S3 with a valid path, secret and endpoint, and it must name a cluster; on update its
+    /// spec may not change (metadata and status may).
+    pub fn validate_restore(
+        &self,
+        new: &EtcdRestore,
+        old: Option<&EtcdRestore>,
+    ) -> Result<Vec<String>, Refusal> {
+        let mut report = Report::default();
+        match old {
+            Some(old) if old.spec == new.spec => return Ok(Vec::new()),
+            Some(old) => backup_rules::check_restore_update(new, old, &mut report),
+            None => backup_rules::check_restore(new, &mut report),
         }
         report.finish()
     }
@@ -210,6 +262,8 @@ impl Report {
     }
 }
 
+#[cfg(test)]
+mod backup_tests;
 #[cfg(test)]
 mod pod_tests;
 #[cfg(test)]

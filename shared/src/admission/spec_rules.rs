@@ -17,19 +17,25 @@ pub(crate) fn check_name(cluster: &EtcdCluster, report: &mut Report) {
         // generateName: the API server makes a name we cannot check yet.
         return;
     };
+    check_cluster_name(name, "metadata.name", report);
+}
+
+/// A cluster's name, at `field` (`metadata.name`, or an EtcdRestore's `spec.etcdCluster.name`):
+/// a DNS-1035 label of at most [`MAX_CLUSTER_NAME_LEN`] characters.
+pub(crate) fn check_cluster_name(name: &str, field: &str, report: &mut Report) {
     if name.len() > MAX_CLUSTER_NAME_LEN {
         report.refuse(
             "name-length",
-            "metadata.name",
+            field,
             format!(
-                "must be at most {MAX_CLUSTER_NAME_LEN} characters so that the Service {name}-client and the member pods {name}-N are valid names, got {} characters",
+                "must be at most {MAX_CLUSTER_NAME_LEN} characters so that the Service NAME-client and the member pods NAME-N are valid names, got {} characters",
                 name.len()
             ),
         );
     } else if !is_dns1035_label(name) {
         report.refuse(
             "name-syntax",
-            "metadata.name",
+            field,
             format!(
                 "must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter) because Services are named after it, got {}",
                 quoted(name)

@@ -1648,3 +1648,220 @@ fn thousands_of_violations_list_the_first_ones_and_count_the_rest() {
         refused.to_string().len()
     );
 }
+
+/// `spec.safetyBackup`: (lines under it, rule and message part), `None` when accepted.
+#[test]
+fn safety_backup_rules() {
+    let good = "storageType: S3\ns3:\n  path: etcd-backups/demo/safety.db\n  awsSecret: aws\n";
+    let cases: Vec<(String, Option<(&str, &str)>)> = vec![
+        (good.to_string(), None),
+        (
+            format!(
+                "{good}  endpoint: http://minio.storage:9000\n  forcePathStyle: true\ntimeoutInSecond: 300\n"
+            ),
+            None,
+        ),
+        (
+            good.replace("S3", "GCS"),
+            Some((
+                "storage-type-unsupported",
+                "spec.safetyBackup.storageType: GCS is a storage type of CoreOS' API that this operator does not support; use S3",
+            )),
+        ),
+        (
+            "storageType: S3\n".to_string(),
+            Some((
+                "storage-source",
+                "spec.safetyBackup.s3: is required with storageType S3",
+            )),
+        ),
+        (
+            format!("{good}gcs:\n  path: b/k\n"),
+            Some((
+                "storage-source",
+                "spec.safetyBackup.gcs: must not be set with storageType S3",
+            )),
+        ),
+        (
+            good.replace("etcd-backups/demo/safety.db", "nobucket"),
+            Some((
+                "s3-path",
+                "spec.safetyBackup.s3.path: must be BUCKET/KEY, such as etcd-backups/example/snapshot.db, got \"nobucket\"",
+            )),
+        ),
+        (
+            good.replace("etcd-backups/demo/safety.db", "etcd-backups/a//b"),
+            Some((
+                "s3-key",
+                "spec.safetyBackup.s3.path: the key \"a//b\" has an empty segment",
+            )),
+        ),
+        (
+            good.replace("awsSecret: aws", "awsSecret: Bad_Secret"),
+            Some((
+                "s3-secret",
+                "spec.safetyBackup.s3.awsSecret: must be a Secret name",
+            )),
+        ),
+        (
+            format!("{good}  endpoint: minio:9000\n"),
+            Some((
+                "s3-endpoint",
+                "spec.safetyBackup.s3.endpoint: must be empty (AWS) or an http:// or https:// URL",
+            )),
+        ),
+        (
+            format!("{good}timeoutInSecond: -5\n"),
+            Some((
+                "backup-policy-range",
+                "spec.safetyBackup.timeoutInSecond: must not be negative",
+            )),
+        ),
+    ];
+    for (lines, want) in cases {
+        let indented: String = lines.lines().map(|l| format!("  {l}\n")).collect();
+        let c = quiet(&format!("safetyBackup:\n{indented}"));
+        match want {
+            None => assert_eq!(
+                AdmissionPolicy::default().validate(&c, None),
+                Ok(vec![]),
+                "{lines}"
+            ),
+            Some((rule, message)) => {
+                let refused = AdmissionPolicy::default()
+                    .validate(&c, None)
+                    .expect_err(&lines);
+                assert!(
+                    refused
+                        .0
+                        .iter()
+                        .any(|v| v.rule == rule && v.to_string().contains(message)),
+                    "{lines}: want {rule}: {message:?}, got {refused}"
+                );
+            }
+        }
+    }
+}
+
+fn seeded(seed: &str) -> EtcdCluster {
+    let mut c = quiet("size: 3");
+    c.metadata.annotations = Some(
+        [(
+            crate::names::ANNOTATION_RESTORE_SEED.to_string(),
+            seed.to_string(),
+        )]
+        .into(),
+    );
+    c
+}
+
+/// The restore-seed annotation, as the restore controller writes it and as a user might.
+#[test]
+fn restore_seed_rules() {
+    let sha = "0123456789abcdef".repeat(4);
+    let written = crate::types::RestoreSeed {
+        restore: "demo".into(),
+        s3: crate::types::S3Source {
+            path: "etcd-backups/demo/snapshot.db".into(),
+            aws_secret: "aws".into(),
+            endpoint: "http://minio.storage:9000".into(),
+            force_path_style: true,
+        },
+        sha256: sha.clone(),
+        revision: Some(42),
+        etcd_version: Some("3.6.16".into()),
+    }
+    .to_annotation();
+    assert_eq!(
+        AdmissionPolicy::default().validate(&seeded(&written), None),
+        Ok(vec![])
+    );
+    let field = "metadata.annotations[etcd.database.coreos.com/restore-seed]";
+    let seed =
+        |s3: &str, sha256: &str| format!(r#"{{"restore":"demo","s3":{s3},"sha256":"{sha256}"}}"#);
+    let good_s3 = r#"{"path":"etcd-backups/k","awsSecret":"aws"}"#;
+    assert_eq!(
+        AdmissionPolicy::default().validate(&seeded(&seed(good_s3, &sha.to_uppercase())), None),
+        Ok(vec![])
+    );
+    let cases = [
+        (
+            "not json".to_string(),
+            format!(
+                "{field}: must be the JSON the EtcdRestore controller writes ({{\"restore\": NAME, \"s3\": {{\"path\": BUCKET/KEY, \"awsSecret\": SECRET}}, \"sha256\": HEX}}): expected ident at line 1 column 2"
+            ),
+        ),
+        (
+            r#"{"restore":"demo","sha256":"x"}"#.to_string(),
+            format!("{field}: must be the JSON the EtcdRestore controller writes"),
+        ),
+        (
+            seed(good_s3, "abc"),
+            format!(
+                "{field}.sha256: must be the snapshot's SHA-256, 64 hexadecimal digits, got \"abc\""
+            ),
+        ),
+        (
+            seed(good_s3, &"g".repeat(64)),
+            format!("{field}.sha256: must be the snapshot's SHA-256"),
+        ),
+        (
+            seed(r#"{"path":"nobucket","awsSecret":"aws"}"#, &sha),
+            format!("{field}.s3.path: must be BUCKET/KEY"),
+        ),
+        (
+            seed(r#"{"path":"etcd-backups/k"}"#, &sha),
+            format!("{field}.s3.awsSecret: is required"),
+        ),
+        (
+            seed(
+                r#"{"path":"etcd-backups/k","awsSecret":"aws","endpoint":"http://u:p@minio"}"#,
+                &sha,
+            ),
+            format!("{field}.s3.endpoint: must be empty (AWS) or an http:// or https:// URL"),
+        ),
+        (
+            format!("\"{}\"", "x".repeat(20_000)),
+            format!(
+                "{field}: is 20002 bytes long; a restore seed (written by the EtcdRestore controller) is at most 16384"
+            ),
+        ),
+    ];
+    for (value, want) in cases {
+        assert_refused(&seeded(&value), None, &want);
+    }
+}
+
+/// The seed is judged when it is new or changed, the spec rules when the spec changed.
+#[test]
+fn restore_seed_updates() {
+    let bad = seeded("not json");
+    // Stored with a bad seed (before the rule): a spec-only change or a relabel passes the
+    // seed's rule, not the spec's.
+    let mut relabelled = bad.clone();
+    relabelled.metadata.labels = Some([("team".to_string(), "db".to_string())].into());
+    assert_eq!(
+        AdmissionPolicy::default().validate(&relabelled, Some(&bad)),
+        Ok(vec![])
+    );
+    let mut resized = bad.clone();
+    resized.spec.size = Some(5);
+    warnings(&resized, Some(&bad));
+    // A new or changed seed on an unchanged spec is judged, and only the seed.
+    let good = quiet("size: 9");
+    let mut added = good.clone();
+    added.metadata.annotations = seeded("{}").metadata.annotations;
+    let got = refusal(&added, Some(&good));
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(
+        got[0].starts_with(
+            "metadata.annotations[etcd.database.coreos.com/restore-seed]: must be the JSON"
+        ),
+        "{got:?}"
+    );
+    // Removing it is always allowed.
+    assert_eq!(
+        AdmissionPolicy::default().validate(&good, Some(&added)),
+        Ok(vec![])
+    );
+}

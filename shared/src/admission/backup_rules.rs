@@ -1,0 +1,187 @@
+//! The admission rules of `EtcdBackup` and `EtcdRestore`, and of the backup settings of an
+//! `EtcdCluster`: its `spec.safetyBackup` and its restore-seed annotation.
+
+use super::Report;
+use super::spec_rules::check_cluster_name;
+use super::storage_rules::{check_s3, check_storage};
+use super::syntax::{clipped, is_dns1123_subdomain, quoted};
+use crate::EtcdCluster;
+use crate::endpoints::cluster_of_endpoints;
+use crate::names::ANNOTATION_RESTORE_SEED;
+use crate::types::{EtcdBackup, EtcdRestore, RestoreSeed};
+
+/// Backups more frequent than this many seconds are accepted with a warning.
+pub const MIN_QUIET_INTERVAL_SECONDS: i64 = 60;
+
+/// The longest restore-seed annotation read, bytes: a seed holds a path (1 KiB), a secret name,
+/// an endpoint (2 KiB), a hash and a few names; anything longer is refused unread.
+pub const MAX_SEED_BYTES: usize = 16 * 1024;
+
+/// Every rule on an EtcdBackup's spec, in `namespace`.
+pub(crate) fn check_backup(backup: &EtcdBackup, namespace: &str, report: &mut Report) {
+    let spec = &backup.spec;
+    if let Err(e) = cluster_of_endpoints(&spec.etcd_endpoints, namespace) {
+        report.refuse("backup-endpoints", "spec.etcdEndpoints", e.to_string());
+    }
+    check_storage(
+        &spec.storage_type,
+        "spec.storageType",
+        &spec.source,
+        "spec",
+        report,
+    );
+    if !spec.client_tls_secret.is_empty() && !is_dns1123_subdomain(&spec.client_tls_secret) {
+        report.refuse(
+            "client-tls-secret",
+            "spec.clientTLSSecret",
+            format!(
+                "must be empty (the cluster's own client certificate) or a Secret name (a DNS-1123 subdomain: lowercase letters, digits, '-' and '.'), got {}",
+                quoted(&spec.client_tls_secret)
+            ),
+        );
+    }
+    let Some(policy) = &spec.backup_policy else {
+        return;
+    };
+    for (field, value) in [
+        ("timeoutInSecond", policy.timeout_in_second),
+        ("backupIntervalInSecond", policy.backup_interval_in_second),
+        ("maxBackups", policy.max_backups),
+    ] {
+        if value < 0 {
+            report.refuse(
+                "backup-policy-range",
+                format!("spec.backupPolicy.{field}"),
+                format!("must not be negative (0 means the default), got {value}"),
+            );
+        }
+    }
+    let interval = policy.backup_interval_in_second;
+    if policy.max_backups > 0 && interval <= 0 {
+        report.warn(
+            "spec.backupPolicy.maxBackups",
+            "applies to periodic backups only: without backupIntervalInSecond one snapshot is taken and none is deleted",
+        );
+    }
+    if (1..MIN_QUIET_INTERVAL_SECONDS).contains(&interval) {
+        report.warn(
+            "spec.backupPolicy.backupIntervalInSecond",
+            format_args!(
+                "a snapshot every {interval} s streams the whole database that often and loads the member it is taken from; {MIN_QUIET_INTERVAL_SECONDS} s or more is recommended"
+            ),
+        );
+    }
+}
+
+/// Every rule on an EtcdRestore's spec (a create or a spec change).
+pub(crate) fn check_restore(restore: &EtcdRestore, report: &mut Report) {
+    let spec = &restore.spec;
+    check_storage(
+        &spec.backup_storage_type,
+        "spec.backupStorageType",
+        &spec.source,
+        "spec",
+        report,
+    );
+    let name = &spec.etcd_cluster.name;
+    if name.is_empty() {
+        report.refuse(
+            "restore-cluster-name",
+            "spec.etcdCluster.name",
+            "is required: the name of the EtcdCluster of this namespace to restore",
+        );
+    } else {
+        check_cluster_name(name, "spec.etcdCluster.name", report);
+    }
+}
+
+/// An EtcdRestore's spec may not change: it names one restore, which runs once.
+pub(crate) fn check_restore_update(new: &EtcdRestore, old: &EtcdRestore, report: &mut Report) {
+    if new.spec != old.spec {
+        report.refuse(
+            "restore-immutable",
+            "spec",
+            "is immutable: an EtcdRestore runs once; to restore again or from another snapshot, create a new EtcdRestore",
+        );
+    }
+}
+
+/// `spec.safetyBackup`: the storage rules of a backup, with the type S3.
+pub(crate) fn check_safety_backup(cluster: &EtcdCluster, report: &mut Report) {
+    let Some(safety) = &cluster.spec.safety_backup else {
+        return;
+    };
+    check_storage(
+        &safety.storage_type,
+        "spec.safetyBackup.storageType",
+        &safety.source,
+        "spec.safetyBackup",
+        report,
+    );
+    if safety.timeout_in_second < 0 {
+        report.refuse(
+            "backup-policy-range",
+            "spec.safetyBackup.timeoutInSecond",
+            format!(
+                "must not be negative (0 means the default), got {}",
+                safety.timeout_in_second
+            ),
+        );
+    }
+}
+
+/// The value of the restore-seed annotation, if the object has one.
+pub(crate) fn seed_annotation(cluster: &EtcdCluster) -> Option<&str> {
+    cluster
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(ANNOTATION_RESTORE_SEED)
+        .map(String::as_str)
+}
+
+/// The restore-seed annotation, when present: JSON of a [`RestoreSeed`] whose `s3` passes the
+/// storage rules and whose `sha256` is 64 hexadecimal digits.
+pub(crate) fn check_seed(cluster: &EtcdCluster, report: &mut Report) {
+    let Some(value) = seed_annotation(cluster) else {
+        return;
+    };
+    let field = format!("metadata.annotations[{ANNOTATION_RESTORE_SEED}]");
+    if value.len() > MAX_SEED_BYTES {
+        report.refuse(
+            "restore-seed",
+            field,
+            format!(
+                "is {} bytes long; a restore seed (written by the EtcdRestore controller) is at most {MAX_SEED_BYTES}",
+                value.len()
+            ),
+        );
+        return;
+    }
+    let seed = match RestoreSeed::parse(value) {
+        Ok(seed) => seed,
+        Err(e) => {
+            report.refuse(
+                "restore-seed",
+                field,
+                format!(
+                    "must be the JSON the EtcdRestore controller writes ({{\"restore\": NAME, \"s3\": {{\"path\": BUCKET/KEY, \"awsSecret\": SECRET}}, \"sha256\": HEX}}): {}",
+                    clipped(e.to_string(), 300)
+                ),
+            );
+            return;
+        }
+    };
+    check_s3(&seed.s3, &format!("{field}.s3"), report);
+    let sha = &seed.sha256;
+    if sha.len() != 64 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
+        report.refuse(
+            "restore-seed",
+            format!("{field}.sha256"),
+            format!(
+                "must be the snapshot's SHA-256, 64 hexadecimal digits, got {}",
+                quoted(sha)
+            ),
+        );
+    }
+}

@@ -1,0 +1,602 @@
+//! Table-driven tests of the EtcdBackup and EtcdRestore rules and the storage rules they
+//! share, with their messages.
+
+use super::*;
+use crate::types::{EtcdBackup, EtcdRestore};
+
+/// An EtcdBackup of namespace `prod` with the given spec (YAML), as a user would write it.
+fn backup(spec: &str) -> EtcdBackup {
+    let indented: String = spec.lines().map(|l| format!("  {l}\n")).collect();
+    let yaml = format!(
+        "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdBackup\nmetadata:\n  name: b\n  namespace: prod\nspec:\n{indented}"
+    );
+    serde_yaml::from_str(&yaml).unwrap_or_else(|e| panic!("fixture does not parse: {e}\n{yaml}"))
+}
+
+fn restore(spec: &str) -> EtcdRestore {
+    let indented: String = spec.lines().map(|l| format!("  {l}\n")).collect();
+    let yaml = format!(
+        "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdRestore\nmetadata:\n  name: r\n  namespace: prod\nspec:\n{indented}"
+    );
+    serde_yaml::from_str(&yaml).unwrap_or_else(|e| panic!("fixture does not parse: {e}\n{yaml}"))
+}
+
+/// A good s3 source, with `extra` lines added or replacing nothing.
+const S3: &str = "s3:\n  path: etcd-backups/demo/snapshot.db\n  awsSecret: aws\n";
+
+/// A good backup spec with `extra` lines added.
+fn good_backup(extra: &str) -> EtcdBackup {
+    backup(&format!(
+        "etcdEndpoints: [\"http://demo-client:2379\"]\nstorageType: S3\n{S3}{extra}"
+    ))
+}
+
+fn good_restore(extra: &str) -> EtcdRestore {
+    restore(&format!(
+        "etcdCluster:\n  name: demo\nbackupStorageType: S3\n{S3}{extra}"
+    ))
+}
+
+fn judge_backup(b: &EtcdBackup, old: Option<&EtcdBackup>) -> Result<Vec<String>, Refusal> {
+    AdmissionPolicy::default().validate_backup(b, "prod", old)
+}
+
+fn judge_restore(r: &EtcdRestore, old: Option<&EtcdRestore>) -> Result<Vec<String>, Refusal> {
+    AdmissionPolicy::default().validate_restore(r, old)
+}
+
+/// Asserts a refusal with a violation containing `want` whose rule is `rule`.
+fn assert_refused(got: Result<Vec<String>, Refusal>, rule: &str, want: &str) {
+    let refusal = match got {
+        Ok(w) => panic!("want a refusal ({rule}: {want}), got acceptance with {w:?}"),
+        Err(r) => r,
+    };
+    assert!(
+        refusal
+            .0
+            .iter()
+            .any(|v| v.rule == rule && v.to_string().contains(want)),
+        "want {rule}: {want:?}, got {:#?}",
+        refusal.0
+    );
+}
+
+fn accepted(got: Result<Vec<String>, Refusal>) -> Vec<String> {
+    got.unwrap_or_else(|r| panic!("want acceptance, got {r}"))
+}
+
+#[test]
+fn the_examples_are_accepted_without_warnings() {
+    let b: EtcdBackup =
+        serde_yaml::from_str(include_str!("../../../examples/etcd-backup.yaml")).expect("parses");
+    assert_eq!(
+        AdmissionPolicy::default().validate_backup(&b, "default", None),
+        Ok(vec![])
+    );
+    let r: EtcdRestore =
+        serde_yaml::from_str(include_str!("../../../examples/etcd-restore.yaml")).expect("parses");
+    assert_eq!(judge_restore(&r, None), Ok(vec![]));
+}
+
+#[test]
+fn backup_endpoints_name_one_cluster_of_the_namespace() {
+    let with = |endpoints: &str| {
+        backup(&format!(
+            "etcdEndpoints: {endpoints}\nstorageType: S3\n{S3}"
+        ))
+    };
+    for ok in [
+        "[\"http://demo-client:2379\"]",
+        "[\"https://demo-client.prod.svc:2379\"]",
+        "[\"http://demo-client.prod.svc.cluster.local:2379\", \"https://demo-0.demo.prod.svc:2379\"]",
+    ] {
+        assert_eq!(judge_backup(&with(ok), None), Ok(vec![]), "{ok}");
+    }
+    let cases = [
+        (
+            "[]",
+            "spec.etcdEndpoints: no endpoint is given: name the cluster's client Service",
+        ),
+        (
+            "[\"http://demo-client.other:2379\"]",
+            "spec.etcdEndpoints: \"http://demo-client.other:2379\" names namespace \"other\": a backup reads only clusters of its own namespace (\"prod\")",
+        ),
+        (
+            "[\"http://10.0.0.5:2379\"]",
+            "names an IP address: name the cluster's client Service instead",
+        ),
+        (
+            "[\"demo-client:2379\"]",
+            "is not an http:// or https:// URL",
+        ),
+        (
+            "[\"http://etcd.example.com:2379\"]",
+            "names no EtcdCluster: use its client Service",
+        ),
+        (
+            "[\"http://a-client:2379\", \"http://b-client:2379\"]",
+            "the endpoints name two clusters, \"a\" and \"b\": a backup reads one cluster",
+        ),
+    ];
+    for (endpoints, want) in cases {
+        assert_refused(
+            judge_backup(&with(endpoints), None),
+            "backup-endpoints",
+            want,
+        );
+    }
+}
+
+#[test]
+fn storage_types() {
+    let with = |t: &str| {
+        backup(&format!(
+            "etcdEndpoints: [\"http://demo-client:2379\"]\nstorageType: {t}\n{S3}"
+        ))
+    };
+    for t in ["GCS", "ABS", "OSS"] {
+        assert_refused(
+            judge_backup(&with(t), None),
+            "storage-type-unsupported",
+            &format!(
+                "spec.storageType: {t} is a storage type of CoreOS' API that this operator does not support; use S3"
+            ),
+        );
+    }
+    assert_refused(
+        judge_backup(&with("s3"), None),
+        "storage-type",
+        "spec.storageType: must be S3 (CoreOS' ABS, GCS and OSS are not supported), got \"s3\"",
+    );
+    assert_refused(
+        judge_backup(&with("\"\""), None),
+        "storage-type",
+        "spec.storageType: is required: set it to S3",
+    );
+    // The restore's field has its own name.
+    let r = restore(&format!(
+        "etcdCluster:\n  name: demo\nbackupStorageType: GCS\n{S3}"
+    ));
+    assert_refused(
+        judge_restore(&r, None),
+        "storage-type-unsupported",
+        "spec.backupStorageType: GCS is a storage type of CoreOS' API",
+    );
+}
+
+#[test]
+fn exactly_the_matching_source_is_set() {
+    let b = backup("etcdEndpoints: [\"http://demo-client:2379\"]\nstorageType: S3\n");
+    assert_refused(
+        judge_backup(&b, None),
+        "storage-source",
+        "spec.s3: is required with storageType S3",
+    );
+    assert_refused(
+        judge_backup(&good_backup("gcs:\n  path: b/k\n"), None),
+        "storage-source",
+        "spec.gcs: must not be set with storageType S3: exactly the source of the storage type (s3) is set",
+    );
+    let r = restore("etcdCluster:\n  name: demo\nbackupStorageType: S3\nabs:\n  path: c/b\n");
+    let refusal = judge_restore(&r, None).expect_err("refused");
+    let rules: Vec<&str> = refusal.0.iter().map(|v| v.rule).collect();
+    assert_eq!(rules, ["storage-source", "storage-source"], "{refusal}");
+    assert!(
+        refusal
+            .to_string()
+            .contains("spec.abs: must not be set with backupStorageType S3"),
+        "{refusal}"
+    );
+}
+
+/// `s3.path` cases: (path, rule, message part), `None` for accepted paths.
+#[test]
+fn s3_paths() {
+    let long_key = format!("bkt/{}", "k".repeat(1025));
+    let cases: Vec<(&str, Option<(&str, &str)>)> = vec![
+        ("etcd-backups/demo/snapshot.db", None),
+        ("abc/k", None),
+        ("my.bucket-1/dir/sub/key_v12_2006-01-02-15:04:05", None),
+        ("a1b/a key (1)!$&'+,;=@.db", None),
+        (
+            "",
+            Some((
+                "s3-path",
+                "spec.s3.path: is required: BUCKET/KEY of the snapshot",
+            )),
+        ),
+        (
+            "nobucket",
+            Some((
+                "s3-path",
+                "spec.s3.path: must be BUCKET/KEY, such as etcd-backups/example/snapshot.db, got \"nobucket\"",
+            )),
+        ),
+        ("/key", Some(("s3-path", "must be BUCKET/KEY"))),
+        (
+            "bucket/",
+            Some(("s3-key", "the key after \"bucket\"/ is empty")),
+        ),
+        (
+            "ab/k",
+            Some((
+                "s3-bucket",
+                "the bucket \"ab\" must be 3 to 63 characters long (S3's bucket naming), got 2",
+            )),
+        ),
+        (
+            "Etcd-Backups/k",
+            Some((
+                "s3-bucket",
+                "the bucket \"Etcd-Backups\" may hold only lowercase letters, digits, '.' and '-'",
+            )),
+        ),
+        (
+            "my_bucket/k",
+            Some(("s3-bucket", "may hold only lowercase")),
+        ),
+        (
+            "-bucket/k",
+            Some(("s3-bucket", "must start and end with a letter or digit")),
+        ),
+        ("bucket./k", Some(("s3-bucket", "must start and end"))),
+        (
+            "my..bucket/k",
+            Some(("s3-bucket", "must not hold two adjacent periods")),
+        ),
+        (
+            "192.168.5.4/k",
+            Some(("s3-bucket", "must not be formatted as an IP address")),
+        ),
+        ("1.2.3.4.5/k", None),
+        (
+            "bucket//k",
+            Some((
+                "s3-key",
+                "the key \"/k\" has an empty segment (a leading or trailing '/', or '//')",
+            )),
+        ),
+        ("bucket/a//b", Some(("s3-key", "has an empty segment"))),
+        ("bucket/a/", Some(("s3-key", "has an empty segment"))),
+        (
+            "bucket/a/../b",
+            Some(("s3-key", "has a segment '.' or '..'")),
+        ),
+        ("bucket/./b", Some(("s3-key", "has a segment '.' or '..'"))),
+        ("bucket/a..b", None),
+        (
+            "bucket/a\nb",
+            Some(("s3-key", "holds the control character U+000A")),
+        ),
+        (
+            "bucket/a\u{7f}",
+            Some(("s3-key", "control character U+007F")),
+        ),
+        (
+            "bucket/a%20b",
+            Some((
+                "s3-key",
+                "holds '%', one of the characters the object store client escapes in keys",
+            )),
+        ),
+        ("bucket/snap*", Some(("s3-key", "holds '*'"))),
+        ("bucket/a?b", Some(("s3-key", "holds '?'"))),
+        ("bucket/a\\b", Some(("s3-key", "holds '\\\\'"))),
+        (
+            "bucket/é.db",
+            Some(("s3-key", "holds the non-ASCII character 'é'")),
+        ),
+        (
+            &long_key,
+            Some((
+                "s3-key",
+                "the key is 1025 bytes long; S3 keys are at most 1024 bytes",
+            )),
+        ),
+    ];
+    for (path, want) in cases {
+        let b = good_backup("").tap_path(path);
+        match want {
+            None => assert_eq!(judge_backup(&b, None), Ok(vec![]), "{path:?}"),
+            Some((rule, message)) => assert_refused(judge_backup(&b, None), rule, message),
+        }
+    }
+    for c in ESCAPED_KEY_CHARACTERS.chars() {
+        let key = format!("x{c}y");
+        assert!(
+            matches!(
+                check_object_key(&key),
+                Err(ObjectPathError::EscapedCharacter { character, .. }) if character == c
+            ),
+            "{key:?}"
+        );
+    }
+}
+
+trait TapPath {
+    fn tap_path(self, path: &str) -> Self;
+}
+
+impl TapPath for EtcdBackup {
+    fn tap_path(mut self, path: &str) -> Self {
+        if let Some(s3) = self.spec.source.s3.as_mut() {
+            s3.path = path.to_string();
+        }
+        self
+    }
+}
+
+#[test]
+fn s3_secrets_and_endpoints() {
+    let with = |lines: &str| {
+        backup(&format!(
+            "etcdEndpoints: [\"http://demo-client:2379\"]\nstorageType: S3\ns3:\n  path: etcd-backups/k\n{lines}"
+        ))
+    };
+    accepted(judge_backup(
+        &with("  awsSecret: my.aws-1\n  endpoint: https://s3.eu-west-1.amazonaws.com\n"),
+        None,
+    ));
+    for endpoint in [
+        "http://minio.storage:9000",
+        "http://minio.storage:9000/",
+        "https://10.0.0.7",
+        "http://[fd00::7]:9000",
+        "http://localhost:9000/s3",
+        "http://MinIO.Storage.svc.cluster.local.:9000",
+    ] {
+        let b = with(&format!("  awsSecret: aws\n  endpoint: \"{endpoint}\"\n"));
+        assert_eq!(judge_backup(&b, None), Ok(vec![]), "{endpoint}");
+    }
+    assert_refused(
+        judge_backup(&with(""), None),
+        "s3-secret",
+        "spec.s3.awsSecret: is required: the name of a Secret of this namespace",
+    );
+    assert_refused(
+        judge_backup(&with("  awsSecret: AWS_creds\n"), None),
+        "s3-secret",
+        "spec.s3.awsSecret: must be a Secret name (a DNS-1123 subdomain: lowercase letters, digits, '-' and '.'), got \"AWS_creds\"",
+    );
+    let cases = [
+        (
+            "minio.storage:9000",
+            "the scheme must be http:// or https://",
+        ),
+        ("ftp://minio:21", "the scheme must be http:// or https://"),
+        (
+            "HTTP://minio:9000",
+            "the scheme must be http:// or https://",
+        ),
+        ("http://", "the host must be a DNS name or an IPv4 address"),
+        (
+            "http://:9000",
+            "the host must be a DNS name or an IPv4 address",
+        ),
+        (
+            "http://key:secret@minio:9000",
+            "user information (USER:PASSWORD@) is not allowed",
+        ),
+        (
+            "http://minio:9000/?x=1",
+            "a query or fragment is not allowed",
+        ),
+        (
+            "http://minio:9000#top",
+            "a query or fragment is not allowed",
+        ),
+        (
+            "http://minio:port",
+            "the port must be a number from 1 to 65535",
+        ),
+        (
+            "http://minio:0",
+            "the port must be a number from 1 to 65535",
+        ),
+        (
+            "http://minio:65536",
+            "the port must be a number from 1 to 65535",
+        ),
+        ("http://minio:", "the port must be a number from 1 to 65535"),
+        ("http://min io:9000", "it holds whitespace"),
+        (
+            "http://[fd00::7:9000",
+            "the IPv6 address has no closing ']'",
+        ),
+        ("http://[nope]:9000", "the host is not a valid IPv6 address"),
+        (
+            "http://[fd00::7]x",
+            "the IPv6 address must be followed by :PORT or nothing",
+        ),
+        (
+            "http://-minio:9000",
+            "the host must be a DNS name or an IPv4 address",
+        ),
+        (
+            "http://a..b:9000",
+            "the host must be a DNS name or an IPv4 address",
+        ),
+    ];
+    for (endpoint, why) in cases {
+        let b = with(&format!("  awsSecret: aws\n  endpoint: \"{endpoint}\"\n"));
+        let quoted = format!("{endpoint:?}");
+        assert_refused(
+            judge_backup(&b, None),
+            "s3-endpoint",
+            &format!(
+                "spec.s3.endpoint: must be empty (AWS) or an http:// or https:// URL with a host and an optional port, such as http://minio.storage:9000, got {quoted}: {why}"
+            ),
+        );
+    }
+}
+
+#[test]
+fn client_tls_secrets() {
+    accepted(judge_backup(
+        &good_backup("clientTLSSecret: etcd-client-tls\n"),
+        None,
+    ));
+    assert_refused(
+        judge_backup(&good_backup("clientTLSSecret: Etcd_TLS\n"), None),
+        "client-tls-secret",
+        "spec.clientTLSSecret: must be empty (the cluster's own client certificate) or a Secret name (a DNS-1123 subdomain: lowercase letters, digits, '-' and '.'), got \"Etcd_TLS\"",
+    );
+}
+
+#[test]
+fn backup_policies() {
+    let policy = |lines: &str| good_backup(&format!("backupPolicy:\n{lines}"));
+    // CoreOS' periodic example and the tests' 2 s interval.
+    assert_eq!(
+        judge_backup(
+            &policy("  backupIntervalInSecond: 3600\n  maxBackups: 24\n  timeoutInSecond: 120\n"),
+            None
+        ),
+        Ok(vec![])
+    );
+    assert_eq!(
+        accepted(judge_backup(
+            &policy("  backupIntervalInSecond: 2\n  maxBackups: 3\n"),
+            None
+        )),
+        vec![
+            "spec.backupPolicy.backupIntervalInSecond: a snapshot every 2 s streams the whole database that often and loads the member it is taken from; 60 s or more is recommended"
+        ]
+    );
+    assert!(
+        judge_backup(&policy("  backupIntervalInSecond: 60\n"), None).is_ok_and(|w| w.is_empty())
+    );
+    assert_eq!(
+        accepted(judge_backup(&policy("  maxBackups: 5\n"), None)),
+        vec![
+            "spec.backupPolicy.maxBackups: applies to periodic backups only: without backupIntervalInSecond one snapshot is taken and none is deleted"
+        ]
+    );
+    for field in ["timeoutInSecond", "backupIntervalInSecond", "maxBackups"] {
+        assert_refused(
+            judge_backup(&policy(&format!("  {field}: -1\n")), None),
+            "backup-policy-range",
+            &format!(
+                "spec.backupPolicy.{field}: must not be negative (0 means the default), got -1"
+            ),
+        );
+    }
+}
+
+#[test]
+fn backup_updates() {
+    let stored = good_backup("");
+    // A stored object that a newer rule refuses stays labelable and deletable.
+    let mut old_bad = good_backup("").tap_path("nobucket");
+    old_bad.metadata.labels = Some([("team".to_string(), "db".to_string())].into());
+    let mut relabeled = old_bad.clone();
+    relabeled.metadata.labels = None;
+    assert_eq!(judge_backup(&relabeled, Some(&old_bad)), Ok(vec![]));
+    // A spec change is judged as a create.
+    let moved = good_backup("").tap_path("other-bucket/k");
+    assert_eq!(judge_backup(&moved, Some(&stored)), Ok(vec![]));
+    assert_refused(
+        judge_backup(&good_backup("").tap_path("x/k"), Some(&stored)),
+        "s3-bucket",
+        "must be 3 to 63 characters",
+    );
+}
+
+#[test]
+fn restore_cluster_names() {
+    accepted(judge_restore(&good_restore(""), None));
+    let named = |name: &str| {
+        restore(&format!(
+            "etcdCluster:\n  name: \"{name}\"\nbackupStorageType: S3\n{S3}"
+        ))
+    };
+    assert_refused(
+        judge_restore(&named(""), None),
+        "restore-cluster-name",
+        "spec.etcdCluster.name: is required: the name of the EtcdCluster of this namespace to restore",
+    );
+    let r = restore(&format!("etcdCluster: {{}}\nbackupStorageType: S3\n{S3}"));
+    assert_refused(
+        judge_restore(&r, None),
+        "restore-cluster-name",
+        "is required",
+    );
+    assert_refused(
+        judge_restore(&named(&"a".repeat(57)), None),
+        "name-length",
+        "spec.etcdCluster.name: must be at most 56 characters so that the Service NAME-client and the member pods NAME-N are valid names, got 57 characters",
+    );
+    accepted(judge_restore(&named(&"a".repeat(56)), None));
+    assert_refused(
+        judge_restore(&named("My_Cluster"), None),
+        "name-syntax",
+        "spec.etcdCluster.name: must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter) because Services are named after it, got \"My_Cluster\"",
+    );
+    assert_refused(
+        judge_restore(&named("1etcd"), None),
+        "name-syntax",
+        "must be a DNS-1035 label",
+    );
+    // The source rules apply to restores as to backups.
+    let mut bad_path = good_restore("");
+    if let Some(s3) = bad_path.spec.source.s3.as_mut() {
+        s3.path = "nobucket".into();
+        s3.endpoint = "ftp://x".into();
+    }
+    let refusal = judge_restore(&bad_path, None).expect_err("refused");
+    let rules: Vec<&str> = refusal.0.iter().map(|v| v.rule).collect();
+    assert_eq!(rules, ["s3-path", "s3-endpoint"], "{refusal}");
+}
+
+#[test]
+fn restore_specs_are_immutable() {
+    let stored = good_restore("");
+    // Metadata and status changes are allowed.
+    let mut labeled = stored.clone();
+    labeled.metadata.labels = Some([("team".to_string(), "db".to_string())].into());
+    labeled.status = Some(Default::default());
+    assert_eq!(judge_restore(&labeled, Some(&stored)), Ok(vec![]));
+    // Any spec change is refused, a fix of a bad value too.
+    let mut other = stored.clone();
+    if let Some(s3) = other.spec.source.s3.as_mut() {
+        s3.path = "etcd-backups/demo/other.db".into();
+    }
+    let refusal = judge_restore(&other, Some(&stored)).expect_err("refused");
+    assert_eq!(refusal.0.len(), 1, "{refusal}");
+    assert_eq!(refusal.0[0].rule, "restore-immutable");
+    assert_eq!(
+        refusal.to_string(),
+        "spec: is immutable: an EtcdRestore runs once; to restore again or from another snapshot, create a new EtcdRestore"
+    );
+    let mut renamed = stored.clone();
+    renamed.spec.etcd_cluster.name = "other".into();
+    assert_refused(
+        judge_restore(&renamed, Some(&stored)),
+        "restore-immutable",
+        "create a new EtcdRestore",
+    );
+}
+
+/// Messages quote a bounded prefix of huge values, and an answer lists at most 25 violations.
+#[test]
+fn messages_stay_bounded() {
+    let huge = "x".repeat(1 << 20);
+    let b = backup(&format!(
+        "etcdEndpoints: [\"http://{huge}-client.{huge}:2379\", \"http://{huge}:1\"]\nstorageType: \"{huge}\"\nclientTLSSecret: \"{huge}\"\nbackupPolicy: {{maxBackups: 1}}\n"
+    ));
+    let refusal = judge_backup(&b, None).expect_err("refused");
+    for v in &refusal.0 {
+        assert!(v.to_string().len() < 1024, "{} bytes", v.to_string().len());
+    }
+    let mut s = good_backup("");
+    if let Some(s3) = s.spec.source.s3.as_mut() {
+        s3.path = format!("{huge}/{huge}");
+        s3.aws_secret = huge.clone();
+        s3.endpoint = format!("http://{huge}");
+    }
+    let refusal = judge_backup(&s, None).expect_err("refused");
+    assert_eq!(refusal.0.len(), 3, "{refusal}");
+    for v in &refusal.0 {
+        assert!(v.to_string().len() < 1024, "{} bytes", v.to_string().len());
+    }
+}

@@ -1,0 +1,404 @@
+//! Rules on where snapshots are kept, shared by `EtcdBackup`, `EtcdRestore`, an EtcdCluster's
+//! `spec.safetyBackup` and its restore-seed annotation: the storage type, the inline source
+//! that matches it, and an `s3` source's path, secret and endpoint.
+//!
+//! Object keys are checked against what the controller's object store client (the
+//! `object_store` crate) does with them: a key is accepted only when `Path::parse` takes it
+//! unchanged (no empty segment, no `.` or `..` segment, no control character) and `Path::from`,
+//! which the controller uses to list a periodic backup's directory, leaves it unescaped (no
+//! character of its escape set, no non-ASCII character). A test of the controller
+//! (`controller/src/backup/transfer.rs`) checks a table of keys against both.
+
+use super::Report;
+use super::syntax::{is_dns1123_subdomain, quoted};
+use crate::types::storage::{S3Source, STORAGE_TYPES, StorageSource, source_field};
+
+/// Longest object key S3 accepts, bytes.
+pub const MAX_KEY_BYTES: usize = 1024;
+
+/// The printable ASCII characters the `object_store` crate escapes in a key segment
+/// (`INVALID` in its `src/path/parts.rs`: AWS' and Google's characters to avoid), besides
+/// control characters and `/`.
+pub const ESCAPED_KEY_CHARACTERS: &str = "\\{^}%`]\">[~<#|*?";
+
+/// The storage type this operator supports.
+const S3: &str = "S3";
+
+/// An example of a good path, for messages.
+const EXAMPLE_PATH: &str = "etcd-backups/example/snapshot.db";
+
+/// Why an `s3.path` (`BUCKET/KEY`) is refused. The messages quote at most 64 characters of
+/// the path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ObjectPathError {
+    /// No `/` between a bucket and a key.
+    #[error("must be BUCKET/KEY, such as {EXAMPLE_PATH}, got {path}")]
+    NotBucketKey {
+        /// The path, quoted.
+        path: String,
+    },
+    /// The bucket is shorter than 3 or longer than 63 characters.
+    #[error("the bucket {bucket} must be 3 to 63 characters long (S3's bucket naming), got {len}")]
+    BucketLength {
+        /// The bucket, quoted.
+        bucket: String,
+        /// Its length in bytes.
+        len: usize,
+    },
+    /// The bucket holds other characters than S3 allows, or starts or ends with one that may
+    /// only be inside.
+    #[error(
+        "the bucket {bucket} may hold only lowercase letters, digits, '.' and '-', and must start and end with a letter or digit (S3's bucket naming)"
+    )]
+    BucketSyntax {
+        /// The bucket, quoted.
+        bucket: String,
+    },
+    /// The bucket holds `..`.
+    #[error("the bucket {bucket} must not hold two adjacent periods (S3's bucket naming)")]
+    BucketPeriods {
+        /// The bucket, quoted.
+        bucket: String,
+    },
+    /// The bucket is formatted as an IPv4 address.
+    #[error("the bucket {bucket} must not be formatted as an IP address (S3's bucket naming)")]
+    BucketIpAddress {
+        /// The bucket, quoted.
+        bucket: String,
+    },
+    /// Nothing after the bucket.
+    #[error("the key after {bucket}/ is empty: name the object, such as {EXAMPLE_PATH}")]
+    EmptyKey {
+        /// The bucket, quoted.
+        bucket: String,
+    },
+    /// The key is longer than S3 allows.
+    #[error("the key is {bytes} bytes long; S3 keys are at most {MAX_KEY_BYTES} bytes")]
+    KeyTooLong {
+        /// Its length in bytes.
+        bytes: usize,
+    },
+    /// A leading or trailing `/`, or `//`.
+    #[error(
+        "the key {key} has an empty segment (a leading or trailing '/', or '//'), which the object store client refuses or drops"
+    )]
+    EmptySegment {
+        /// The key, quoted.
+        key: String,
+    },
+    /// A segment `.` or `..`.
+    #[error("the key {key} has a segment '.' or '..', which the object store client refuses")]
+    DotSegment {
+        /// The key, quoted.
+        key: String,
+    },
+    /// A control character.
+    #[error("the key {key} holds the control character {character}")]
+    ControlCharacter {
+        /// The key, quoted.
+        key: String,
+        /// The character, as `U+XXXX`.
+        character: String,
+    },
+    /// A character of the escape set.
+    #[error(
+        "the key {key} holds {character:?}, one of the characters the object store client escapes in keys (\\ {{ ^ }} % ` ] \" > [ ~ < # | * ?: AWS' characters to avoid), so the key it lists would not be the key it wrote"
+    )]
+    EscapedCharacter {
+        /// The key, quoted.
+        key: String,
+        /// The character.
+        character: char,
+    },
+    /// A character outside ASCII.
+    #[error(
+        "the key {key} holds the non-ASCII character {character:?}: the object store client escapes it in listings, so periodic backups could not find their snapshots; use ASCII"
+    )]
+    NonAscii {
+        /// The key, quoted.
+        key: String,
+        /// The character.
+        character: char,
+    },
+}
+
+impl ObjectPathError {
+    /// The rule broken: `s3-path`, `s3-bucket` or `s3-key`.
+    pub fn rule(&self) -> &'static str {
+        match self {
+            ObjectPathError::NotBucketKey { .. } => "s3-path",
+            ObjectPathError::BucketLength { .. }
+            | ObjectPathError::BucketSyntax { .. }
+            | ObjectPathError::BucketPeriods { .. }
+            | ObjectPathError::BucketIpAddress { .. } => "s3-bucket",
+            _ => "s3-key",
+        }
+    }
+}
+
+/// Checks an `s3.path` and splits it into the bucket and the key (at the first `/`).
+pub fn check_object_path(path: &str) -> Result<(&str, &str), ObjectPathError> {
+    let Some((bucket, key)) = path.split_once('/') else {
+        return Err(ObjectPathError::NotBucketKey { path: quoted(path) });
+    };
+    if bucket.is_empty() {
+        return Err(ObjectPathError::NotBucketKey { path: quoted(path) });
+    }
+    check_bucket_name(bucket)?;
+    if key.is_empty() {
+        return Err(ObjectPathError::EmptyKey {
+            bucket: quoted(bucket),
+        });
+    }
+    check_object_key(key)?;
+    Ok((bucket, key))
+}
+
+/// Checks a bucket name against S3's naming rules: 3 to 63 characters, lowercase letters,
+/// digits, `.` and `-`, starting and ending with a letter or digit, no `..`, not an IPv4
+/// address.
+pub fn check_bucket_name(bucket: &str) -> Result<(), ObjectPathError> {
+    let shown = || quoted(bucket);
+    if !(3..=63).contains(&bucket.len()) {
+        return Err(ObjectPathError::BucketLength {
+            bucket: shown(),
+            len: bucket.len(),
+        });
+    }
+    let inner = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    let bytes = bucket.as_bytes();
+    if !bytes.iter().all(|&b| inner(b) || b == b'.' || b == b'-')
+        || !bytes.first().is_some_and(|&b| inner(b))
+        || !bytes.last().is_some_and(|&b| inner(b))
+    {
+        return Err(ObjectPathError::BucketSyntax { bucket: shown() });
+    }
+    if bucket.contains("..") {
+        return Err(ObjectPathError::BucketPeriods { bucket: shown() });
+    }
+    let parts: Vec<&str> = bucket.split('.').collect();
+    if parts.len() == 4
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return Err(ObjectPathError::BucketIpAddress { bucket: shown() });
+    }
+    Ok(())
+}
+
+/// Checks an object key: 1 to [`MAX_KEY_BYTES`] bytes, no empty, `.` or `..` segment, only
+/// printable ASCII outside [`ESCAPED_KEY_CHARACTERS`] (what `object_store`'s `Path::parse` takes
+/// unchanged and `Path::from` does not escape).
+pub fn check_object_key(key: &str) -> Result<(), ObjectPathError> {
+    if key.len() > MAX_KEY_BYTES {
+        return Err(ObjectPathError::KeyTooLong { bytes: key.len() });
+    }
+    let shown = || quoted(key);
+    if key.split('/').any(str::is_empty) {
+        return Err(ObjectPathError::EmptySegment { key: shown() });
+    }
+    if key.split('/').any(|s| s == "." || s == "..") {
+        return Err(ObjectPathError::DotSegment { key: shown() });
+    }
+    for c in key.chars() {
+        if c.is_ascii_control() {
+            return Err(ObjectPathError::ControlCharacter {
+                key: shown(),
+                character: format!("U+{:04X}", u32::from(c)),
+            });
+        }
+        if ESCAPED_KEY_CHARACTERS.contains(c) {
+            return Err(ObjectPathError::EscapedCharacter {
+                key: shown(),
+                character: c,
+            });
+        }
+        if !c.is_ascii() {
+            return Err(ObjectPathError::NonAscii {
+                key: shown(),
+                character: c,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Why an `s3.endpoint` is not an `http(s)://HOST[:PORT][/PATH]` URL, or `None`.
+pub(crate) fn endpoint_problem(url: &str) -> Option<&'static str> {
+    if url
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control() || !c.is_ascii())
+    {
+        return Some("it holds whitespace, a control or a non-ASCII character");
+    }
+    let Some(rest) = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+    else {
+        return Some("the scheme must be http:// or https://");
+    };
+    if rest.contains('?') || rest.contains('#') {
+        return Some("a query or fragment is not allowed");
+    }
+    let authority = rest.split('/').next().unwrap_or_default();
+    if authority.contains('@') {
+        return Some(
+            "user information (USER:PASSWORD@) is not allowed: credentials come from awsSecret",
+        );
+    }
+    let port = if let Some(v6) = authority.strip_prefix('[') {
+        let Some((address, after)) = v6.split_once(']') else {
+            return Some("the IPv6 address has no closing ']'");
+        };
+        if address.parse::<std::net::Ipv6Addr>().is_err() {
+            return Some("the host is not a valid IPv6 address");
+        }
+        match after {
+            "" => None,
+            p => match p.strip_prefix(':') {
+                Some(port) => Some(port),
+                None => return Some("the IPv6 address must be followed by :PORT or nothing"),
+            },
+        }
+    } else {
+        let (host, port) = match authority.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        };
+        if !is_host_name(host) {
+            return Some("the host must be a DNS name or an IPv4 address");
+        }
+        port
+    };
+    if let Some(port) = port {
+        let valid = !port.is_empty()
+            && port.len() <= 5
+            && port.bytes().all(|b| b.is_ascii_digit())
+            && port.parse::<u32>().is_ok_and(|p| (1..=65535).contains(&p));
+        if !valid {
+            return Some("the port must be a number from 1 to 65535");
+        }
+    }
+    None
+}
+
+/// A DNS name (labels of letters, digits, `-` and `_`, up to 63 characters each, 253 in all)
+/// or an IPv4 address.
+fn is_host_name(host: &str) -> bool {
+    !host.is_empty()
+        && host.len() <= 253
+        && host.trim_end_matches('.').split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
+/// The storage type field and the inline sources of one object: `type_field` is the path of
+/// `storageType` (or `backupStorageType`), `prefix` the path of the object holding the sources.
+pub(crate) fn check_storage(
+    storage_type: &str,
+    type_field: &str,
+    source: &StorageSource,
+    prefix: &str,
+    report: &mut Report,
+) {
+    let type_name = type_field.rsplit('.').next().unwrap_or(type_field);
+    if storage_type.is_empty() {
+        report.refuse(
+            "storage-type",
+            type_field,
+            format!("is required: set it to {S3} and the source s3 beside it"),
+        );
+        return;
+    }
+    if storage_type != S3 {
+        if STORAGE_TYPES.contains(&storage_type) {
+            report.refuse(
+                "storage-type-unsupported",
+                type_field,
+                format!(
+                    "{storage_type} is a storage type of CoreOS' API that this operator does not support; use {S3} (AWS, or any S3-compatible store through s3.endpoint)"
+                ),
+            );
+        } else {
+            report.refuse(
+                "storage-type",
+                type_field,
+                format!(
+                    "must be {S3} (CoreOS' ABS, GCS and OSS are not supported), got {}",
+                    quoted(storage_type)
+                ),
+            );
+        }
+        return;
+    }
+    let wanted = source_field(S3).unwrap_or("s3");
+    for other in source.set_sources() {
+        if other != wanted {
+            report.refuse(
+                "storage-source",
+                format!("{prefix}.{other}"),
+                format!(
+                    "must not be set with {type_name} {S3}: exactly the source of the storage type ({wanted}) is set"
+                ),
+            );
+        }
+    }
+    match &source.s3 {
+        Some(s3) => check_s3(s3, &format!("{prefix}.{wanted}"), report),
+        None => report.refuse(
+            "storage-source",
+            format!("{prefix}.{wanted}"),
+            format!("is required with {type_name} {S3}: path, awsSecret and optionally endpoint"),
+        ),
+    }
+}
+
+/// An `s3` source at `prefix`: the path, the secret and the endpoint.
+pub(crate) fn check_s3(s3: &S3Source, prefix: &str, report: &mut Report) {
+    let path_field = format!("{prefix}.path");
+    if s3.path.is_empty() {
+        report.refuse(
+            "s3-path",
+            path_field,
+            format!("is required: BUCKET/KEY of the snapshot, such as {EXAMPLE_PATH}"),
+        );
+    } else if let Err(e) = check_object_path(&s3.path) {
+        report.refuse(e.rule(), path_field, e.to_string());
+    }
+    let secret_field = format!("{prefix}.awsSecret");
+    if s3.aws_secret.is_empty() {
+        report.refuse(
+            "s3-secret",
+            secret_field,
+            "is required: the name of a Secret of this namespace with the AWS shared files (key credentials, optionally config)",
+        );
+    } else if !is_dns1123_subdomain(&s3.aws_secret) {
+        report.refuse(
+            "s3-secret",
+            secret_field,
+            format!(
+                "must be a Secret name (a DNS-1123 subdomain: lowercase letters, digits, '-' and '.'), got {}",
+                quoted(&s3.aws_secret)
+            ),
+        );
+    }
+    if !s3.endpoint.is_empty()
+        && let Some(why) = endpoint_problem(&s3.endpoint)
+    {
+        report.refuse(
+            "s3-endpoint",
+            format!("{prefix}.endpoint"),
+            format!(
+                "must be empty (AWS) or an http:// or https:// URL with a host and an optional port, such as http://minio.storage:9000, got {}: {why}",
+                quoted(&s3.endpoint)
+            ),
+        );
+    }
+}
