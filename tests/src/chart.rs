@@ -248,12 +248,18 @@ pub fn check_webhook(
         hook["admissionReviewVersions"] == json!(["v1"]),
         "{id}: admissionReviewVersions"
     );
+    // Every kind is validated; only clusters are defaulted.
+    let resources = if path == "/validate" {
+        json!(["etcdclusters", "etcdbackups", "etcdrestores"])
+    } else {
+        json!(["etcdclusters"])
+    };
     ensure!(
         hook["rules"]
             == json!([{
                 "apiGroups": ["etcd.database.coreos.com"],
                 "apiVersions": ["v1beta2"],
-                "resources": ["etcdclusters"],
+                "resources": resources,
                 "operations": ["CREATE", "UPDATE"],
                 "scope": "Namespaced",
             }]),

@@ -15,6 +15,7 @@ use base64::Engine as _;
 use etcd_shared::EtcdCluster;
 use etcd_shared::EtcdClusterSpec;
 use etcd_shared::admission::{AdmissionPolicy, Refusal};
+use etcd_shared::types::{EtcdBackup, EtcdRestore};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::core::admission::{
@@ -26,7 +27,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use decode::decode;
+use decode::{decode, decode_backup, decode_restore};
 use etcd_shared::admission::clipped;
 
 /// The longest part of the request an error or refusal of the envelope quotes, bytes
@@ -270,7 +271,7 @@ impl Reviewer {
             // Nothing to check or default: deleting and connecting are always allowed.
             Operation::Delete | Operation::Connect => return Ok(Decision::allow()),
         }
-        if !is_etcd_cluster(request) {
+        let Some(kind) = Reviewed::of(request) else {
             let got = &request.kind;
             let got = if got.group.is_empty() {
                 format!("{} {}", got.version, got.kind)
@@ -279,10 +280,12 @@ impl Reviewer {
             };
             let got = clipped(got, MAX_QUOTED);
             let message = format!(
-                "this webhook only handles {}/{} {}, got {got}",
+                "this webhook only handles {}/{} {}, {} and {}, got {got}",
                 EtcdCluster::group(&()),
                 EtcdCluster::version(&()),
-                EtcdCluster::kind(&())
+                EtcdCluster::kind(&()),
+                EtcdBackup::kind(&()),
+                EtcdRestore::kind(&()),
             );
             return Ok(Decision::Deny(Box::new(failure(
                 message,
@@ -290,67 +293,63 @@ impl Reviewer {
                 400,
                 None,
             ))));
-        }
+        };
         let Some(object) = object else {
             return Err(ReviewError::MissingObject {
                 operation: verdict.operation,
             });
         };
-        let new = match decode(object) {
-            Ok(new) => new,
-            Err(e) => {
-                let message = format!("the object is not a valid EtcdCluster: {e}");
-                let cause = StatusCause {
-                    reason: "FieldValueInvalid".into(),
-                    message: e.reason(),
-                    field: e.field().to_string(),
-                };
-                let details = details(request, vec![cause]);
-                return Ok(Decision::Deny(Box::new(failure(
-                    message,
-                    "Invalid",
-                    422,
-                    Some(details),
-                ))));
+        let old_object = old_object.filter(|_| request.operation == Operation::Update);
+        match kind {
+            Reviewed::Cluster => {
+                self.decide_cluster(endpoint, request, object, old_object, verdict)
             }
-        };
+            Reviewed::Backup => {
+                let namespace = request.namespace.clone().unwrap_or_default();
+                judge(
+                    request,
+                    object,
+                    old_object,
+                    verdict,
+                    decode_backup,
+                    |new, old| self.policy.validate_backup(new, &namespace, old),
+                )
+            }
+            Reviewed::Restore => judge(
+                request,
+                object,
+                old_object,
+                verdict,
+                decode_restore,
+                |new, old| self.policy.validate_restore(new, old),
+            ),
+        }
+    }
+
+    /// The decision on an EtcdCluster: the rules on `/validate`, the defaulting patch on
+    /// `/mutate`. `old_object` is the stored object of an UPDATE.
+    fn decide_cluster(
+        &self,
+        endpoint: Endpoint,
+        request: &AdmissionRequest<Unread>,
+        object: &RawValue,
+        old_object: Option<&RawValue>,
+        verdict: &mut Verdict,
+    ) -> Result<Decision, ReviewError> {
         match endpoint {
             Endpoint::Validate => {
-                let mut warnings = Vec::new();
-                let old = match old_object.filter(|_| request.operation == Operation::Update) {
-                    Some(old_object) => match decode(old_object) {
-                        Ok(old) => Some(old),
-                        Err(e) => {
-                            // Refusing would block every update of the object, the removal
-                            // of its finalizer included; judge it as a new object instead.
-                            warnings.push(format!(
-                                "the stored object could not be read ({e}); the update rules were not checked"
-                            ));
-                            None
-                        }
-                    },
-                    None => None,
-                };
-                match self.policy.validate(&new, old.as_ref()) {
-                    Ok(mut rule_warnings) => {
-                        warnings.append(&mut rule_warnings);
-                        Ok(Decision::Allow {
-                            warnings,
-                            patch: None,
-                        })
-                    }
-                    Err(refusal) => {
-                        verdict.rules = refusal.0.iter().map(|v| v.rule).collect();
-                        Ok(Decision::Deny(Box::new(refused(request, &refusal))))
-                    }
-                }
+                judge(request, object, old_object, verdict, decode, |new, old| {
+                    self.policy.validate(new, old)
+                })
             }
             Endpoint::Mutate => {
+                let new = match decode(object) {
+                    Ok(new) => new,
+                    Err(e) => return Ok(Decision::Deny(Box::new(undecodable(request, &e)))),
+                };
                 // On UPDATE, a dropped field keeps the stored value (decode errors of the
                 // stored object fall back to the operator's defaults).
-                let old = old_object
-                    .filter(|_| request.operation == Operation::Update)
-                    .and_then(|o| decode(o).ok());
+                let old = old_object.and_then(|o| decode(o).ok());
                 let patch = self.defaulting_patch(object, &new, old.as_ref())?;
                 Ok(Decision::Allow {
                     warnings: Vec::new(),
@@ -583,10 +582,83 @@ fn decode_request(raw: &RawValue) -> Result<AdmissionRequest<Unread>, ReviewErro
     }
 }
 
-fn is_etcd_cluster(request: &AdmissionRequest<Unread>) -> bool {
-    request.kind.group == EtcdCluster::group(&())
-        && request.kind.version == EtcdCluster::version(&())
-        && request.kind.kind == EtcdCluster::kind(&())
+/// The kinds this webhook reviews.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reviewed {
+    Cluster,
+    Backup,
+    Restore,
+}
+
+impl Reviewed {
+    /// The kind of the request's object, when it is one of ours (group and version included).
+    fn of(request: &AdmissionRequest<Unread>) -> Option<Self> {
+        let kind = &request.kind;
+        if kind.group != EtcdCluster::group(&()) || kind.version != EtcdCluster::version(&()) {
+            return None;
+        }
+        match kind.kind.as_str() {
+            k if k == EtcdCluster::kind(&()) => Some(Reviewed::Cluster),
+            k if k == EtcdBackup::kind(&()) => Some(Reviewed::Backup),
+            k if k == EtcdRestore::kind(&()) => Some(Reviewed::Restore),
+            _ => None,
+        }
+    }
+}
+
+/// The decision on an object that is validated and never defaulted (EtcdBackup, EtcdRestore):
+/// on either endpoint, an object that does not decode is refused with the field at fault; on
+/// both, `validate` judges it (a `/mutate` call gets the same verdict and never a patch).
+fn judge<T>(
+    request: &AdmissionRequest<Unread>,
+    object: &RawValue,
+    old_object: Option<&RawValue>,
+    verdict: &mut Verdict,
+    decode: fn(&RawValue) -> Result<T, decode::DecodeError>,
+    validate: impl FnOnce(&T, Option<&T>) -> Result<Vec<String>, Refusal>,
+) -> Result<Decision, ReviewError> {
+    let new = match decode(object) {
+        Ok(new) => new,
+        Err(e) => return Ok(Decision::Deny(Box::new(undecodable(request, &e)))),
+    };
+    let mut warnings = Vec::new();
+    let old = match old_object.map(decode) {
+        Some(Ok(old)) => Some(old),
+        Some(Err(e)) => {
+            warnings.push(format!(
+                "the stored object could not be read ({e}); the update rules were not checked"
+            ));
+            None
+        }
+        None => None,
+    };
+    match validate(&new, old.as_ref()) {
+        Ok(mut rule_warnings) => {
+            warnings.append(&mut rule_warnings);
+            Ok(Decision::Allow {
+                warnings,
+                patch: None,
+            })
+        }
+        Err(refusal) => {
+            verdict.rules = refusal.0.iter().map(|v| v.rule).collect();
+            Ok(Decision::Deny(Box::new(refused(request, &refusal))))
+        }
+    }
+}
+
+/// The refusal of an object that does not decode as its kind: 422 Invalid, with the field.
+fn undecodable(request: &AdmissionRequest<Unread>, e: &decode::DecodeError) -> Status {
+    let message = format!(
+        "the object is not a valid {}: {e}",
+        clipped(request.kind.kind.clone(), MAX_QUOTED)
+    );
+    let cause = StatusCause {
+        reason: "FieldValueInvalid".into(),
+        message: e.reason(),
+        field: e.field().to_string(),
+    };
+    failure(message, "Invalid", 422, Some(details(request, vec![cause])))
 }
 
 fn operation_name(op: &Operation) -> &'static str {
@@ -614,8 +686,8 @@ fn details(request: &AdmissionRequest<Unread>, causes: Vec<StatusCause>) -> Stat
         // Informational only (the API server names the object itself): clipped, so a caller's
         // huge name is not echoed whole.
         name: clipped(request.name.clone(), MAX_QUOTED),
-        group: EtcdCluster::group(&()).into_owned(),
-        kind: EtcdCluster::kind(&()).into_owned(),
+        group: clipped(request.kind.group.clone(), MAX_QUOTED),
+        kind: clipped(request.kind.kind.clone(), MAX_QUOTED),
         uid: String::new(),
         causes,
         retry_after_seconds: 0,
@@ -877,6 +949,224 @@ mod tests {
     fn response(answer: &Answer) -> Value {
         let v: Value = serde_json::from_slice(&answer.body).unwrap();
         v["response"].clone()
+    }
+
+    /// A review of an object of `kind` (`resource`) in namespace `prod`.
+    fn review_of(
+        kind: &str,
+        resource: &str,
+        operation: &str,
+        object: Value,
+        old: Value,
+    ) -> Vec<u8> {
+        serde_json::to_vec(&json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u-2",
+                "kind": {"group": "etcd.database.coreos.com", "version": "v1beta2", "kind": kind},
+                "resource": {"group": "etcd.database.coreos.com", "version": "v1beta2", "resource": resource},
+                "name": "x",
+                "namespace": "prod",
+                "operation": operation,
+                "userInfo": {"username": "admin"},
+                "object": object,
+                "oldObject": old
+            }
+        }))
+        .unwrap()
+    }
+
+    fn backup(spec: Value) -> Value {
+        json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdBackup",
+               "metadata": {"name": "x", "namespace": "prod"}, "spec": spec})
+    }
+
+    fn restore(spec: Value) -> Value {
+        json!({"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdRestore",
+               "metadata": {"name": "x", "namespace": "prod"}, "spec": spec})
+    }
+
+    fn good_backup_spec() -> Value {
+        json!({"etcdEndpoints": ["http://demo-client:2379"], "storageType": "S3",
+               "s3": {"path": "etcd-backups/demo/snapshot.db", "awsSecret": "aws"}})
+    }
+
+    fn good_restore_spec() -> Value {
+        json!({"etcdCluster": {"name": "demo"}, "backupStorageType": "S3",
+               "s3": {"path": "etcd-backups/demo/snapshot.db", "awsSecret": "aws"}})
+    }
+
+    /// EtcdBackups and EtcdRestores are judged by their own rules (shared::admission), with
+    /// the field at fault in the refusal and its cause; nothing is ever patched.
+    #[test]
+    fn backups_and_restores_are_judged_by_their_rules() {
+        let r = Reviewer::default();
+        let judge =
+            |endpoint, body: Vec<u8>| response(&r.review(endpoint, &body).expect("answered"));
+
+        for endpoint in [Endpoint::Validate, Endpoint::Mutate] {
+            let ok = judge(
+                endpoint,
+                review_of(
+                    "EtcdBackup",
+                    "etcdbackups",
+                    "CREATE",
+                    backup(good_backup_spec()),
+                    Value::Null,
+                ),
+            );
+            assert_eq!(ok["allowed"], json!(true), "{ok}");
+            assert!(ok.get("patch").is_none(), "{ok}");
+            let ok = judge(
+                endpoint,
+                review_of(
+                    "EtcdRestore",
+                    "etcdrestores",
+                    "CREATE",
+                    restore(good_restore_spec()),
+                    Value::Null,
+                ),
+            );
+            assert_eq!(ok["allowed"], json!(true), "{ok}");
+        }
+
+        // Endpoints of two clusters; an unsupported storage type; a key object_store rewrites.
+        let mut spec = good_backup_spec();
+        spec["etcdEndpoints"] = json!(["http://a-client:2379", "http://b-client:2379"]);
+        let no = judge(
+            Endpoint::Validate,
+            review_of(
+                "EtcdBackup",
+                "etcdbackups",
+                "CREATE",
+                backup(spec),
+                Value::Null,
+            ),
+        );
+        assert_eq!(no["allowed"], json!(false), "{no}");
+        assert_eq!(no["status"]["code"], json!(422), "{no}");
+        assert_eq!(no["status"]["details"]["kind"], json!("EtcdBackup"), "{no}");
+        assert!(
+            no["status"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("spec.etcdEndpoints"),
+            "{no}"
+        );
+
+        let mut spec = good_backup_spec();
+        spec["storageType"] = json!("GCS");
+        let no = judge(
+            Endpoint::Validate,
+            review_of(
+                "EtcdBackup",
+                "etcdbackups",
+                "CREATE",
+                backup(spec),
+                Value::Null,
+            ),
+        );
+        assert_eq!(no["allowed"], json!(false), "{no}");
+        assert!(
+            no["status"]["message"].as_str().unwrap().contains("GCS"),
+            "{no}"
+        );
+
+        let mut spec = good_restore_spec();
+        spec["s3"]["path"] = json!("bucket//snapshot.db");
+        let no = judge(
+            Endpoint::Validate,
+            review_of(
+                "EtcdRestore",
+                "etcdrestores",
+                "CREATE",
+                restore(spec),
+                Value::Null,
+            ),
+        );
+        assert_eq!(no["allowed"], json!(false), "{no}");
+        assert!(
+            no["status"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("spec.s3.path"),
+            "{no}"
+        );
+
+        // A restore's spec is immutable; its labels are not.
+        let mut moved = good_restore_spec();
+        moved["etcdCluster"]["name"] = json!("other");
+        let no = judge(
+            Endpoint::Validate,
+            review_of(
+                "EtcdRestore",
+                "etcdrestores",
+                "UPDATE",
+                restore(moved),
+                restore(good_restore_spec()),
+            ),
+        );
+        assert_eq!(no["allowed"], json!(false), "{no}");
+        let mut labelled = restore(good_restore_spec());
+        labelled["metadata"]["labels"] = json!({"team": "db"});
+        let ok = judge(
+            Endpoint::Validate,
+            review_of(
+                "EtcdRestore",
+                "etcdrestores",
+                "UPDATE",
+                labelled,
+                restore(good_restore_spec()),
+            ),
+        );
+        assert_eq!(ok["allowed"], json!(true), "{ok}");
+
+        // A spec of the wrong shape is a 422 naming the field, never an HTTP error.
+        for (kind, resource, object) in [
+            (
+                "EtcdBackup",
+                "etcdbackups",
+                backup(json!({"etcdEndpoints": "http://demo-client:2379"})),
+            ),
+            ("EtcdRestore", "etcdrestores", restore(json!([]))),
+        ] {
+            for endpoint in [Endpoint::Validate, Endpoint::Mutate] {
+                let no = judge(
+                    endpoint,
+                    review_of(kind, resource, "CREATE", object.clone(), Value::Null),
+                );
+                assert_eq!(no["allowed"], json!(false), "{kind}: {no}");
+                assert_eq!(no["status"]["code"], json!(422), "{kind}: {no}");
+                assert!(
+                    no["status"]["message"]
+                        .as_str()
+                        .unwrap()
+                        .contains(&format!("not a valid {kind}")),
+                    "{no}"
+                );
+            }
+        }
+
+        // Another kind of the group is refused as a bad request.
+        let no = judge(
+            Endpoint::Validate,
+            review_of(
+                "EtcdThing",
+                "etcdthings",
+                "CREATE",
+                backup(good_backup_spec()),
+                Value::Null,
+            ),
+        );
+        assert_eq!(no["status"]["code"], json!(400), "{no}");
+        assert!(
+            no["status"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("EtcdBackup"),
+            "{no}"
+        );
     }
 
     #[test]

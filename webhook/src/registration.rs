@@ -1,11 +1,13 @@
 //! The objects that register this webhook with the API server: a
 //! `ValidatingWebhookConfiguration` for `/validate` and a `MutatingWebhookConfiguration` for
-//! `/mutate`, both for CREATE and UPDATE of `etcd.database.coreos.com/v1beta2` `etcdclusters`,
+//! `/mutate`, both for CREATE and UPDATE of `etcd.database.coreos.com/v1beta2` `etcdclusters`
+//! (validation also of `etcdbackups` and `etcdrestores`, which nothing defaults),
 //! with `sideEffects: None`, `failurePolicy: Fail`, `timeoutSeconds: 5` and
 //! `admissionReviewVersions: [v1]`. The Helm chart and the integration tests render theirs
 //! from here.
 
 use etcd_shared::EtcdCluster;
+use etcd_shared::types::{EtcdBackup, EtcdRestore};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
@@ -67,14 +69,29 @@ impl WebhookTarget {
     }
 }
 
-fn rules() -> Vec<RuleWithOperations> {
+/// CREATE and UPDATE of the given resources of our group and version.
+fn rules(resources: Vec<String>) -> Vec<RuleWithOperations> {
     vec![RuleWithOperations {
         api_groups: Some(vec![EtcdCluster::group(&()).into_owned()]),
         api_versions: Some(vec![EtcdCluster::version(&()).into_owned()]),
         operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
-        resources: Some(vec![EtcdCluster::plural(&()).into_owned()]),
+        resources: Some(resources),
         scope: Some("Namespaced".into()),
     }]
+}
+
+/// What `/validate` judges: every kind of ours.
+fn validated_resources() -> Vec<String> {
+    vec![
+        EtcdCluster::plural(&()).into_owned(),
+        EtcdBackup::plural(&()).into_owned(),
+        EtcdRestore::plural(&()).into_owned(),
+    ]
+}
+
+/// What `/mutate` defaults: clusters only.
+fn defaulted_resources() -> Vec<String> {
+    vec![EtcdCluster::plural(&()).into_owned()]
 }
 
 fn metadata(name: &str) -> ObjectMeta {
@@ -84,8 +101,8 @@ fn metadata(name: &str) -> ObjectMeta {
     }
 }
 
-/// The `ValidatingWebhookConfiguration` named `name` that sends EtcdCluster creates and
-/// updates to `target`'s `/validate`, trusting `ca_bundle_pem` for its certificate.
+/// The `ValidatingWebhookConfiguration` named `name` that sends EtcdCluster, EtcdBackup and
+/// EtcdRestore creates and updates to `target`'s `/validate`, trusting `ca_bundle_pem` for its certificate.
 pub fn validating_webhook_configuration(
     name: &str,
     target: &WebhookTarget,
@@ -99,7 +116,7 @@ pub fn validating_webhook_configuration(
             client_config: target.client_config("/validate", ca_bundle_pem),
             failure_policy: Some("Fail".into()),
             match_policy: Some("Equivalent".into()),
-            rules: Some(rules()),
+            rules: Some(rules(validated_resources())),
             side_effects: "None".into(),
             timeout_seconds: Some(TIMEOUT_SECONDS),
             ..ValidatingWebhook::default()
@@ -125,7 +142,7 @@ pub fn mutating_webhook_configuration(
             // Defaulting only fills what is missing, so another webhook's later change never
             // needs this one again.
             reinvocation_policy: Some("Never".into()),
-            rules: Some(rules()),
+            rules: Some(rules(defaulted_resources())),
             side_effects: "None".into(),
             timeout_seconds: Some(TIMEOUT_SECONDS),
             ..MutatingWebhook::default()
@@ -164,7 +181,7 @@ mod tests {
                 "apiGroups": ["etcd.database.coreos.com"],
                 "apiVersions": ["v1beta2"],
                 "operations": ["CREATE", "UPDATE"],
-                "resources": ["etcdclusters"],
+                "resources": ["etcdclusters", "etcdbackups", "etcdrestores"],
                 "scope": "Namespaced"
             }])
         );
@@ -180,5 +197,9 @@ mod tests {
             json!({"name": "etcd-webhook", "namespace": "etcd", "path": "/mutate", "port": 443})
         );
         assert_eq!(m["webhooks"][0]["name"], MUTATING_WEBHOOK_NAME);
+        assert_eq!(
+            m["webhooks"][0]["rules"][0]["resources"],
+            json!(["etcdclusters"])
+        );
     }
 }

@@ -112,7 +112,7 @@ mod tests {
     use crate::view::fixtures::view_of;
 
     const SAFETY: &str =
-        "safetyBackup:\n  storageType: S3\n  s3:\n    path: b/demo.db\n    awsSecret: aws\n";
+        "safetyBackup:\n  storageType: S3\n  s3:\n    path: bkt/demo.db\n    awsSecret: aws\n";
 
     fn model(versions: &[&str]) -> Observed {
         Observed {

@@ -225,3 +225,70 @@ where
     }
     Ok((checked, info))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use etcd_shared::admission::{ESCAPED_KEY_CHARACTERS, check_object_key};
+
+    /// Whether the controller can use `key` as it is: `Path::parse` (every read, write and
+    /// delete) takes it unchanged, and `Path::from` (the listing of a periodic backup's
+    /// directory) does not escape it.
+    fn usable(key: &str) -> bool {
+        Path::parse(key).is_ok_and(|p| p.as_ref() == key) && Path::from(key).as_ref() == key
+    }
+
+    /// The webhook's key rule (etcd_shared::admission) and object_store agree on every key of
+    /// the table: what admission accepts is what the controller uses unchanged, and what
+    /// `Path::parse` refuses, admission refuses too.
+    #[test]
+    fn admission_accepts_exactly_the_keys_object_store_takes_unchanged() {
+        let mut keys: Vec<String> = [
+            "snapshot.db",
+            "example/snapshot.db",
+            "a/b/c/d.db",
+            "dir/snap.db_v12_2006-01-02-15:04:05",
+            "dir/snap_before-upgrade to 3.7_v9_2026-01-02-15:04:05",
+            "a key (1)!$&'+,;=@.db",
+            "a..b",
+            "...",
+            ".hidden",
+            "-_.",
+            "",
+            "/",
+            "/a",
+            "a/",
+            "a//b",
+            ".",
+            "..",
+            "a/./b",
+            "a/../b",
+            "a\nb",
+            "a\tb",
+            "a\u{0}b",
+            "a\u{7f}b",
+            "é.db",
+            "dir/日本",
+            "a\u{85}b",
+        ]
+        .iter()
+        .map(|k| k.to_string())
+        .collect();
+        keys.extend(ESCAPED_KEY_CHARACTERS.chars().map(|c| format!("dir/a{c}b")));
+        keys.extend((0u8..0x80).map(|b| format!("k{}k", char::from(b))));
+        for key in &keys {
+            let admitted = check_object_key(key).is_ok();
+            assert_eq!(
+                admitted,
+                usable(key),
+                "{key:?}: admission says {:?}, Path::parse {:?}, Path::from {:?}",
+                check_object_key(key),
+                Path::parse(key).map(|p| p.to_string()),
+                Path::from(key.as_str()).to_string()
+            );
+            if Path::parse(key).is_err() {
+                assert!(!admitted, "{key:?}: Path::parse refuses it");
+            }
+        }
+    }
+}

@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 
 use etcd_shared::admission::clipped;
+use etcd_shared::types::{EtcdBackup, EtcdBackupSpec, EtcdRestore, EtcdRestoreSpec};
 use etcd_shared::{EtcdCluster, EtcdClusterSpec, EtcdClusterStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
@@ -90,8 +91,41 @@ fn at(field: &str) -> String {
 /// empty spec is what defaulting fills). `metadata.managedFields` is skipped unread, and each
 /// part may hold at most [`MAX_VALUES`] JSON values. The status holds only the members' version.
 pub(crate) fn decode(raw: &RawValue) -> Result<EtcdCluster, DecodeError> {
+    let (metadata, spec, status) = decode_parts::<EtcdClusterSpec>(raw, "an EtcdCluster object")?;
+    let mut cluster = EtcdCluster::new("", spec);
+    cluster.metadata = metadata;
+    cluster.status = running_version(status).map(|v| EtcdClusterStatus {
+        current_version: Some(v),
+        ..EtcdClusterStatus::default()
+    });
+    Ok(cluster)
+}
+
+/// Reads an EtcdBackup's `metadata` and `spec` as [`decode`] does a cluster's (its status is
+/// never judged).
+pub(crate) fn decode_backup(raw: &RawValue) -> Result<EtcdBackup, DecodeError> {
+    let (metadata, spec, _) = decode_parts::<EtcdBackupSpec>(raw, "an EtcdBackup object")?;
+    let mut backup = EtcdBackup::new("", spec);
+    backup.metadata = metadata;
+    Ok(backup)
+}
+
+/// Reads an EtcdRestore's `metadata` and `spec` as [`decode`] does a cluster's (its status is
+/// never judged).
+pub(crate) fn decode_restore(raw: &RawValue) -> Result<EtcdRestore, DecodeError> {
+    let (metadata, spec, _) = decode_parts::<EtcdRestoreSpec>(raw, "an EtcdRestore object")?;
+    let mut restore = EtcdRestore::new("", spec);
+    restore.metadata = metadata;
+    Ok(restore)
+}
+
+/// The typed `metadata` and `spec` of a raw object of any kind, and its raw status.
+fn decode_parts<'a, S: DeserializeOwned + Default>(
+    raw: &'a RawValue,
+    expected: &'static str,
+) -> Result<(ObjectMeta, S, Option<&'a RawValue>), DecodeError> {
     if !is_object(raw) {
-        return Err(DecodeError::not_an_object("", raw, "an EtcdCluster object"));
+        return Err(DecodeError::not_an_object("", raw, expected));
     }
     let parts: ObjectParts<'_> =
         serde_json::from_str(raw.get()).map_err(|e| DecodeError::json("", e))?;
@@ -99,7 +133,7 @@ pub(crate) fn decode(raw: &RawValue) -> Result<EtcdCluster, DecodeError> {
         Some(meta) => decode_metadata(meta)?,
         None => ObjectMeta::default(),
     };
-    let spec: EtcdClusterSpec = match parts.spec {
+    let spec: S = match parts.spec {
         Some(spec) => {
             if is_object(spec) {
                 check_values(spec, &[], "spec", MAX_VALUES).map_err(|e| DecodeError {
@@ -109,15 +143,9 @@ pub(crate) fn decode(raw: &RawValue) -> Result<EtcdCluster, DecodeError> {
             }
             part(spec, "spec")?
         }
-        None => EtcdClusterSpec::default(),
+        None => S::default(),
     };
-    let mut cluster = EtcdCluster::new("", spec);
-    cluster.metadata = metadata;
-    cluster.status = running_version(parts.status).map(|v| EtcdClusterStatus {
-        current_version: Some(v),
-        ..EtcdClusterStatus::default()
-    });
-    Ok(cluster)
+    Ok((metadata, spec, parts.status))
 }
 
 /// `metadata` without `managedFields` (which no rule reads and which can be the largest part
