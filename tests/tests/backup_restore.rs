@@ -53,6 +53,7 @@ fn main() -> std::process::ExitCode {
         periodic_backups_keep_max_backups,
         a_corrupt_snapshot_is_refused_before_the_cluster_is_touched,
         a_tls_cluster_is_backed_up_with_the_client_tls_secret,
+        bad_backups_and_restores_are_refused_at_kubectl_apply,
     ];
     tests.push(
         etcd_tests::Test::new(
@@ -596,6 +597,116 @@ async fn kubectl_apply(ctx: &TestContext, text: &str) -> anyhow::Result<()> {
         "kubectl apply: {}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+/// `kubectl apply --validate=strict` of `text`, expected to be refused: stderr.
+async fn kubectl_apply_refused(ctx: &TestContext, text: &str) -> anyhow::Result<String> {
+    let file = tempfile::NamedTempFile::new()?;
+    std::fs::write(file.path(), text)?;
+    let mut command = ctx.kubectl();
+    command
+        .args(["apply", "--validate=strict", "-f"])
+        .arg(file.path());
+    let out = tokio::task::spawn_blocking(move || command.output()).await??;
+    ensure!(
+        !out.status.success(),
+        "kubectl apply was accepted: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    Ok(String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// Issue 16, item 1: bad EtcdBackups and EtcdRestores are refused at `kubectl apply` by the
+/// webhook, with the field and the rule, and nothing is stored.
+async fn bad_backups_and_restores_are_refused_at_kubectl_apply(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    install(&ctx).await?;
+    let s3 = "  s3:\n    path: etcd-backups/demo/snapshot.db\n    awsSecret: aws\n";
+    let backup = |name: &str, spec: &str| {
+        format!(
+            "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdBackup\nmetadata:\n  name: {name}\nspec:\n{spec}"
+        )
+    };
+    let restore = |name: &str, spec: &str| {
+        format!(
+            "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdRestore\nmetadata:\n  name: {name}\nspec:\n{spec}"
+        )
+    };
+    let cases = [
+        (
+            backup(
+                "two-clusters",
+                &format!(
+                    "  etcdEndpoints: [\"http://a-client:2379\", \"http://b-client:2379\"]\n  storageType: S3\n{s3}"
+                ),
+            ),
+            "spec.etcdEndpoints",
+        ),
+        (
+            backup(
+                "gcs",
+                "  etcdEndpoints: [\"http://demo-client:2379\"]\n  storageType: GCS\n  gcs:\n    path: b/k\n    gcpSecret: g\n",
+            ),
+            "GCS",
+        ),
+        (
+            backup(
+                "short-bucket",
+                "  etcdEndpoints: [\"http://demo-client:2379\"]\n  storageType: S3\n  s3:\n    path: b/snapshot.db\n    awsSecret: aws\n",
+            ),
+            "spec.s3.path",
+        ),
+        (
+            restore(
+                "no-cluster",
+                &format!("  etcdCluster:\n    name: \"\"\n  backupStorageType: S3\n{s3}"),
+            ),
+            "spec.etcdCluster.name",
+        ),
+    ];
+    // kubectl's discovery may not know the kinds yet when this test runs first: wait until it
+    // maps them (a refusal by the webhook, not a mapping error).
+    poll_until(
+        "kubectl to map EtcdBackup",
+        Duration::from_secs(60),
+        || async {
+            let stderr = kubectl_apply_refused(&ctx, &cases[0].0).await?;
+            anyhow::Ok((!stderr.contains("resource mapping not found")).then_some(()))
+        },
+    )
+    .await?;
+    for (manifest, field) in &cases {
+        let stderr = kubectl_apply_refused(&ctx, manifest).await?;
+        // kubectl prints a 422 with causes as `The EtcdBackup "NAME" is invalid: FIELD: ...`.
+        ensure!(
+            (stderr.contains("is invalid") || stderr.contains("denied the request"))
+                && stderr.contains(field),
+            "want a refusal naming {field}, got: {stderr}"
+        );
+    }
+    let backups: Api<EtcdBackup> = ctx.api();
+    let restores: Api<EtcdRestore> = ctx.api();
+    ensure!(
+        backups.list(&Default::default()).await?.items.is_empty(),
+        "a refused backup was stored"
+    );
+    ensure!(
+        restores.list(&Default::default()).await?.items.is_empty(),
+        "a refused restore was stored"
+    );
+    // A restore's spec is immutable once applied.
+    let good = restore(
+        "fixed",
+        &format!("  etcdCluster:\n    name: demo\n  backupStorageType: S3\n{s3}"),
+    );
+    kubectl_apply(&ctx, &good).await?;
+    let stderr = kubectl_apply_refused(&ctx, &good.replace("name: demo", "name: other")).await?;
+    ensure!(
+        stderr.contains("spec"),
+        "want the immutable spec refused, got: {stderr}"
     );
     Ok(())
 }
