@@ -206,6 +206,33 @@ seed("large-managed-fields", review("big-meta", "UPDATE", big_meta, cluster("dem
 big_ann = cluster("demo", quiet({"size": 3, "pod": {"annotations": {"example.com/blob": "b" * 8000}}}))
 seed("large-annotation", review("big-ann", "CREATE", big_ann))
 
+# EtcdBackup and EtcdRestore (validated, never defaulted), and a cluster's safetyBackup.
+S3 = {"path": "etcd-backups/demo/snapshot.db", "awsSecret": "aws", "endpoint": "http://minio.minio.svc:9000", "forcePathStyle": True}
+
+
+def of_kind(body, kind, resource):
+    k = {"group": "etcd.database.coreos.com", "version": "v1beta2", "kind": kind}
+    r = {"group": "etcd.database.coreos.com", "version": "v1beta2", "resource": resource}
+    body["request"].update({"kind": k, "requestKind": k, "resource": r, "requestResource": r})
+    return body
+
+
+def backup(name, spec):
+    return {"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdBackup", "metadata": {"name": name, "namespace": "default"}, "spec": spec}
+
+
+def restore(name, spec):
+    return {"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdRestore", "metadata": {"name": name, "namespace": "default"}, "spec": spec}
+
+
+good_backup = {"etcdEndpoints": ["http://demo-client:2379"], "storageType": "S3", "backupPolicy": {"backupIntervalInSecond": 3600, "maxBackups": 24, "timeoutInSecond": 60}, "s3": S3, "clientTLSSecret": "etcd-client-tls"}
+seed("backup-create", of_kind(review("bk-1", "CREATE", backup("bk", good_backup)), "EtcdBackup", "etcdbackups"))
+seed("backup-create-bad", of_kind(review("bk-2", "CREATE", backup("bk", {"etcdEndpoints": ["https://a-0.a.other.svc:2379", "http://b-client:2379"], "storageType": "GCS", "gcs": {"path": "b//k", "gcpSecret": "Bad_Name"}, "s3": dict(S3, path="x/../k"), "backupPolicy": {"backupIntervalInSecond": -1, "maxBackups": -2}})), "EtcdBackup", "etcdbackups"))
+good_restore = {"etcdCluster": {"name": "demo"}, "backupStorageType": "S3", "s3": S3}
+seed("restore-create", of_kind(review("rs-1", "CREATE", restore("demo", good_restore)), "EtcdRestore", "etcdrestores"))
+seed("restore-update-spec", of_kind(review("rs-2", "UPDATE", restore("demo", dict(good_restore, etcdCluster={"name": "other"})), restore("demo", good_restore)), "EtcdRestore", "etcdrestores"))
+seed("rule-create-safety-backup", review("safety", "CREATE", cluster("demo", quiet({"size": 3, "version": "3.6.16", "safetyBackup": {"storageType": "S3", "s3": S3}}))))
+
 for old in os.listdir(HERE):
     if old.endswith(".json") and not old.startswith("regression-"):
         os.remove(os.path.join(HERE, old))
