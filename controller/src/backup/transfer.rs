@@ -231,11 +231,13 @@ mod tests {
     use super::*;
     use etcd_shared::admission::{ESCAPED_KEY_CHARACTERS, check_object_key};
 
-    /// Whether the controller can use `key` as it is: `Path::parse` (every read, write and
-    /// delete) takes it unchanged, and `Path::from` (the listing of a periodic backup's
-    /// directory) does not escape it.
+    /// Whether the controller can use `key` as it is: it names an object (the empty key is
+    /// the bucket's root), `Path::parse` (every read, write and delete) takes it unchanged,
+    /// and `Path::from` (the listing of a periodic backup's directory) does not escape it.
     fn usable(key: &str) -> bool {
-        Path::parse(key).is_ok_and(|p| p.as_ref() == key) && Path::from(key).as_ref() == key
+        !key.is_empty()
+            && Path::parse(key).is_ok_and(|p| p.as_ref() == key)
+            && Path::from(key).as_ref() == key
     }
 
     /// The webhook's key rule (etcd_shared::admission) and object_store agree on every key of
