@@ -7,14 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 
 use etcd_shared::names::{self, CLIENT_PORT};
 use etcd_shared::version::EtcdVersion;
 
-use crate::cache::{self, Caches};
+use crate::cache::{self, CachedPod, Caches};
 use crate::error::Error;
 use crate::etcd::{EtcdAccess, EtcdPool, ListedMember, MemberStatus};
 use crate::etcd_tls::MemberTls;
@@ -111,9 +111,9 @@ fn health_of(name: &str, statuses: &[PodStatus]) -> Health {
     }
 }
 
-fn pod_state(pod: &Pod, now: Timestamp) -> Option<PodState> {
+fn pod_state(pod: &CachedPod, now: Timestamp) -> Option<PodState> {
     let name = pod.metadata.name.clone()?;
-    let status = pod.status.as_ref();
+    let status = &pod.status;
     let age = pod
         .metadata
         .creation_timestamp
@@ -121,8 +121,9 @@ fn pod_state(pod: &Pod, now: Timestamp) -> Option<PodState> {
         .map_or(0, |t| (now.as_second() - t.0.as_second()).max(0));
     let image = pod
         .spec
-        .as_ref()
-        .and_then(|s| s.containers.iter().find(|c| c.name == "etcd"))
+        .containers
+        .iter()
+        .find(|c| c.name == "etcd")
         .and_then(|c| c.image.clone())
         .unwrap_or_default();
     let version = pod
@@ -132,8 +133,9 @@ fn pod_state(pod: &Pod, now: Timestamp) -> Option<PodState> {
         .and_then(|l| l.get(names::LABEL_VERSION))
         .and_then(|v| v.parse::<EtcdVersion>().ok());
     let restarts = status
-        .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.name == "etcd"))
+        .container_statuses
+        .iter()
+        .find(|c| c.name == "etcd")
         .map_or(0, |c| c.restart_count);
     let annotation = |key: &str| {
         pod.metadata
@@ -144,20 +146,16 @@ fn pod_state(pod: &Pod, now: Timestamp) -> Option<PodState> {
     };
     let restarts_at_upgrade =
         annotation(names::ANNOTATION_RESTARTS_AT_UPGRADE).and_then(|n| n.parse().ok());
-    let ready = status
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let ready = pod.condition_is_true("Ready");
     Some(PodState {
         name,
         version,
         image,
         restarts,
         restarts_at_upgrade,
-        phase: PodPhase::parse(status.and_then(|s| s.phase.as_deref())),
+        phase: PodPhase::parse(status.phase.as_deref()),
         ready,
-        ip: status
-            .and_then(|s| s.pod_ip.clone())
-            .filter(|ip| !ip.is_empty()),
+        ip: status.pod_ip.clone().filter(|ip| !ip.is_empty()),
         terminating: pod.metadata.deletion_timestamp.is_some(),
         age: Duration::from_secs(u64::try_from(age).unwrap_or(0)),
         created_on: annotation(names::ANNOTATION_CREATED_ON).and_then(|v| v.parse().ok()),

@@ -239,11 +239,11 @@ pub fn transition_events(new: &EtcdClusterStatus, old: &EtcdClusterStatus) -> Ve
 /// Server-side applies one derived object under the operator's field manager, unless the
 /// cached object already is what would be applied ([`cache::is_current`]): then nothing is
 /// sent.
-async fn apply<K>(
+async fn apply<K, C>(
     ctx: &Context,
     view: &ClusterView,
     object: &K,
-    cache: &Store<K>,
+    cache: &Store<C>,
 ) -> Result<(), Error>
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
@@ -251,6 +251,7 @@ where
         + DeserializeOwned
         + Clone
         + std::fmt::Debug,
+    C: Resource<DynamicType = ()> + Clone + Serialize,
 {
     let name = object.meta().name.clone().unwrap_or_default();
     let mut value = serde_json::to_value(object).map_err(|source| Error::Serialize {

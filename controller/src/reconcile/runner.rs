@@ -10,8 +10,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use futures::{FutureExt, StreamExt};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::controller::{Action, Config as ControllerRuntimeConfig, Controller};
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::watcher;
@@ -23,7 +21,7 @@ use etcd_shared::names;
 use super::pipeline::reconcile;
 use crate::admin::Readiness;
 use crate::backoff::Backoff;
-use crate::cache::{Caches, StoredCluster};
+use crate::cache::{CachedClaim, CachedPdb, CachedPod, CachedService, Caches, StoredCluster};
 use crate::context::Context;
 use crate::error::Error;
 use crate::etcd::EtcdPool;
@@ -68,10 +66,10 @@ pub async fn run_controller(
     let client = ctx.client.clone();
     // Read leniently: one stored object our types reject must not fail the list of all.
     let clusters: Api<StoredCluster> = scoped_api(&client, namespace.as_deref());
-    let pods: Api<Pod> = scoped_api(&client, namespace.as_deref());
-    let services: Api<Service> = scoped_api(&client, namespace.as_deref());
-    let claims: Api<PersistentVolumeClaim> = scoped_api(&client, namespace.as_deref());
-    let pdbs: Api<PodDisruptionBudget> = scoped_api(&client, namespace.as_deref());
+    let pods: Api<CachedPod> = scoped_api(&client, namespace.as_deref());
+    let services: Api<CachedService> = scoped_api(&client, namespace.as_deref());
+    let claims: Api<CachedClaim> = scoped_api(&client, namespace.as_deref());
+    let pdbs: Api<CachedPdb> = scoped_api(&client, namespace.as_deref());
     // One watch per derived kind: it fills the cache the reconciles read and is the
     // Controller's trigger for that kind.
     let (caches, triggers) = Caches::new(

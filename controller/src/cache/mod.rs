@@ -15,8 +15,6 @@ use etcd_shared::types::PodPolicy;
 use etcd_shared::{EtcdCluster, EtcdClusterSpec, EtcdClusterStatus};
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::ResourceExt;
@@ -29,17 +27,21 @@ use serde::de::DeserializeOwned;
 /// Annotation carrying the hash of the content the operator last applied to an object.
 pub const APPLIED_HASH: &str = "etcd.database.coreos.com/applied-hash";
 
+mod compact;
+
+pub use compact::{CachedClaim, CachedPdb, CachedPod, CachedService, trim_meta};
+
 /// The caches of derived objects.
 #[derive(Clone)]
 pub struct Caches {
     /// Member pods.
-    pub pods: Store<Pod>,
+    pub pods: Store<CachedPod>,
     /// Data claims.
-    pub claims: Store<PersistentVolumeClaim>,
+    pub claims: Store<CachedClaim>,
     /// Services.
-    pub services: Store<Service>,
+    pub services: Store<CachedService>,
     /// Disruption budgets.
-    pub pdbs: Store<PodDisruptionBudget>,
+    pub pdbs: Store<CachedPdb>,
 }
 
 /// The objects a cache's watch saw change (applied, or deleted), after they were written to
@@ -51,16 +53,16 @@ pub type Trigger<K> = BoxStream<'static, Result<K, watcher::Error>>;
 /// `owns_stream`.
 pub struct Triggers {
     /// Member pods.
-    pub pods: Trigger<Pod>,
+    pub pods: Trigger<CachedPod>,
     /// Data claims.
-    pub claims: Trigger<PersistentVolumeClaim>,
+    pub claims: Trigger<CachedClaim>,
     /// Services.
-    pub services: Trigger<Service>,
+    pub services: Trigger<CachedService>,
     /// Disruption budgets.
-    pub pdbs: Trigger<PodDisruptionBudget>,
+    pub pdbs: Trigger<CachedPdb>,
 }
 
-fn cached<K>(api: Api<K>, config: watcher::Config, strip: fn(&mut K)) -> (Store<K>, Trigger<K>)
+fn cached<K>(api: Api<K>, config: watcher::Config) -> (Store<K>, Trigger<K>)
 where
     K: Resource<DynamicType = ()>
         + Clone
@@ -71,68 +73,15 @@ where
         + 'static,
 {
     let (store, writer) = reflector::store();
-    // Only what the operator reads is kept: managedFields alone are most of an object. A
-    // failed watch is retried with the Controller's trigger backoff, as `.owns()` would be.
+    // Only what the operator reads is kept (the cached types decode no more; `trim_meta`
+    // drops the rest of the metadata). A failed watch is retried with the Controller's
+    // trigger backoff, as `.owns()` would be.
     let stream = watcher(api, config)
-        .modify(move |o: &mut K| {
-            o.meta_mut().managed_fields = None;
-            strip(o);
-        })
+        .modify(|o: &mut K| compact::trim_meta(o.meta_mut()))
         .reflect(writer)
         .touched_objects()
         .boxed();
     (store, stream)
-}
-
-/// Keeps of a pod what the planner reads: containers' names and images, phase, IP,
-/// conditions, containers' restart counts.
-fn strip_pod(pod: &mut Pod) {
-    if let Some(spec) = pod.spec.as_mut() {
-        let containers = std::mem::take(&mut spec.containers)
-            .into_iter()
-            .map(|c| k8s_openapi::api::core::v1::Container {
-                name: c.name,
-                image: c.image,
-                ..Default::default()
-            })
-            .collect();
-        *spec = k8s_openapi::api::core::v1::PodSpec {
-            containers,
-            ..Default::default()
-        };
-    }
-    if let Some(status) = pod.status.as_mut() {
-        *status = k8s_openapi::api::core::v1::PodStatus {
-            phase: status.phase.take(),
-            pod_ip: status.pod_ip.take(),
-            conditions: status.conditions.take(),
-            container_statuses: status.container_statuses.take().map(|cs| {
-                cs.into_iter()
-                    .map(|c| k8s_openapi::api::core::v1::ContainerStatus {
-                        name: c.name,
-                        restart_count: c.restart_count,
-                        ..Default::default()
-                    })
-                    .collect()
-            }),
-            ..Default::default()
-        };
-    }
-}
-
-fn strip_claim(claim: &mut PersistentVolumeClaim) {
-    claim.spec = None;
-    claim.status = None;
-}
-
-/// Services and budgets keep their spec (a few hundred bytes): [`is_current`] compares it with
-/// what the operator applies, so a hand edit of a field it owns is seen and reverted.
-fn strip_service(service: &mut Service) {
-    service.status = None;
-}
-
-fn strip_pdb(pdb: &mut PodDisruptionBudget) {
-    pdb.status = None;
 }
 
 impl Caches {
@@ -140,16 +89,16 @@ impl Caches {
     /// them: hand those to the Controller as its `owns_stream` triggers (or poll them some
     /// other way), else the caches stay empty.
     pub fn new(
-        pods: Api<Pod>,
-        claims: Api<PersistentVolumeClaim>,
-        services: Api<Service>,
-        pdbs: Api<PodDisruptionBudget>,
+        pods: Api<CachedPod>,
+        claims: Api<CachedClaim>,
+        services: Api<CachedService>,
+        pdbs: Api<CachedPdb>,
         config: &watcher::Config,
     ) -> (Self, Triggers) {
-        let (pods, p) = cached(pods, config.clone(), strip_pod);
-        let (claims, c) = cached(claims, config.clone(), strip_claim);
-        let (services, s) = cached(services, config.clone(), strip_service);
-        let (pdbs, b) = cached(pdbs, config.clone(), strip_pdb);
+        let (pods, p) = cached(pods, config.clone());
+        let (claims, c) = cached(claims, config.clone());
+        let (services, s) = cached(services, config.clone());
+        let (pdbs, b) = cached(pdbs, config.clone());
         (
             Caches {
                 pods,
@@ -539,47 +488,5 @@ mod tests {
         ] {
             assert_eq!(contains(&have, &want), holds, "{have}");
         }
-    }
-    use k8s_openapi::api::core::v1::{Container, ContainerStatus, PodSpec, PodStatus};
-
-    #[test]
-    fn stripped_pods_keep_what_the_planner_reads() {
-        let mut pod = Pod {
-            spec: Some(PodSpec {
-                containers: vec![Container {
-                    name: "etcd".into(),
-                    image: Some("quay.io/coreos/etcd:v3.6.16".into()),
-                    args: Some(vec!["--name=demo-0".into()]),
-                    ..Default::default()
-                }],
-                hostname: Some("demo-0".into()),
-                ..Default::default()
-            }),
-            status: Some(PodStatus {
-                phase: Some("Running".into()),
-                pod_ip: Some("10.0.0.1".into()),
-                container_statuses: Some(vec![ContainerStatus {
-                    name: "etcd".into(),
-                    image: "quay.io/coreos/etcd:v3.6.16".into(),
-                    restart_count: 2,
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        strip_pod(&mut pod);
-        let spec = pod.spec.as_ref().unwrap();
-        assert_eq!(spec.hostname, None);
-        assert_eq!(spec.containers[0].args, None);
-        assert_eq!(
-            spec.containers[0].image.as_deref(),
-            Some("quay.io/coreos/etcd:v3.6.16")
-        );
-        let status = pod.status.as_ref().unwrap();
-        assert_eq!(status.pod_ip.as_deref(), Some("10.0.0.1"));
-        let c = &status.container_statuses.as_ref().unwrap()[0];
-        assert_eq!((c.name.as_str(), c.restart_count), ("etcd", 2));
-        assert!(c.image.is_empty());
     }
 }
