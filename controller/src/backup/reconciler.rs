@@ -4,6 +4,10 @@
 //! ([`transfer::upload`]: completed only when etcd's hash checks), deletes periodic snapshots
 //! beyond `maxBackups`, and reports the outcome in the status, an Event and the metrics.
 //!
+//! A backup of storage type PVC goes through a pod instead ([`super::claim_backup`]): the
+//! same cluster, member, naming, status, Event and metrics, with the snapshot streamed and
+//! checked by a pod that mounts the claim.
+//!
 //! Errors in the spec (endpoints naming no cluster, a bad path, a storage type without
 //! support) are reported and wait for a spec change; everything else is retried with backoff.
 
@@ -25,9 +29,10 @@ use tracing::{info, warn};
 use etcd_shared::admission::{AdmissionPolicy, Defaults};
 use etcd_shared::endpoints::{EndpointError, cluster_of_endpoints};
 use etcd_shared::names;
-use etcd_shared::types::storage::{S3Source, SUPPORTED_STORAGE_TYPES};
+use etcd_shared::types::storage::{PVC_STORAGE_TYPE, S3Source, SUPPORTED_STORAGE_TYPES};
 use etcd_shared::types::{EtcdBackup, EtcdBackupStatus, EtcdCluster};
 
+use super::claim_backup::{self, Progress};
 use super::metrics::BackupMetrics;
 use super::schedule::{self, Next, Success};
 use super::store::{self, AwsProfile, S3Object, StoreError, StoreTimeouts};
@@ -90,6 +95,14 @@ pub enum BackupError {
     /// The whole backup took longer than `timeoutInSecond`.
     #[error("the backup took longer than its timeout of {0:?}")]
     Timeout(Duration),
+    /// A PVC backup or restore needs a pod of the operator's image, and none is configured.
+    #[error(
+        "the controller runs without --restore-image (the chart sets it), so it cannot start the pod that mounts the claim"
+    )]
+    NoImage,
+    /// The pod that mounts the claim failed: its reason and message.
+    #[error("the pod mounting the claim failed: {1}")]
+    Pod(&'static str, String),
 }
 
 impl BackupError {
@@ -106,6 +119,8 @@ impl BackupError {
             BackupError::Transfer(e) => e.reason(),
             BackupError::Controller(_) => "ApiFailed",
             BackupError::Timeout(_) => "Timeout",
+            BackupError::NoImage => "NoRestoreImage",
+            BackupError::Pod(reason, _) => reason,
         }
     }
 
@@ -119,6 +134,7 @@ impl BackupError {
                 | BackupError::NoSource
                 | BackupError::Store(StoreError::BadPath(_))
                 | BackupError::Transfer(TransferError::BadKey { .. })
+                | BackupError::NoImage
         )
     }
 }
@@ -136,6 +152,8 @@ pub struct BackupConfig {
     pub max_backoff: Duration,
     /// The rules the cluster's spec is read with.
     pub policy: AdmissionPolicy,
+    /// The operator's image, for the pods of PVC backups (the controller's `--restore-image`).
+    pub image: Option<String>,
 }
 
 impl Default for BackupConfig {
@@ -146,16 +164,17 @@ impl Default for BackupConfig {
             base_backoff: Duration::from_secs(5),
             max_backoff: Duration::from_secs(300),
             policy: AdmissionPolicy::new(Defaults::default()),
+            image: None,
         }
     }
 }
 
 /// What every backup reconcile shares.
 pub struct BackupReconciler {
-    client: kube::Client,
+    pub(crate) client: kube::Client,
     metrics: BackupMetrics,
     recorder: Recorder,
-    config: BackupConfig,
+    pub(crate) config: BackupConfig,
     backoff: Backoff,
 }
 
@@ -231,9 +250,17 @@ async fn reconcile(
     }
     let limit = schedule::timeout(&backup.spec);
     let started = Instant::now();
-    let outcome = match tokio::time::timeout(limit, take(&backup, &r, now)).await {
-        Ok(outcome) => outcome,
-        Err(_) => Err(BackupError::Timeout(limit)),
+    let outcome = if backup.spec.storage_type == PVC_STORAGE_TYPE {
+        match claim_backup::step(&backup, &r, now).await {
+            Ok(Progress::Waiting) => return Ok(Action::requeue(claim_backup::POLL)),
+            Ok(Progress::Finished(outcome)) => outcome,
+            Err(e) => Err(e),
+        }
+    } else {
+        match tokio::time::timeout(limit, take(&backup, &r, now)).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(BackupError::Timeout(limit)),
+        }
     };
     let reference = backup.object_ref(&());
     let namespace = backup.namespace().unwrap_or_default();
@@ -310,24 +337,7 @@ async fn take(
         return Err(BackupError::StorageType(spec.storage_type.clone()));
     }
     let s3 = spec.source.s3.as_ref().ok_or(BackupError::NoSource)?;
-    let cluster_name = cluster_of_endpoints(&spec.etcd_endpoints, &namespace)?;
-
-    // The cluster and how to reach its members.
-    let clusters: Api<EtcdCluster> = Api::namespaced(r.client.clone(), &namespace);
-    let cluster = clusters
-        .get_opt(&cluster_name)
-        .await
-        .map_err(Error::kube(format!("get EtcdCluster {cluster_name}")))?
-        .ok_or_else(|| BackupError::ClusterNotFound(cluster_name.clone()))?;
-    let view =
-        ClusterView::new(&cluster, &r.config.policy).map_err(|e| BackupError::ClusterInvalid {
-            name: cluster_name.clone(),
-            reason: e.to_string(),
-        })?;
-    let tls_secret = match spec.client_tls_secret.as_str() {
-        "" => view.tls.operator_secret.clone(),
-        secret => Some(secret.to_string()),
-    };
+    let (view, tls_secret) = target(backup, r).await?;
     let periodic = schedule::interval(spec).is_some();
     let (success, bucket) = snapshot_cluster(
         &r.client,
@@ -358,6 +368,55 @@ async fn take(
     Ok(success)
 }
 
+/// The cluster the backup's endpoints name (in its namespace), read, and the Secret with the
+/// client certificate to reach its members with (`clientTLSSecret`, else the operator's own
+/// for a cluster with client TLS).
+pub(crate) async fn target(
+    backup: &EtcdBackup,
+    r: &BackupReconciler,
+) -> Result<(ClusterView, Option<String>), BackupError> {
+    let namespace = backup.namespace().unwrap_or_default();
+    let spec = &backup.spec;
+    let cluster_name = cluster_of_endpoints(&spec.etcd_endpoints, &namespace)?;
+    let clusters: Api<EtcdCluster> = Api::namespaced(r.client.clone(), &namespace);
+    let cluster = clusters
+        .get_opt(&cluster_name)
+        .await
+        .map_err(Error::kube(format!("get EtcdCluster {cluster_name}")))?
+        .ok_or_else(|| BackupError::ClusterNotFound(cluster_name.clone()))?;
+    let view =
+        ClusterView::new(&cluster, &r.config.policy).map_err(|e| BackupError::ClusterInvalid {
+            name: cluster_name.clone(),
+            reason: e.to_string(),
+        })?;
+    let tls_secret = match spec.client_tls_secret.as_str() {
+        "" => view.tls.operator_secret.clone(),
+        secret => Some(secret.to_string()),
+    };
+    Ok((view, tls_secret))
+}
+
+/// How to reach the members of `view`: with the client certificate of `tls_secret` when given.
+pub(crate) async fn member_access(
+    client: &kube::Client,
+    view: &ClusterView,
+    tls_secret: Option<&str>,
+    etcd_timeout: Duration,
+) -> Result<EtcdAccess, BackupError> {
+    let tls = match tls_secret {
+        None => None,
+        Some(secret) => Some(
+            observe::secret_tls(client, &view.namespace, secret, &view.tls_server_name()).await?,
+        ),
+    };
+    Ok(EtcdAccess {
+        tls_id: tls.as_ref().map_or(0, |(_, id)| *id),
+        tls: tls.map(|(tls, _)| tls),
+        timeout: etcd_timeout,
+        pool: None,
+    })
+}
+
 /// Timeouts of one snapshot.
 #[derive(Debug, Clone, Copy)]
 pub struct SnapshotSettings {
@@ -383,18 +442,7 @@ pub async fn snapshot_cluster(
 ) -> Result<(Success, Arc<dyn ObjectStore>), BackupError> {
     let started = Instant::now();
     let object = S3Object::from_source(s3)?;
-    let tls = match tls_secret {
-        None => None,
-        Some(secret) => Some(
-            observe::secret_tls(client, &view.namespace, secret, &view.tls_server_name()).await?,
-        ),
-    };
-    let access = EtcdAccess {
-        tls_id: tls.as_ref().map_or(0, |(_, id)| *id),
-        tls: tls.map(|(tls, _)| tls),
-        timeout: settings.etcd_timeout,
-        pool: None,
-    };
+    let access = member_access(client, view, tls_secret, settings.etcd_timeout).await?;
     let (endpoint, member, status) = most_advanced_member(client, view, &access).await?;
     let profile = aws_profile(client, &view.namespace, &s3.aws_secret).await?;
     let bucket = store::open(&object, &profile, settings.store)?;
@@ -422,7 +470,7 @@ pub async fn snapshot_cluster(
 
 /// Asks every running member pod of the cluster its status and picks the one with the highest
 /// revision (a voter over a learner when they are level).
-async fn most_advanced_member(
+pub(crate) async fn most_advanced_member(
     client: &kube::Client,
     view: &ClusterView,
     access: &EtcdAccess,

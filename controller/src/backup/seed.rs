@@ -2,8 +2,9 @@
 //! containers of a restored cluster's first member, around etcd's own
 //! `etcdutl snapshot restore` (`etcdctl` on 3.2-3.4) in the etcd image:
 //!
-//! 1. **fetch** downloads the snapshot into `WORK/snapshot.db`, checking etcd's hash and the
-//!    hash the restore controller verified, and empties `WORK/data` (where etcd's tool writes);
+//! 1. **fetch** downloads the snapshot into `WORK/snapshot.db` (or, for storage type PVC,
+//!    copies it from the claim mounted read-only, `--file`), checking etcd's hash and the hash
+//!    the restore controller verified, and empties `WORK/data` (where etcd's tool writes);
 //! 2. etcd's tool restores `WORK/snapshot.db` into `WORK/data` (a new member and cluster ID);
 //! 3. **place** moves `WORK/data` to the member's data directory, unless the member has data
 //!    already.
@@ -20,6 +21,7 @@ use clap::{Args as ClapArgs, Parser, Subcommand};
 
 use etcd_shared::types::storage::S3Source;
 
+use super::claim_files::{self, FileError};
 use super::integrity::SnapshotHasher;
 use super::store::{self, AwsProfile, S3Object, StoreTimeouts};
 use super::transfer::{self, TransferError};
@@ -53,18 +55,21 @@ pub enum RestoreStep {
 /// `restore fetch`.
 #[derive(Debug, ClapArgs)]
 pub struct FetchArgs {
-    /// BUCKET/KEY of the snapshot.
-    #[arg(long)]
+    /// BUCKET/KEY of the snapshot (S3).
+    #[arg(long, default_value = "", required_unless_present = "file")]
     pub path: String,
+    /// The snapshot file, in a claim mounted read-only (PVC): copied instead of downloaded.
+    #[arg(long, conflicts_with = "path")]
+    pub file: Option<PathBuf>,
     /// URL of the S3-compatible store; blank for AWS.
     #[arg(long, default_value = "")]
     pub endpoint: String,
     /// Address the bucket by path.
     #[arg(long)]
     pub force_path_style: bool,
-    /// Directory holding the awsSecret's `credentials` (and optionally `config`) files.
-    #[arg(long)]
-    pub credentials_dir: PathBuf,
+    /// Directory holding the awsSecret's `credentials` (and optionally `config`) files (S3).
+    #[arg(long, required_unless_present = "file")]
+    pub credentials_dir: Option<PathBuf>,
     /// The SHA-256 (hex) the snapshot's database must have.
     #[arg(long)]
     pub sha256: String,
@@ -107,6 +112,9 @@ pub enum SeedError {
     /// The download failed or did not check.
     #[error(transparent)]
     Transfer(#[from] TransferError),
+    /// The copy from the claim failed or did not check.
+    #[error(transparent)]
+    File(#[from] FileError),
     /// etcd's tool left no member directory.
     #[error("{0} holds no restored member (member/snap/db): did the restore step run?")]
     NothingRestored(PathBuf),
@@ -161,11 +169,13 @@ pub async fn fetch(args: &FetchArgs) -> Result<String, SeedError> {
             snapshot.display()
         ));
     }
-    let read = |name: &str| std::fs::read_to_string(args.credentials_dir.join(name));
-    let credentials = read(store::CREDENTIALS_KEY).map_err(io(
-        "reading",
-        &args.credentials_dir.join(store::CREDENTIALS_KEY),
-    ))?;
+    if let Some(file) = &args.file {
+        return copy(file, &expected, &args.work_dir, &snapshot);
+    }
+    let credentials_dir = args.credentials_dir.clone().unwrap_or_default();
+    let read = |name: &str| std::fs::read_to_string(credentials_dir.join(name));
+    let credentials = read(store::CREDENTIALS_KEY)
+        .map_err(io("reading", &credentials_dir.join(store::CREDENTIALS_KEY)))?;
     let config = read(store::CONFIG_KEY).ok();
     let profile = AwsProfile::parse(&credentials, config.as_deref())?;
     let object = S3Object::from_source(&S3Source {
@@ -185,6 +195,46 @@ pub async fn fetch(args: &FetchArgs) -> Result<String, SeedError> {
             Ok(format!(
                 "downloaded {} ({size} bytes, sha256 {expected}) to {}",
                 args.path,
+                snapshot.display()
+            ))
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&partial);
+            Err(e)
+        }
+    }
+}
+
+/// Copies the snapshot `file` (a claim mounted read-only) to `snapshot` through a temporary
+/// file, checking etcd's hash, its metadata's and `expected` as it passes.
+fn copy(
+    file: &Path,
+    expected: &str,
+    work_dir: &Path,
+    snapshot: &Path,
+) -> Result<String, SeedError> {
+    let partial = work_dir.join(format!("{SNAPSHOT_FILE}.part"));
+    let mut out = std::fs::File::create(&partial).map_err(io("creating", &partial))?;
+    let copied = claim_files::verify_file(file, Some(expected), |chunk| {
+        out.write_all(chunk).map_err(|source| FileError::Io {
+            what: "writing",
+            path: partial.clone(),
+            source,
+        })
+    })
+    .map_err(SeedError::from)
+    .and_then(|(checked, _)| {
+        out.sync_all().map_err(io("syncing", &partial))?;
+        Ok(checked)
+    });
+    drop(out);
+    match copied {
+        Ok(checked) => {
+            std::fs::rename(&partial, snapshot).map_err(io("renaming", &partial))?;
+            Ok(format!(
+                "copied {} ({} bytes, sha256 {expected}) to {}",
+                file.display(),
+                checked.size,
                 snapshot.display()
             ))
         }
@@ -277,6 +327,52 @@ mod tests {
         assert!(!args.work_dir.join("data").exists());
     }
 
+    /// A snapshot file as etcd streams it: 2 blocks of database and its SHA-256.
+    fn snapshot_bytes() -> (Vec<u8>, String) {
+        use sha2::Digest as _;
+        let db: Vec<u8> = (0..1024u32).map(|i| (i % 251) as u8).collect();
+        let hash = sha2::Sha256::digest(&db);
+        let mut out = db;
+        out.extend_from_slice(&hash);
+        (out, crate::backup::integrity::hex(&hash))
+    }
+
+    #[tokio::test]
+    async fn fetch_copies_a_claim_file_only_when_it_is_the_verified_snapshot() {
+        let dir = tempfile::tempdir().expect("dir");
+        let (bytes, sha) = snapshot_bytes();
+        let file = dir.path().join("claim/demo/snap.db");
+        std::fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&file, &bytes).expect("write");
+        let args = |sha256: &str| FetchArgs {
+            path: String::new(),
+            file: Some(file.clone()),
+            endpoint: String::new(),
+            force_path_style: false,
+            credentials_dir: None,
+            sha256: sha256.to_string(),
+            work_dir: dir.path().join("restore"),
+            data_dir: dir.path().join("data"),
+        };
+        // Another snapshot than the one verified: refused, nothing left behind.
+        let e = fetch(&args(&"0".repeat(64)))
+            .await
+            .expect_err("not the verified one");
+        assert!(e.to_string().contains("expected 0000"), "{e}");
+        assert!(!dir.path().join("restore/snapshot.db").exists());
+        assert!(!dir.path().join("restore/snapshot.db.part").exists());
+        let done = fetch(&args(&sha)).await.expect("copied");
+        assert!(done.starts_with("copied"), "{done}");
+        assert_eq!(
+            std::fs::read(dir.path().join("restore/snapshot.db")).expect("copy"),
+            bytes
+        );
+        // A rerun keeps the copy without reading the claim.
+        std::fs::remove_file(&file).expect("rm");
+        let again = fetch(&args(&sha)).await.expect("kept");
+        assert!(again.contains("already here"), "{again}");
+    }
+
     #[test]
     fn the_command_line_parses() {
         let c = RestoreCommand::try_parse_from([
@@ -295,5 +391,42 @@ mod tests {
             matches!(c.step, RestoreStep::Fetch(ref f) if f.force_path_style && f.path == "b/k")
         );
         assert!(RestoreCommand::try_parse_from(["restore", "place"]).is_err());
+        // PVC: a file instead of a path and credentials; not both.
+        let pvc = RestoreCommand::try_parse_from([
+            "restore",
+            "fetch",
+            "--file=/var/lib/etcd-restore/claim/s.db",
+            "--sha256=ab",
+            "--work-dir=/w",
+            "--data-dir=/d",
+        ])
+        .expect("parses");
+        assert!(
+            matches!(pvc.step, RestoreStep::Fetch(ref f) if f.file.is_some() && f.credentials_dir.is_none())
+        );
+        assert!(
+            RestoreCommand::try_parse_from([
+                "restore",
+                "fetch",
+                "--sha256=ab",
+                "--work-dir=/w",
+                "--data-dir=/d"
+            ])
+            .is_err(),
+            "a source is required"
+        );
+        assert!(
+            RestoreCommand::try_parse_from([
+                "restore",
+                "fetch",
+                "--file=/f",
+                "--path=b/k",
+                "--sha256=ab",
+                "--work-dir=/w",
+                "--data-dir=/d"
+            ])
+            .is_err(),
+            "one source only"
+        );
     }
 }

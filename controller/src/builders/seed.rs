@@ -2,9 +2,13 @@
 //! and checks the snapshot into the data volume, etcd's own tool of the member's line restores
 //! it (`etcdutl snapshot restore` on 3.5+, `ETCDCTL_API=3 etcdctl snapshot restore` before), and
 //! the operator's image moves the result into the data directory (see
-//! [`crate::backup::seed`] for the steps and why a rerun is safe).
+//! [`crate::backup::seed`] for the steps and why a rerun is safe). For storage type PVC the
+//! first step copies the snapshot from the claim, mounted read-only, instead of downloading it.
 
-use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, SecretVolumeSource, Volume, VolumeMount};
+use k8s_openapi::api::core::v1::{
+    Container, EnvVar, PersistentVolumeClaimVolumeSource, Pod, SecretVolumeSource, Volume,
+    VolumeMount,
+};
 
 use etcd_shared::types::RestoreSeed;
 
@@ -21,6 +25,9 @@ pub const ETCDCTL_BINARY: &str = "/usr/local/bin/etcdctl";
 /// Where the awsSecret is mounted in the download step.
 pub const CREDENTIALS_DIR: &str = "/etc/etcd-restore/aws";
 const CREDENTIALS_VOLUME: &str = "restore-credentials";
+/// Where the claim holding the snapshot is mounted (read-only) in the copy step (PVC).
+pub const SOURCE_CLAIM_DIR: &str = "/var/lib/etcd-restore/claim";
+const SOURCE_CLAIM_VOLUME: &str = "restore-source";
 
 fn work_dir() -> String {
     format!("{DATA_DIR}/restore")
@@ -51,32 +58,65 @@ pub fn seed_member(
     let mut fetch_args = vec![
         "restore".to_string(),
         "fetch".into(),
-        format!("--path={}", seed.s3.path),
-        format!("--credentials-dir={CREDENTIALS_DIR}"),
         format!("--sha256={}", seed.sha256),
         format!("--work-dir={}", work_dir()),
         format!("--data-dir={}", data_dir()),
     ];
-    if !seed.s3.endpoint.is_empty() {
-        fetch_args.push(format!("--endpoint={}", seed.s3.endpoint));
-    }
-    if seed.s3.force_path_style {
-        fetch_args.push("--force-path-style".into());
-    }
+    // The source: the claim (read-only) or the bucket with the awsSecret's files.
+    let (source_mount, source_volume) = match &seed.pvc {
+        Some(pvc) => {
+            fetch_args.push(format!("--file={SOURCE_CLAIM_DIR}/{}", pvc.path));
+            (
+                VolumeMount {
+                    name: SOURCE_CLAIM_VOLUME.into(),
+                    mount_path: SOURCE_CLAIM_DIR.into(),
+                    read_only: Some(true),
+                    ..VolumeMount::default()
+                },
+                Volume {
+                    name: SOURCE_CLAIM_VOLUME.into(),
+                    persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                        claim_name: pvc.claim_name.clone(),
+                        read_only: Some(true),
+                    }),
+                    ..Volume::default()
+                },
+            )
+        }
+        None => {
+            fetch_args.push(format!("--path={}", seed.s3.path));
+            fetch_args.push(format!("--credentials-dir={CREDENTIALS_DIR}"));
+            if !seed.s3.endpoint.is_empty() {
+                fetch_args.push(format!("--endpoint={}", seed.s3.endpoint));
+            }
+            if seed.s3.force_path_style {
+                fetch_args.push("--force-path-style".into());
+            }
+            (
+                VolumeMount {
+                    name: CREDENTIALS_VOLUME.into(),
+                    mount_path: CREDENTIALS_DIR.into(),
+                    read_only: Some(true),
+                    ..VolumeMount::default()
+                },
+                Volume {
+                    name: CREDENTIALS_VOLUME.into(),
+                    secret: Some(SecretVolumeSource {
+                        secret_name: Some(seed.s3.aws_secret.clone()),
+                        default_mode: Some(0o440),
+                        ..SecretVolumeSource::default()
+                    }),
+                    ..Volume::default()
+                },
+            )
+        }
+    };
     let fetch = Container {
         name: "restore-fetch".into(),
         image: Some(restore_image.into()),
         command: Some(vec![CONTROLLER_BINARY.into()]),
         args: Some(fetch_args),
-        volume_mounts: Some(vec![
-            data_mount(),
-            VolumeMount {
-                name: CREDENTIALS_VOLUME.into(),
-                mount_path: CREDENTIALS_DIR.into(),
-                read_only: Some(true),
-                ..VolumeMount::default()
-            },
-        ]),
+        volume_mounts: Some(vec![data_mount(), source_mount]),
         security_context: Some(container_security_context()),
         ..Container::default()
     };
@@ -131,15 +171,9 @@ pub fn seed_member(
     };
     if let Some(spec) = pod.spec.as_mut() {
         spec.init_containers = Some(vec![fetch, restore, place]);
-        spec.volumes.get_or_insert_with(Vec::new).push(Volume {
-            name: CREDENTIALS_VOLUME.into(),
-            secret: Some(SecretVolumeSource {
-                secret_name: Some(seed.s3.aws_secret.clone()),
-                default_mode: Some(0o440),
-                ..SecretVolumeSource::default()
-            }),
-            ..Volume::default()
-        });
+        spec.volumes
+            .get_or_insert_with(Vec::new)
+            .push(source_volume);
     }
 }
 
@@ -149,6 +183,7 @@ mod tests {
     use crate::builders::member_pod;
     use crate::planner::InitialState;
     use crate::view::fixtures::view_of;
+    use clap::Parser as _;
     use etcd_shared::types::storage::S3Source;
 
     fn seed() -> RestoreSeed {
@@ -160,6 +195,7 @@ mod tests {
                 endpoint: "http://s3.storage:9000".into(),
                 force_path_style: true,
             },
+            pvc: None,
             sha256: "ab".repeat(32),
             revision: Some(42),
             etcd_version: Some("3.6.16".into()),
@@ -234,6 +270,65 @@ mod tests {
             init.iter()
                 .all(|c| c.security_context == Some(container_security_context()))
         );
+    }
+
+    #[test]
+    fn a_pvc_seed_copies_from_the_claim_mounted_read_only() {
+        let view = view_of("size: 3\nversion: 3.6.16");
+        let plan = MemberPlan {
+            name: "demo-0".into(),
+            initial_cluster: vec![("demo-0".into(), view.peer_url("demo-0"))],
+            state: InitialState::New,
+            version: view.version,
+        };
+        let mut pod = member_pod(&view, &plan);
+        let pvc_seed = RestoreSeed {
+            s3: S3Source::default(),
+            pvc: Some(etcd_shared::types::PvcSource {
+                claim_name: "backups".into(),
+                path: "demo/snap.db".into(),
+            }),
+            ..seed()
+        };
+        seed_member(
+            &mut pod,
+            &view,
+            &plan,
+            &pvc_seed,
+            "registry.example/etcd-controller:1",
+        );
+        let spec = pod.spec.expect("spec");
+        let init = spec.init_containers.expect("init");
+        let fetch = init[0].args.clone().unwrap_or_default().join(" ");
+        assert!(
+            fetch.contains("--file=/var/lib/etcd-restore/claim/demo/snap.db"),
+            "{fetch}"
+        );
+        assert!(
+            !fetch.contains("--path=") && !fetch.contains("--credentials-dir"),
+            "{fetch}"
+        );
+        let mounts = init[0].volume_mounts.clone().unwrap_or_default();
+        assert!(
+            mounts
+                .iter()
+                .any(|m| m.mount_path == SOURCE_CLAIM_DIR && m.read_only == Some(true))
+        );
+        let volumes = spec.volumes.unwrap_or_default();
+        assert!(volumes.iter().any(|v| {
+            v.persistent_volume_claim
+                .as_ref()
+                .is_some_and(|c| c.claim_name == "backups" && c.read_only == Some(true))
+        }));
+        assert!(
+            !volumes
+                .iter()
+                .any(|v| v.secret.is_some() && v.name == CREDENTIALS_VOLUME)
+        );
+        // The parsed command line takes it.
+        let mut argv = vec!["restore".to_string()];
+        argv.extend(init[0].args.clone().unwrap_or_default().into_iter().skip(1));
+        crate::backup::seed::RestoreCommand::try_parse_from(argv).expect("parses");
     }
 
     #[test]

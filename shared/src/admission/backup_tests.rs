@@ -146,7 +146,7 @@ fn storage_types() {
     assert_refused(
         judge_backup(&with("s3"), None),
         "storage-type",
-        "spec.storageType: must be S3 (CoreOS' ABS, GCS and OSS are not supported), got \"s3\"",
+        "spec.storageType: must be S3 or PVC (CoreOS' ABS, GCS and OSS are not supported), got \"s3\"",
     );
     assert_refused(
         judge_backup(&with("\"\""), None),
@@ -599,4 +599,159 @@ fn messages_stay_bounded() {
     for v in &refusal.0 {
         assert!(v.to_string().len() < 1024, "{} bytes", v.to_string().len());
     }
+}
+
+/// A good pvc source.
+const PVC: &str = "pvc:\n  claimName: etcd-backups\n  path: demo/snapshot.db\n";
+
+/// A backup of type PVC with the given source lines.
+fn pvc_backup(source: &str) -> EtcdBackup {
+    backup(&format!(
+        "etcdEndpoints: [\"http://demo-client:2379\"]\nstorageType: PVC\n{source}"
+    ))
+}
+
+#[test]
+fn pvc_backups_and_restores_are_accepted() {
+    assert_eq!(
+        accepted(judge_backup(&pvc_backup(PVC), None)),
+        Vec::<String>::new()
+    );
+    let periodic = pvc_backup(&format!(
+        "{PVC}backupPolicy:\n  backupIntervalInSecond: 3600\n  maxBackups: 3\n"
+    ));
+    assert_eq!(
+        accepted(judge_backup(&periodic, None)),
+        Vec::<String>::new()
+    );
+    let r = restore(&format!(
+        "etcdCluster:\n  name: demo\nbackupStorageType: PVC\n{PVC}"
+    ));
+    assert_eq!(accepted(judge_restore(&r, None)), Vec::<String>::new());
+    // A file at the claim's root, and names with dots and spaces.
+    for path in [
+        "snapshot.db",
+        "a/b/c/snap..db",
+        "daily backups/etcd.db",
+        ".hidden/x",
+    ] {
+        let b = pvc_backup(&format!("pvc:\n  claimName: c\n  path: \"{path}\"\n"));
+        assert_eq!(
+            accepted(judge_backup(&b, None)),
+            Vec::<String>::new(),
+            "{path}"
+        );
+    }
+}
+
+#[test]
+fn pvc_needs_exactly_its_source() {
+    assert_refused(
+        judge_backup(&pvc_backup(""), None),
+        "storage-source",
+        "spec.pvc: is required with storageType PVC: claimName and path",
+    );
+    assert_refused(
+        judge_backup(&pvc_backup(&format!("{PVC}{S3}")), None),
+        "storage-source",
+        "spec.s3: must not be set with storageType PVC: exactly the source of the storage type (pvc) is set",
+    );
+    // A pvc source beside type S3.
+    assert_refused(
+        judge_backup(&good_backup(PVC), None),
+        "storage-source",
+        "spec.pvc: must not be set with storageType S3",
+    );
+    let r = restore("etcdCluster:\n  name: demo\nbackupStorageType: PVC\n");
+    assert_refused(
+        judge_restore(&r, None),
+        "storage-source",
+        "spec.pvc: is required with backupStorageType PVC",
+    );
+}
+
+/// `pvc.claimName` and `pvc.path` cases: (claim, path, rule, message part).
+#[test]
+fn pvc_claims_and_paths() {
+    let long_dir = "d".repeat(256);
+    let long_file = "f".repeat(MAX_FILE_NAME_BYTES + 1);
+    let fitting_file = "f".repeat(MAX_FILE_NAME_BYTES);
+    let long_path = "a/".repeat(600) + "x";
+    let cases: Vec<(&str, String, &str, String)> = vec![
+        ("\"\"", "s.db".into(), "pvc-claim", "spec.pvc.claimName: is required: the name of a PersistentVolumeClaim of this namespace".into()),
+        ("Backups", "s.db".into(), "pvc-claim", "spec.pvc.claimName: must be a PersistentVolumeClaim name (a DNS-1123 subdomain: lowercase letters, digits, '-' and '.', at most 253), got \"Backups\"".into()),
+        ("-b", "s.db".into(), "pvc-claim", "got \"-b\"".into()),
+        ("c", "\"\"".into(), "pvc-path", "spec.pvc.path: is required: the snapshot file relative to the claim's root, such as example/snapshot.db".into()),
+        ("c", "/etc/passwd".into(), "pvc-path", "spec.pvc.path: must be relative to the claim's root, such as example/snapshot.db, got \"/etc/passwd\": it is joined under the claim's mount point".into()),
+        ("c", "../other/s.db".into(), "pvc-path", "spec.pvc.path: \"../other/s.db\" has a segment '.' or '..': the path must stay inside the claim".into()),
+        ("c", "a/../../s.db".into(), "pvc-path", "has a segment '.' or '..'".into()),
+        ("c", "a/./s.db".into(), "pvc-path", "has a segment '.' or '..'".into()),
+        ("c", "..".into(), "pvc-path", "has a segment '.' or '..'".into()),
+        ("c", "a//s.db".into(), "pvc-path", "spec.pvc.path: \"a//s.db\" has an empty segment ('//' or a trailing '/'): name a file, such as example/snapshot.db".into()),
+        ("c", "backups/".into(), "pvc-path", "has an empty segment".into()),
+        ("c", "\"a\\nb\"".into(), "pvc-path", "spec.pvc.path: \"a\\nb\" holds the control character U+000A".into()),
+        ("c", "\"a\\u0000b\"".into(), "pvc-path", "holds the control character U+0000".into()),
+        ("c", format!("{long_dir}/s.db"), "pvc-path", "has a directory name of 256 bytes; file systems take at most 255".into()),
+        ("c", format!("d/{long_file}"), "pvc-path", format!("ends in a file name of {} bytes; at most {MAX_FILE_NAME_BYTES}", MAX_FILE_NAME_BYTES + 1)),
+        ("c", long_path.clone(), "pvc-path", format!("spec.pvc.path: is {} bytes long; at most 1024", long_path.len())),
+        ("c", "s.db.part".into(), "pvc-path", "spec.pvc.path: \"s.db.part\" ends in .part, which the backup uses for its own files beside each snapshot".into()),
+        ("c", "x/s.meta.json".into(), "pvc-path", "ends in .meta.json".into()),
+    ];
+    for (claim, path, rule, want) in &cases {
+        let b = pvc_backup(&format!("pvc:\n  claimName: {claim}\n  path: {path}\n"));
+        assert_refused(judge_backup(&b, None), rule, want);
+        // The restore applies the same rules.
+        let r = restore(&format!(
+            "etcdCluster:\n  name: demo\nbackupStorageType: PVC\npvc:\n  claimName: {claim}\n  path: {path}\n"
+        ));
+        assert_refused(
+            judge_restore(&r, None),
+            rule,
+            &want.replace("spec.pvc", "spec.pvc"),
+        );
+    }
+    // The longest file name is accepted, and stays within NAME_MAX with every suffix.
+    let b = pvc_backup(&format!("pvc:\n  claimName: c\n  path: d/{fitting_file}\n"));
+    accepted(judge_backup(&b, None));
+    let periodic = format!(
+        "{fitting_file}_v{}_2026-01-02-15:04:05{METADATA_SUFFIX}",
+        i64::MAX
+    );
+    assert!(periodic.len() <= 255, "{}", periodic.len());
+}
+
+/// The restore-seed annotation of a PVC restore: its pvc passes the same rules.
+#[test]
+fn pvc_restore_seeds() {
+    let sha = "ab".repeat(32);
+    let seed = |path: &str| {
+        crate::types::RestoreSeed {
+            restore: "r".into(),
+            pvc: Some(crate::types::PvcSource {
+                claim_name: "backups".into(),
+                path: path.into(),
+            }),
+            sha256: sha.clone(),
+            ..crate::types::RestoreSeed::default()
+        }
+        .to_annotation()
+    };
+    let with = |value: String| {
+        let mut c: crate::EtcdCluster =
+            serde_yaml::from_str("apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdCluster\nmetadata:\n  name: demo\n  namespace: prod\nspec:\n  size: 3\n").expect("parses");
+        c.metadata.annotations =
+            Some([(crate::names::ANNOTATION_RESTORE_SEED.to_string(), value)].into());
+        c
+    };
+    let policy = AdmissionPolicy::default();
+    assert!(policy.validate(&with(seed("demo/s.db")), None).is_ok());
+    let refusal = policy
+        .validate(&with(seed("../s.db")), None)
+        .expect_err("refused");
+    assert!(
+        refusal.to_string().contains(
+            "metadata.annotations[etcd.database.coreos.com/restore-seed].pvc.path: \"../s.db\" has a segment '.' or '..'"
+        ),
+        "{refusal}"
+    );
 }

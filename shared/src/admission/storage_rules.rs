@@ -11,7 +11,9 @@
 
 use super::Report;
 use super::syntax::{is_dns1123_subdomain, quoted};
-use crate::types::storage::{S3Source, STORAGE_TYPES, StorageSource, source_field};
+use crate::types::storage::{
+    PVC_STORAGE_TYPE, S3Source, STORAGE_TYPES, StorageSource, source_field,
+};
 
 /// Longest object key S3 accepts, bytes.
 pub const MAX_KEY_BYTES: usize = 1024;
@@ -313,8 +315,14 @@ pub(crate) fn check_storage(
         report.refuse(
             "storage-type",
             type_field,
-            format!("is required: set it to {S3} and the source s3 beside it"),
+            format!(
+                "is required: set it to {S3} and the source s3 beside it, or to {PVC_STORAGE_TYPE} and the source pvc"
+            ),
         );
+        return;
+    }
+    if storage_type == PVC_STORAGE_TYPE {
+        super::pvc_rules::check_pvc_storage(type_name, source, prefix, report);
         return;
     }
     if storage_type != S3 {
@@ -331,7 +339,7 @@ pub(crate) fn check_storage(
                 "storage-type",
                 type_field,
                 format!(
-                    "must be {S3} (CoreOS' ABS, GCS and OSS are not supported), got {}",
+                    "must be {S3} or {PVC_STORAGE_TYPE} (CoreOS' ABS, GCS and OSS are not supported), got {}",
                     quoted(storage_type)
                 ),
             );

@@ -1676,6 +1676,13 @@ fn safety_backup_rules() {
             )),
         ),
         (
+            "storageType: PVC\npvc:\n  claimName: backups\n  path: demo/safety.db\n".to_string(),
+            Some((
+                "storage-type-unsupported",
+                "spec.safetyBackup.storageType: PVC is for EtcdBackups only",
+            )),
+        ),
+        (
             format!("{good}gcs:\n  path: b/k\n"),
             Some((
                 "storage-source",
@@ -1767,6 +1774,7 @@ fn restore_seed_rules() {
             endpoint: "http://minio.storage:9000".into(),
             force_path_style: true,
         },
+        pvc: None,
         sha256: sha.clone(),
         revision: Some(42),
         etcd_version: Some("3.6.16".into()),
@@ -1792,7 +1800,12 @@ fn restore_seed_rules() {
             ),
         ),
         (
+            // Neither source: the s3 source's rules apply (PVC seeds carry pvc).
             r#"{"restore":"demo","sha256":"x"}"#.to_string(),
+            format!("{field}.s3.path: is required"),
+        ),
+        (
+            r#"{"restore":"demo","s3":"x","sha256":"x"}"#.to_string(),
             format!("{field}: must be the JSON the EtcdRestore controller writes"),
         ),
         (

@@ -4,7 +4,9 @@
 //!
 //! The JSON names are CoreOS' (`storageType`, `s3.path`, `s3.awsSecret`, ...), and so is the
 //! shape: the source is inline in the spec, one of `s3`, `abs`, `gcs` or `oss`, matching the
-//! storage type.
+//! storage type. This operator adds one type of its own, [`PVC_STORAGE_TYPE`] with the source
+//! `pvc` ([`PvcSource`]): a directory or file inside a PersistentVolumeClaim of the namespace,
+//! for clusters without object storage.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -14,6 +16,11 @@ pub const STORAGE_TYPES: [&str; 4] = ["S3", "ABS", "GCS", "OSS"];
 
 /// The storage type this operator can write to and read from today.
 pub const SUPPORTED_STORAGE_TYPES: [&str; 1] = ["S3"];
+
+/// This operator's extension storage type (not in CoreOS' API): a PersistentVolumeClaim of the
+/// namespace, source `pvc`. Written and read by short-lived pods that mount the claim, not by
+/// the controller itself; EtcdBackup and EtcdRestore take it, `spec.safetyBackup` does not.
+pub const PVC_STORAGE_TYPE: &str = "PVC";
 
 /// The storage sources, inline in a backup's or a restore's spec (CoreOS' `BackupSource` and
 /// `RestoreSource`): exactly the one matching the storage type is set.
@@ -34,6 +41,11 @@ pub struct StorageSource {
     /// An Alibaba Cloud OSS bucket (CoreOS' API; not supported by this operator yet).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oss: Option<OssSource>,
+
+    /// A file in a PersistentVolumeClaim of the namespace (this operator's extension, storage
+    /// type `PVC`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pvc: Option<PvcSource>,
 }
 
 impl StorageSource {
@@ -44,6 +56,7 @@ impl StorageSource {
             "ABS" => self.abs.is_some(),
             "GCS" => self.gcs.is_some(),
             "OSS" => self.oss.is_some(),
+            PVC_STORAGE_TYPE => self.pvc.is_some(),
             _ => false,
         }
     }
@@ -63,6 +76,9 @@ impl StorageSource {
         if self.oss.is_some() {
             set.push("oss");
         }
+        if self.pvc.is_some() {
+            set.push("pvc");
+        }
         set
     }
 }
@@ -74,6 +90,7 @@ pub fn source_field(storage_type: &str) -> Option<&'static str> {
         "ABS" => Some("abs"),
         "GCS" => Some("gcs"),
         "OSS" => Some("oss"),
+        PVC_STORAGE_TYPE => Some("pvc"),
         _ => None,
     }
 }
@@ -157,6 +174,26 @@ pub struct OssSource {
     pub endpoint: String,
 }
 
+/// A file inside a PersistentVolumeClaim (this operator's extension, storage type `PVC`).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PvcSource {
+    /// Name of a PersistentVolumeClaim of the same namespace. A backup's pod mounts it
+    /// read-write, a restore's pods read-only: with ReadWriteOnce, the claim must be
+    /// attachable to the node those pods land on.
+    #[serde(default)]
+    #[schemars(length(max = 253))]
+    pub claim_name: String,
+
+    /// The snapshot file, relative to the claim's root, such as `example/snapshot.db`
+    /// (directories are created). A periodic backup appends
+    /// `_v<revision>_<time as 2006-01-02-15:04:05>` to the file name of each snapshot it
+    /// takes; each snapshot has its metadata beside it in `<file>.meta.json`.
+    #[serde(default)]
+    #[schemars(length(max = 1024))]
+    pub path: String,
+}
+
 /// Splits an object path `BUCKET/KEY` into the bucket and the key; `None` when either is empty.
 pub fn split_path(path: &str) -> Option<(&str, &str)> {
     let (bucket, key) = path.split_once('/')?;
@@ -178,7 +215,7 @@ mod tests {
 
     #[test]
     fn each_type_has_its_source_field() {
-        for t in STORAGE_TYPES {
+        for t in STORAGE_TYPES.iter().chain([&PVC_STORAGE_TYPE]) {
             let field = source_field(t).expect("a field");
             assert_eq!(field, t.to_ascii_lowercase());
         }
@@ -190,5 +227,12 @@ mod tests {
         assert!(s.has("S3"));
         assert!(!s.has("GCS"));
         assert_eq!(s.set_sources(), vec!["s3"]);
+        let p = StorageSource {
+            pvc: Some(PvcSource::default()),
+            ..StorageSource::default()
+        };
+        assert!(p.has("PVC"));
+        assert!(!p.has("S3"));
+        assert_eq!(p.set_sources(), vec!["pvc"]);
     }
 }
