@@ -271,7 +271,12 @@ async fn a_pvc_backup_restores_the_cluster_and_a_damaged_file_is_refused(
     );
     // The verify pods are gone: the good one deleted once read, the bad one's with it.
     poll_until("no verify pod", WAIT, || async {
-        anyhow::Ok(claim_pods(&ctx, "restore-verify").await?.is_empty().then_some(()))
+        anyhow::Ok(
+            claim_pods(&ctx, "restore-verify")
+                .await?
+                .is_empty()
+                .then_some(()),
+        )
     })
     .await
     .map_err(|e| anyhow::anyhow!("{e}"))?;
