@@ -30,15 +30,14 @@ use serde_json::json;
 use tracing::{info, warn};
 
 use etcd_shared::names::{self, ANNOTATION_RESTORE_SEED};
-use etcd_shared::types::storage::SUPPORTED_STORAGE_TYPES;
 use etcd_shared::types::{
     ClusterPhase, ClusterTemplate, EtcdCluster, EtcdRestore, EtcdRestoreStatus, RestoreSeed,
 };
 use etcd_shared::version::EtcdVersion;
 
 use super::metrics::BackupMetrics;
-use super::reconciler::{BackupError, aws_profile};
-use super::store::{self, S3Object, StoreTimeouts};
+use super::reconciler::{BackupError, credentials};
+use super::store::{self, StoreLocation, StoreTimeouts};
 use super::transfer;
 use crate::backoff::Backoff;
 use crate::conditions;
@@ -387,20 +386,16 @@ async fn verify(
 ) -> Result<EtcdRestoreStatus, BackupError> {
     let namespace = restore.namespace().unwrap_or_default();
     let spec = &restore.spec;
-    if !SUPPORTED_STORAGE_TYPES.contains(&spec.backup_storage_type.as_str()) {
-        return Err(BackupError::StorageType(spec.backup_storage_type.clone()));
-    }
-    let s3 = spec.source.s3.as_ref().ok_or(BackupError::NoSource)?;
-    let object = S3Object::from_source(s3)?;
+    let location = StoreLocation::from_source(&spec.backup_storage_type, &spec.source)?;
     let view = crate::builders::ClusterView::new(cluster, &r.policy).map_err(|e| {
         BackupError::ClusterInvalid {
             name: cluster.name_any(),
             reason: e.to_string(),
         }
     })?;
-    let profile = aws_profile(&r.client, &namespace, &s3.aws_secret).await?;
-    let bucket = store::open(&object, &profile, r.store)?;
-    let (checked, info) = transfer::verify(&bucket, &object.key, None).await?;
+    let credentials = credentials(&r.client, &namespace, &location).await?;
+    let bucket = store::open(&location, &credentials, r.store)?;
+    let (checked, info) = transfer::verify(&bucket, &location.key, None).await?;
     lines_fit(info.etcd_version.as_deref(), &view.version).map_err(|reason| {
         BackupError::ClusterInvalid {
             name: cluster.name_any(),
@@ -414,7 +409,7 @@ async fn verify(
     let mut status = restore.status.clone().unwrap_or_default();
     status.succeeded = false;
     status.reason = None;
-    status.snapshot_path = Some(object.display(&object.key));
+    status.snapshot_path = Some(location.display(&location.key));
     status.snapshot_revision = info.revision;
     status.snapshot_etcd_version = info.etcd_version.clone();
     status.snapshot_sha256 = Some(checked.sha256.clone());
@@ -427,7 +422,7 @@ async fn verify(
     status.observed_generation = restore.metadata.generation;
     let message = format!(
         "{} checked: {} bytes, sha256 {}, etcd {} at revision {}",
-        object.display(&object.key),
+        location.display(&location.key),
         checked.size,
         checked.sha256,
         info.etcd_version.as_deref().unwrap_or("(not recorded)"),
@@ -452,15 +447,14 @@ async fn verify(
 fn restored_cluster(restore: &EtcdRestore, namespace: &str) -> Result<EtcdCluster, BackupError> {
     let status = restore.status.clone().unwrap_or_default();
     let template = status.template.clone().ok_or(BackupError::NoSource)?;
-    let s3 = restore
+    let source = restore
         .spec
         .source
-        .s3
-        .clone()
+        .only(&restore.spec.backup_storage_type)
         .ok_or(BackupError::NoSource)?;
     let seed = RestoreSeed {
         restore: restore.name_any(),
-        s3,
+        source,
         sha256: status.snapshot_sha256.clone().unwrap_or_default(),
         revision: status.snapshot_revision,
         etcd_version: status.snapshot_etcd_version.clone(),

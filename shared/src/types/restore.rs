@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use std::collections::BTreeMap;
 
-use super::storage::{S3Source, StorageSource};
+use super::storage::StorageSource;
 use super::{EtcdClusterSpec, lenient, schema};
 
 /// A restore of an etcd cluster of this namespace from a snapshot in object storage.
@@ -151,8 +151,10 @@ pub struct ClusterTemplate {
 pub struct RestoreSeed {
     /// The EtcdRestore that asked for it.
     pub restore: String,
-    /// Where the snapshot is.
-    pub s3: S3Source,
+    /// Where the snapshot is: exactly one source (`s3`, `abs` or `gcs`), inline as in the
+    /// restore's spec.
+    #[serde(flatten)]
+    pub source: StorageSource,
     /// SHA-256 of the snapshot's database, hex, as the restore controller checked it.
     pub sha256: String,
     /// etcd revision of the snapshot, when its metadata says.
