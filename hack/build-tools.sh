@@ -166,6 +166,11 @@ build_fake_gcs_server() {
     local f=fakestorage/upload.go guard='if r.URL.Query().Get("X-Goog-Algorithm") != "" {'
     grep -qF "$guard" "$f" || { log "$f: the signed-upload guard to patch was not found"; exit 1; }
     sed -i 's/if r.URL.Query().Get("X-Goog-Algorithm") != "" {/if r.URL.Query().Get("X-Goog-Algorithm") != "" || r.Method == http.MethodPut {/' "$f"
+    local answer='return jsonResponse{data: newObjectResponse(obj.ObjectAttrs, urlhelper.GetBaseURL(r))}'
+    grep -qF "$answer" "$f" || { log "$f: the upload answer to patch was not found"; exit 1; }
+    # Only in signedUpload (the function the PUT reaches): its first such return.
+    perl -0pi -e 's/(func \(s \*Server\) signedUpload.*?)return jsonResponse\{data: newObjectResponse\(obj\.ObjectAttrs, urlhelper\.GetBaseURL\(r\)\)\}/$1return jsonResponse{header: http.Header{"Etag": []string{fmt.Sprintf("%q", obj.Etag)}}, data: newObjectResponse(obj.ObjectAttrs, urlhelper.GetBaseURL(r))}/s' "$f"
+    grep -qF 'header: http.Header{"Etag"' "$f" || { log "$f: the ETag patch did not apply"; exit 1; }
     mkdir -p "$out/bin.tmp"
     go build -v -trimpath -ldflags "-s -w" -o "$out/bin.tmp/fake-gcs-server" . 2>&1 | progress "fake-gcs-server v$v"
     [[ "${PIPESTATUS[0]}" == 0 ]] || exit 1
