@@ -667,10 +667,24 @@ async fn bad_backups_and_restores_are_refused_at_kubectl_apply(
         ),
         (
             backup(
-                "gcs",
-                "  etcdEndpoints: [\"http://demo-client:2379\"]\n  storageType: GCS\n  gcs:\n    path: b/k\n    gcpSecret: g\n",
+                "oss",
+                "  etcdEndpoints: [\"http://demo-client:2379\"]\n  storageType: OSS\n  oss:\n    path: b/k\n    ossSecret: o\n",
             ),
-            "GCS",
+            "OSS is a storage type of CoreOS' API that this operator does not support",
+        ),
+        (
+            backup(
+                "gcs",
+                "  etcdEndpoints: [\"http://demo-client:2379\"]\n  storageType: GCS\n  gcs:\n    path: google-backups/k\n",
+            ),
+            "spec.gcs.path: the bucket \"google-backups\" must not start with \"goog\"",
+        ),
+        (
+            backup(
+                "abs",
+                "  etcdEndpoints: [\"http://demo-client:2379\"]\n  storageType: ABS\n  abs:\n    path: etcd/k\n    absSecret: azure\n    endpoint: azurite:10000\n",
+            ),
+            "spec.abs.endpoint",
         ),
         (
             backup(
