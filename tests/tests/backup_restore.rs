@@ -1,6 +1,7 @@
 //! Backups and restores on real etcd members and real object store servers started by the
-//! harness (versitygw for S3, Azurite for ABS, fake-gcs-server for GCS): the webhook and the controller run in this process against the harness's
-//! kube-apiserver, the process kubelet runs the member pods as real etcd processes.
+//! harness (versitygw for S3, Azurite for ABS, fake-gcs-server for GCS): the webhook and the
+//! controller run in this process against the harness's kube-apiserver, the process kubelet
+//! runs the member pods as real etcd processes.
 //!
 //! Run: `cargo test -p etcd-tests --test backup_restore` (needs `hack/build-tools.sh` first).
 //! Each test prints its figures on lines starting with `duration:` or `figure:`.

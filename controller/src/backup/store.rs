@@ -303,6 +303,10 @@ impl std::fmt::Debug for GcpCredentials {
     }
 }
 
+/// The keys of a secret: the text of a key, `None` when the key is absent (read from the API
+/// by the controller, from mounted files by the seed member's fetch).
+pub type SecretKeys<'a> = dyn Fn(&str) -> Option<String> + 'a;
+
 /// The credentials of one store, as its secret holds them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Credentials {
@@ -318,10 +322,7 @@ impl Credentials {
     /// Reads the credentials of a store of `backend` from its secret: `secret` gives the text
     /// of a key of the secret (`None` when the key is absent), or is `None` when the source
     /// names no secret (allowed for GCS only: the default credentials).
-    pub fn read(
-        backend: &Backend,
-        secret: Option<&dyn Fn(&str) -> Option<String>>,
-    ) -> Result<Self, StoreError> {
+    pub fn read(backend: &Backend, secret: Option<&SecretKeys<'_>>) -> Result<Self, StoreError> {
         let Some(get) = secret else {
             return match backend {
                 Backend::S3 { .. } => Err(StoreError::NoSecret("s3.awsSecret")),
