@@ -356,10 +356,11 @@ pub struct SnapshotSettings {
     pub store: StoreTimeouts,
 }
 
-/// Writes a snapshot of the cluster of `view` to the bucket of `location`, under the key `key_of`
-/// gives for the snapshot's revision: from the member with the highest revision, reached with
-/// the client certificate of `tls_secret` (CoreOS' layout) when the cluster serves TLS. The
-/// one way every snapshot is taken: EtcdBackups and the safety backups before risky changes.
+/// Writes a snapshot of the cluster of `view` to the bucket (S3, GCS) or container (ABS) of
+/// `location`, under the key `key_of` gives for the snapshot's revision: from the member with
+/// the highest revision, reached with the client certificate of `tls_secret` (CoreOS' layout)
+/// when the cluster serves TLS. The one way every snapshot is taken: EtcdBackups and the safety
+/// backups before risky changes.
 pub async fn snapshot_cluster(
     client: &kube::Client,
     view: &ClusterView,
