@@ -30,7 +30,7 @@ use serde_json::json;
 use tracing::{info, warn};
 
 use etcd_shared::names::{self, ANNOTATION_RESTORE_SEED};
-use etcd_shared::types::storage::{PVC_STORAGE_TYPE, SUPPORTED_STORAGE_TYPES};
+use etcd_shared::types::storage::PVC_STORAGE_TYPE;
 use etcd_shared::types::{
     ClusterPhase, ClusterTemplate, EtcdCluster, EtcdRestore, EtcdRestoreStatus, RestoreSeed,
 };
@@ -38,8 +38,8 @@ use etcd_shared::version::EtcdVersion;
 
 use super::claim_restore;
 use super::metrics::BackupMetrics;
-use super::reconciler::{BackupError, aws_profile};
-use super::store::{self, S3Object, StoreTimeouts};
+use super::reconciler::{BackupError, credentials};
+use super::store::{self, StoreLocation, StoreTimeouts};
 use super::transfer;
 use crate::backoff::Backoff;
 use crate::conditions;
@@ -396,23 +396,19 @@ pub struct CheckedSource {
     pub etcd_version: Option<String>,
 }
 
-/// Reads the S3 snapshot through and checks it.
-async fn check_s3(
+/// Reads the snapshot in the object store (S3, ABS or GCS) through and checks it.
+async fn check_object(
     r: &RestoreReconciler,
     restore: &EtcdRestore,
 ) -> Result<CheckedSource, BackupError> {
     let namespace = restore.namespace().unwrap_or_default();
     let spec = &restore.spec;
-    if !SUPPORTED_STORAGE_TYPES.contains(&spec.backup_storage_type.as_str()) {
-        return Err(BackupError::StorageType(spec.backup_storage_type.clone()));
-    }
-    let s3 = spec.source.s3.as_ref().ok_or(BackupError::NoSource)?;
-    let object = S3Object::from_source(s3)?;
-    let profile = aws_profile(&r.client, &namespace, &s3.aws_secret).await?;
-    let bucket = store::open(&object, &profile, r.store)?;
-    let (checked, info) = transfer::verify(&bucket, &object.key, None).await?;
+    let location = StoreLocation::from_source(&spec.backup_storage_type, &spec.source)?;
+    let credentials = credentials(&r.client, &namespace, &location).await?;
+    let bucket = store::open(&location, &credentials, r.store)?;
+    let (checked, info) = transfer::verify(&bucket, &location.key, None).await?;
     Ok(CheckedSource {
-        path: object.display(&object.key),
+        path: location.display(&location.key),
         size: checked.size,
         sha256: checked.sha256,
         revision: info.revision,
@@ -420,8 +416,9 @@ async fn check_s3(
     })
 }
 
-/// Reads the snapshot through and checks it (S3: here; PVC: in a pod that mounts the claim
-/// read-only, `None` while it runs); the status to record before anything is touched.
+/// Reads the snapshot through and checks it (S3, ABS, GCS: here; PVC: in a pod that mounts
+/// the claim read-only, `None` while it runs); the status to record before anything is
+/// touched.
 async fn verify(
     r: &RestoreReconciler,
     restore: &EtcdRestore,
@@ -440,7 +437,7 @@ async fn verify(
             None => return Ok(None),
         }
     } else {
-        check_s3(r, restore).await?
+        check_object(r, restore).await?
     };
     let info = &checked;
     lines_fit(info.etcd_version.as_deref(), &view.version).map_err(|reason| {
@@ -494,27 +491,14 @@ async fn verify(
 fn restored_cluster(restore: &EtcdRestore, namespace: &str) -> Result<EtcdCluster, BackupError> {
     let status = restore.status.clone().unwrap_or_default();
     let template = status.template.clone().ok_or(BackupError::NoSource)?;
-    let (s3, pvc) = if restore.spec.backup_storage_type == PVC_STORAGE_TYPE {
-        let pvc = restore
-            .spec
-            .source
-            .pvc
-            .clone()
-            .ok_or(BackupError::NoSource)?;
-        (Default::default(), Some(pvc))
-    } else {
-        let s3 = restore
-            .spec
-            .source
-            .s3
-            .clone()
-            .ok_or(BackupError::NoSource)?;
-        (s3, None)
-    };
+    let source = restore
+        .spec
+        .source
+        .only(&restore.spec.backup_storage_type)
+        .ok_or(BackupError::NoSource)?;
     let seed = RestoreSeed {
         restore: restore.name_any(),
-        s3,
-        pvc,
+        source,
         sha256: status.snapshot_sha256.clone().unwrap_or_default(),
         revision: status.snapshot_revision,
         etcd_version: status.snapshot_etcd_version.clone(),

@@ -19,11 +19,11 @@ use std::sync::Arc;
 
 use clap::{Args as ClapArgs, Parser, Subcommand};
 
-use etcd_shared::types::storage::S3Source;
+use etcd_shared::types::storage::{AbsSource, GcsSource, S3Source, StorageSource};
 
 use super::claim_files::{self, FileError};
 use super::integrity::SnapshotHasher;
-use super::store::{self, AwsProfile, S3Object, StoreTimeouts};
+use super::store::{self, Credentials, StoreLocation, StoreTimeouts};
 use super::transfer::{self, TransferError};
 
 /// Name of the downloaded snapshot in the work directory.
@@ -55,20 +55,25 @@ pub enum RestoreStep {
 /// `restore fetch`.
 #[derive(Debug, ClapArgs)]
 pub struct FetchArgs {
-    /// BUCKET/KEY of the snapshot (S3).
+    /// The store: S3, ABS or GCS (the restore's `backupStorageType`); unused with `--file`.
+    #[arg(long, default_value = "S3")]
+    pub storage_type: String,
+    /// BUCKET/KEY (CONTAINER/BLOB for ABS) of the snapshot, in the object store.
     #[arg(long, default_value = "", required_unless_present = "file")]
     pub path: String,
     /// The snapshot file, in a claim mounted read-only (PVC): copied instead of downloaded.
     #[arg(long, conflicts_with = "path")]
     pub file: Option<PathBuf>,
-    /// URL of the S3-compatible store; blank for AWS.
+    /// URL of the store (S3: an S3-compatible store, blank for AWS; ABS: the Blob service,
+    /// blank for the account's host in its cloud).
     #[arg(long, default_value = "")]
     pub endpoint: String,
-    /// Address the bucket by path.
+    /// Address the bucket by path (S3).
     #[arg(long)]
     pub force_path_style: bool,
-    /// Directory holding the awsSecret's `credentials` (and optionally `config`) files (S3).
-    #[arg(long, required_unless_present = "file")]
+    /// Directory holding the store's secret as files (awsSecret, absSecret or gcpSecret);
+    /// absent for GCS with the default credentials and for a PVC `--file`.
+    #[arg(long)]
     pub credentials_dir: Option<PathBuf>,
     /// The SHA-256 (hex) the snapshot's database must have.
     #[arg(long)]
@@ -172,22 +177,18 @@ pub async fn fetch(args: &FetchArgs) -> Result<String, SeedError> {
     if let Some(file) = &args.file {
         return copy(file, &expected, &args.work_dir, &snapshot);
     }
-    let credentials_dir = args.credentials_dir.clone().unwrap_or_default();
-    let read = |name: &str| std::fs::read_to_string(credentials_dir.join(name));
-    let credentials = read(store::CREDENTIALS_KEY)
-        .map_err(io("reading", &credentials_dir.join(store::CREDENTIALS_KEY)))?;
-    let config = read(store::CONFIG_KEY).ok();
-    let profile = AwsProfile::parse(&credentials, config.as_deref())?;
-    let object = S3Object::from_source(&S3Source {
-        path: args.path.clone(),
-        aws_secret: String::new(),
-        endpoint: args.endpoint.clone(),
-        force_path_style: args.force_path_style,
-    })?;
-    let bucket = store::open(&object, &profile, StoreTimeouts::default())?;
+    let location = StoreLocation::from_source(&args.storage_type, &fetch_source(args))?;
+    let credentials = match &args.credentials_dir {
+        Some(dir) => Credentials::read(
+            &location.backend,
+            Some(&|key: &str| std::fs::read_to_string(dir.join(key)).ok()),
+        )?,
+        None => Credentials::read(&location.backend, None)?,
+    };
+    let bucket = store::open(&location, &credentials, StoreTimeouts::default())?;
     let partial = args.work_dir.join(format!("{SNAPSHOT_FILE}.part"));
     let mut out = std::fs::File::create(&partial).map_err(io("creating", &partial))?;
-    let outcome = download(&bucket, &object.key, &expected, &mut out, &partial).await;
+    let outcome = download(&bucket, &location.key, &expected, &mut out, &partial).await;
     drop(out);
     match outcome {
         Ok(size) => {
@@ -242,6 +243,38 @@ fn copy(
             let _ = std::fs::remove_file(&partial);
             Err(e)
         }
+    }
+}
+
+/// The storage source the arguments name (the secret is the mounted directory, not a name).
+fn fetch_source(args: &FetchArgs) -> StorageSource {
+    let path = args.path.clone();
+    let endpoint = args.endpoint.clone();
+    match args.storage_type.as_str() {
+        "ABS" => StorageSource {
+            abs: Some(AbsSource {
+                path,
+                endpoint,
+                ..AbsSource::default()
+            }),
+            ..StorageSource::default()
+        },
+        "GCS" => StorageSource {
+            gcs: Some(GcsSource {
+                path,
+                ..GcsSource::default()
+            }),
+            ..StorageSource::default()
+        },
+        _ => StorageSource {
+            s3: Some(S3Source {
+                path,
+                endpoint,
+                force_path_style: args.force_path_style,
+                ..S3Source::default()
+            }),
+            ..StorageSource::default()
+        },
     }
 }
 
@@ -345,6 +378,7 @@ mod tests {
         std::fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
         std::fs::write(&file, &bytes).expect("write");
         let args = |sha256: &str| FetchArgs {
+            storage_type: "S3".into(),
             path: String::new(),
             file: Some(file.clone()),
             endpoint: String::new(),
@@ -428,5 +462,57 @@ mod tests {
             .is_err(),
             "one source only"
         );
+        let RestoreStep::Fetch(s3) = c.step else {
+            panic!("fetch")
+        };
+        assert_eq!(s3.storage_type, "S3", "the default, as before ABS and GCS");
+        let location = StoreLocation::from_source(&s3.storage_type, &fetch_source(&s3)).unwrap();
+        assert_eq!(
+            location.backend,
+            store::Backend::S3 {
+                endpoint: Some("http://s3:9000".into()),
+                force_path_style: true
+            }
+        );
+    }
+
+    #[test]
+    fn abs_and_gcs_fetches_name_their_store() {
+        let parse = |args: &[&str]| {
+            let mut all = vec![
+                "restore",
+                "fetch",
+                "--sha256=ab",
+                "--work-dir=/w",
+                "--data-dir=/d",
+            ];
+            all.extend_from_slice(args);
+            match RestoreCommand::try_parse_from(all).expect("parses").step {
+                RestoreStep::Fetch(f) => f,
+                RestoreStep::Place(_) => panic!("fetch"),
+            }
+        };
+        let abs = parse(&[
+            "--storage-type=ABS",
+            "--path=etcd/snap.db",
+            "--endpoint=http://azurite:10000/devstoreaccount1",
+            "--credentials-dir=/etc/abs",
+        ]);
+        let location = StoreLocation::from_source("ABS", &fetch_source(&abs)).unwrap();
+        assert_eq!(
+            location.backend,
+            store::Backend::Abs {
+                endpoint: Some("http://azurite:10000/devstoreaccount1".into())
+            }
+        );
+        assert_eq!(
+            (location.bucket.as_str(), location.key.as_str()),
+            ("etcd", "snap.db")
+        );
+        // GCS with the default credentials: no secret directory.
+        let gcs = parse(&["--storage-type=GCS", "--path=bkt/snap.db"]);
+        assert!(gcs.credentials_dir.is_none());
+        let location = StoreLocation::from_source("GCS", &fetch_source(&gcs)).unwrap();
+        assert_eq!(location.backend, store::Backend::Gcs);
     }
 }

@@ -2,9 +2,8 @@
 //! `EtcdCluster`: its `spec.safetyBackup` and its restore-seed annotation.
 
 use super::Report;
-use super::pvc_rules::check_pvc;
 use super::spec_rules::check_cluster_name;
-use super::storage_rules::{check_s3, check_storage};
+use super::storage_rules::{check_seed_source, check_storage};
 use super::syntax::{clipped, is_dns1123_subdomain, quoted};
 use crate::EtcdCluster;
 use crate::endpoints::cluster_of_endpoints;
@@ -152,8 +151,9 @@ pub(crate) fn seed_annotation(cluster: &EtcdCluster) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// The restore-seed annotation, when present: JSON of a [`RestoreSeed`] whose `pvc` (when set)
-/// or else `s3` passes the storage rules and whose `sha256` is 64 hexadecimal digits.
+/// The restore-seed annotation, when present: JSON of a [`RestoreSeed`] whose one source
+/// (`s3`, `abs`, `gcs` or `pvc`) passes the storage rules and whose `sha256` is 64 hexadecimal
+/// digits.
 pub(crate) fn check_seed(cluster: &EtcdCluster, report: &mut Report) {
     let Some(value) = seed_annotation(cluster) else {
         return;
@@ -184,10 +184,7 @@ pub(crate) fn check_seed(cluster: &EtcdCluster, report: &mut Report) {
             return;
         }
     };
-    match &seed.pvc {
-        Some(pvc) => check_pvc(pvc, &format!("{field}.pvc"), report),
-        None => check_s3(&seed.s3, &format!("{field}.s3"), report),
-    }
+    check_seed_source(&seed.source, &field, report);
     let sha = &seed.sha256;
     if sha.len() != 64 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
         report.refuse(

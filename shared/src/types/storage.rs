@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 /// The storage types CoreOS' API names, as written in `storageType` / `backupStorageType`.
 pub const STORAGE_TYPES: [&str; 4] = ["S3", "ABS", "GCS", "OSS"];
 
-/// The storage type this operator can write to and read from today.
-pub const SUPPORTED_STORAGE_TYPES: [&str; 1] = ["S3"];
+/// The storage types this operator writes to and reads from (CoreOS' `OSS` is not one yet).
+pub const SUPPORTED_STORAGE_TYPES: [&str; 3] = ["S3", "ABS", "GCS"];
 
 /// This operator's extension storage type (not in CoreOS' API): a PersistentVolumeClaim of the
 /// namespace, source `pvc`. Written and read by short-lived pods that mount the claim, not by
@@ -30,11 +30,11 @@ pub struct StorageSource {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub s3: Option<S3Source>,
 
-    /// An Azure Blob Storage container (CoreOS' API; not supported by this operator yet).
+    /// An Azure Blob Storage container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub abs: Option<AbsSource>,
 
-    /// A Google Cloud Storage bucket (CoreOS' API; not supported by this operator yet).
+    /// A Google Cloud Storage bucket.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gcs: Option<GcsSource>,
 
@@ -58,6 +58,44 @@ impl StorageSource {
             "OSS" => self.oss.is_some(),
             PVC_STORAGE_TYPE => self.pvc.is_some(),
             _ => false,
+        }
+    }
+
+    /// A copy holding only the source of `storage_type`; `None` when that one is not set.
+    pub fn only(&self, storage_type: &str) -> Option<StorageSource> {
+        let mut only = StorageSource::default();
+        match storage_type {
+            "S3" => only.s3 = Some(self.s3.clone()?),
+            "ABS" => only.abs = Some(self.abs.clone()?),
+            "GCS" => only.gcs = Some(self.gcs.clone()?),
+            "OSS" => only.oss = Some(self.oss.clone()?),
+            PVC_STORAGE_TYPE => only.pvc = Some(self.pvc.clone()?),
+            _ => return None,
+        }
+        Some(only)
+    }
+
+    /// The `path` of the first source that is set (`s3`, `abs`, `gcs`, `oss`, `pvc` in that
+    /// order).
+    pub fn path(&self) -> Option<&str> {
+        self.s3
+            .as_ref()
+            .map(|s| s.path.as_str())
+            .or_else(|| self.abs.as_ref().map(|s| s.path.as_str()))
+            .or_else(|| self.gcs.as_ref().map(|s| s.path.as_str()))
+            .or_else(|| self.oss.as_ref().map(|s| s.path.as_str()))
+            .or_else(|| self.pvc.as_ref().map(|s| s.path.as_str()))
+    }
+
+    /// The storage type of the one source that is set (`S3` for `s3`, ..., `PVC` for `pvc`);
+    /// `None` when none or several are.
+    pub fn storage_type(&self) -> Option<&'static str> {
+        match self.set_sources().as_slice() {
+            [one] => STORAGE_TYPES
+                .into_iter()
+                .chain([PVC_STORAGE_TYPE])
+                .find(|t| source_field(t) == Some(*one)),
+            _ => None,
         }
     }
 
@@ -133,10 +171,19 @@ pub struct AbsSource {
     #[schemars(length(max = 1024))]
     pub path: String,
 
-    /// Secret with keys `storage-account`, `storage-key` and optionally `cloud`.
+    /// Secret with keys `storage-account`, `storage-key` and optionally `cloud`
+    /// (`AzurePublicCloud`, the default, `AzureChinaCloud`, `AzureGermanCloud` or
+    /// `AzureUSGovernmentCloud`).
     #[serde(default)]
     #[schemars(length(max = 253))]
     pub abs_secret: String,
+
+    /// This operator's extension (CoreOS has no such field): URL of the Blob service, such as
+    /// `http://azurite.storage:10000/devstoreaccount1` (Azurite, path-style) or an Azure Stack
+    /// endpoint; blank means `https://ACCOUNT.blob.<the cloud's suffix>`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 2048))]
+    pub endpoint: String,
 }
 
 /// A Google Cloud Storage location (CoreOS' `GCSBackupSource`).
@@ -227,6 +274,15 @@ mod tests {
         assert!(s.has("S3"));
         assert!(!s.has("GCS"));
         assert_eq!(s.set_sources(), vec!["s3"]);
+        assert_eq!(s.storage_type(), Some("S3"));
+        let both = StorageSource {
+            gcs: Some(GcsSource::default()),
+            ..s
+        };
+        assert_eq!(both.storage_type(), None);
+        assert_eq!(StorageSource::default().storage_type(), None);
+        assert_eq!(both.only("GCS").and_then(|o| o.storage_type()), Some("GCS"));
+        assert_eq!(both.only("ABS"), None);
         let p = StorageSource {
             pvc: Some(PvcSource::default()),
             ..StorageSource::default()
@@ -234,5 +290,9 @@ mod tests {
         assert!(p.has("PVC"));
         assert!(!p.has("S3"));
         assert_eq!(p.set_sources(), vec!["pvc"]);
+        assert_eq!(p.storage_type(), Some("PVC"));
+        assert_eq!(p.path(), Some(""));
+        assert_eq!(p.only("PVC"), Some(p.clone()));
+        assert_eq!(p.only("S3"), None);
     }
 }
