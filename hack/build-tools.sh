@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Builds the pinned Go tools (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
-# etcd + etcdctl at several versions, helm 3 and helm 4, versitygw, prometheus + promtool) from
-# the Go module proxy, and etcd 3.2-3.4
-# from their upstream source archives, into a cache outside the repo, keyed by version.
+# etcd + etcdctl at several versions, helm 3 and helm 4, versitygw, fake-gcs-server,
+# prometheus + promtool) from the Go module proxy, etcd 3.2-3.4 from their upstream source
+# archives, and Azurite from the npm registry, into a cache outside the repo, keyed by version.
 # Idempotent: a warm cache costs well under a second per tool.
 #
 #   hack/build-tools.sh            build whatever is missing, then print each tool's version
 #   hack/build-tools.sh --check    exit 1 (building nothing) when something is missing
-#   ONLY=helm hack/build-tools.sh  only one group: etcd, etcd-source, kubernetes, helm, s3 or
-#                                  prometheus
+#   ONLY=helm hack/build-tools.sh  only one group: etcd, etcd-source, kubernetes, helm, s3,
+#                                  abs, gcs or prometheus
 #
 # Cache: $ETCD_OPERATOR_TOOLS (default ~/.cache/etcd-operator/tools). Go's own module and
 # build caches (GOMODCACHE, GOCACHE) stay where Go puts them, also outside the repo.
@@ -145,6 +145,57 @@ build_versitygw() {
   rm -rf "$out/bin"; mv "$out/bin.tmp" "$out/bin"; touch "$out/.complete"
 }
 
+# The GCS server of the backup tests: fake-gcs-server (the JSON and XML APIs of Cloud Storage,
+# object metadata) over a directory. One patch, checked to apply: GCS's XML API takes an
+# authenticated `PUT /BUCKET/OBJECT` (its "PUT Object" upload, what object_store sends), which
+# fake-gcs-server v1.56.1 routes to its upload code only when the URL carries a signature
+# (`X-Goog-Algorithm`); the patch lets a PUT through without one. (object_store's own CI runs a
+# fork of fake-gcs-server with that support; fake-gcs-server has no XML multipart upload, so
+# snapshots above one part, 8 MiB, reach real GCS only.)
+build_fake_gcs_server() {
+  local v="$FAKE_GCS_SERVER_VERSION" out="$TOOLS/fake-gcs-server/v$FAKE_GCS_SERVER_VERSION"
+  need "$out" || return 0
+  local mod="github.com/fsouza/fake-gcs-server"
+  log "building fake-gcs-server v$v (the GCS server of the backup tests); first build 2-4 min on 2 cores"
+  local dir work
+  dir="$(go mod download -json "$mod@v$v" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+  [[ -f "$dir/go.mod" ]] || { log "could not download $mod@v$v"; return 1; }
+  work="$(mktemp -d)"
+  (
+    cp -r "$dir/." "$work/" && chmod -R u+w "$work" && cd "$work"
+    local f=fakestorage/upload.go guard='if r.URL.Query().Get("X-Goog-Algorithm") != "" {'
+    grep -qF "$guard" "$f" || { log "$f: the signed-upload guard to patch was not found"; exit 1; }
+    sed -i 's/if r.URL.Query().Get("X-Goog-Algorithm") != "" {/if r.URL.Query().Get("X-Goog-Algorithm") != "" || r.Method == http.MethodPut {/' "$f"
+    local answer='return jsonResponse{data: newObjectResponse(obj.ObjectAttrs, urlhelper.GetBaseURL(r))}'
+    grep -qF "$answer" "$f" || { log "$f: the upload answer to patch was not found"; exit 1; }
+    # Only in signedUpload (the function the PUT reaches): its first such return.
+    perl -0pi -e 's/(func \(s \*Server\) signedUpload.*?)return jsonResponse\{data: newObjectResponse\(obj\.ObjectAttrs, urlhelper\.GetBaseURL\(r\)\)\}/$1return jsonResponse{header: http.Header{"Etag": []string{fmt.Sprintf("%q", obj.Etag)}}, data: newObjectResponse(obj.ObjectAttrs, urlhelper.GetBaseURL(r))}/s' "$f"
+    grep -qF 'header: http.Header{"Etag"' "$f" || { log "$f: the ETag patch did not apply"; exit 1; }
+    mkdir -p "$out/bin.tmp"
+    go build -v -trimpath -ldflags "-s -w" -o "$out/bin.tmp/fake-gcs-server" . 2>&1 | progress "fake-gcs-server v$v"
+    [[ "${PIPESTATUS[0]}" == 0 ]] || exit 1
+  ) || { chmod -R u+w "$work" 2>/dev/null; rm -rf "$work" "$out/bin.tmp"; log "fake-gcs-server v$v build failed"; return 1; }
+  chmod -R u+w "$work" 2>/dev/null; rm -rf "$work" "$out/bin"; mv "$out/bin.tmp" "$out/bin"; touch "$out/.complete"
+}
+
+# The Azure Blob Storage server of the backup tests: Azurite (Microsoft's emulator, the Blob
+# REST API with Shared Key auth and user metadata) from the npm registry, run by the machine's
+# node; bin/azurite-blob starts its blob service alone.
+install_azurite() {
+  local v="$AZURITE_VERSION" out="$TOOLS/azurite/v$AZURITE_VERSION"
+  need "$out" || return 0
+  command -v npm >/dev/null || { log "azurite needs node and npm (Debian: nodejs, npm)"; return 1; }
+  log "installing azurite v$v (the ABS server of the backup tests) from the npm registry"
+  rm -rf "$out.tmp"; mkdir -p "$out.tmp/bin"
+  npm install --prefix "$out.tmp" --no-audit --no-fund --no-save --loglevel=error "azurite@$v" >&2 ||
+    { rm -rf "$out.tmp"; log "azurite v$v install failed"; return 1; }
+  local main="node_modules/azurite/dist/src/blob/main.js"
+  [[ -f "$out.tmp/$main" ]] || { rm -rf "$out.tmp"; log "azurite v$v: no $main"; return 1; }
+  printf '#!/bin/sh\nexec node "$(dirname "$0")/../%s" "$@"\n' "$main" > "$out.tmp/bin/azurite-blob"
+  chmod +x "$out.tmp/bin/azurite-blob"
+  rm -rf "$out"; mv "$out.tmp" "$out"; touch "$out/.complete"
+}
+
 # Prometheus and promtool (the Prometheus tests): `go install` of the module version pinned in
 # PROMETHEUS_VERSION (v0.3XX.Y is Prometheus 3.XX.Y), with the release's version stamped in as
 # upstream's Makefile does (read from the module's VERSION file), so `--version` names it.
@@ -263,6 +314,8 @@ case "$only" in all|etcd) for v in $APISERVER_ETCD_VERSION $ETCD_VERSIONS; do bu
 case "$only" in all|etcd|etcd-source) for v in $ETCD_SOURCE_VERSIONS; do build_etcd_source "$v"; done ;; esac
 case "$only" in all|helm) build_helm ;; esac
 case "$only" in all|s3) build_versitygw ;; esac
+case "$only" in all|abs) install_azurite ;; esac
+case "$only" in all|gcs) build_fake_gcs_server ;; esac
 case "$only" in all|prometheus) build_prometheus ;; esac
 
 if [[ "$mode" == "--check" ]]; then exit "$missing"; fi
@@ -275,4 +328,6 @@ for v in $ETCD_SOURCE_VERSIONS $ETCD_VERSIONS; do show "$TOOLS/etcd/v$v/bin/etcd
 for v in "$HELM_VERSION" "$HELM4_VERSION"; do show "$TOOLS/helm/v$v/bin/helm" version --short; done
 for v in $ETCD_VERSIONS; do show "$TOOLS/etcd/v$v/bin/etcdutl" version; done
 [[ -x "$TOOLS/versitygw/v$VERSITYGW_VERSION/bin/versitygw" ]] && log "versitygw v$VERSITYGW_VERSION" || log "not built: versitygw"
+[[ -x "$TOOLS/azurite/v$AZURITE_VERSION/bin/azurite-blob" ]] && log "azurite v$AZURITE_VERSION" || log "not built: azurite"
+[[ -x "$TOOLS/fake-gcs-server/v$FAKE_GCS_SERVER_VERSION/bin/fake-gcs-server" ]] && log "fake-gcs-server v$FAKE_GCS_SERVER_VERSION" || log "not built: fake-gcs-server"
 show "$TOOLS/prometheus/v$PROMETHEUS_VERSION/bin/promtool" --version

@@ -10,8 +10,8 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
-use etcd_controller::backup::store::{self, AwsProfile, S3Object, StoreTimeouts};
-use etcd_controller::backup::transfer::{self, SnapshotInfo};
+use etcd_controller::backup::store::{self, AwsProfile, Credentials, StoreLocation, StoreTimeouts};
+use etcd_controller::backup::transfer::{self, SnapshotInfo, meta::Names};
 use etcd_controller::etcd::EtcdAccess;
 use etcd_shared::types::storage::S3Source;
 use etcd_tests::member::SingleMember;
@@ -100,13 +100,17 @@ async fn main() -> anyhow::Result<()> {
     let server = S3Server::start(&tools, "127.0.0.1").await?;
     server.create_bucket("bench").await?;
     let profile = AwsProfile::parse(&server.credentials_file(), Some(&server.config_file()))?;
-    let object = S3Object::from_source(&S3Source {
+    let object = StoreLocation::s3(&S3Source {
         path: "bench/snapshot.db".into(),
         aws_secret: "aws".into(),
         endpoint: server.endpoint().into(),
         force_path_style: true,
     })?;
-    let bucket = store::open(&object, &profile, StoreTimeouts::default())?;
+    let bucket = store::open(
+        &object,
+        &Credentials::Aws(profile),
+        StoreTimeouts::default(),
+    )?;
     let info = SnapshotInfo {
         etcd_version: status.version.clone(),
         revision: status.revision,
@@ -120,7 +124,7 @@ async fn main() -> anyhow::Result<()> {
     let stream = access
         .snapshot(&endpoint, Duration::from_secs(3600))
         .await?;
-    let uploaded = transfer::upload(&bucket, &object.key, &info, stream).await?;
+    let uploaded = transfer::upload(&bucket, &object.key, &info, Names::Hyphens, stream).await?;
     let backup_secs = started.elapsed().as_secs_f64();
     let backup_peak = status_kib("VmHWM:");
     let size = uploaded.size as f64 / 1048576.0;

@@ -30,6 +30,7 @@ pub async fn run_all(
         BackupConfig {
             etcd_timeout: ctx.config.etcd_timeout,
             policy: ctx.config.policy(),
+            image: ctx.config.restore_image.clone(),
             ..BackupConfig::default()
         },
     ));

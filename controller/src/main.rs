@@ -1,13 +1,16 @@
 //! `etcd-controller`: the etcd operator's controller process. See `--help`.
 //!
 //! `etcd-controller restore fetch|place` are the steps the operator's image runs as init
-//! containers of a restored cluster's first member (see `etcd_controller::backup::seed`).
+//! containers of a restored cluster's first member (see `etcd_controller::backup::seed`);
+//! `etcd-controller backup save|verify` what it runs in the pods that mount a claim for a
+//! backup or a restore of storage type PVC (see `etcd_controller::backup::claim_command`).
 
 use std::process::ExitCode;
 
 use clap::Parser;
 use etcd_controller::app;
 use etcd_controller::args::Args;
+use etcd_controller::backup::claim_command::{self, BackupCommand};
 use etcd_controller::backup::seed::{self, RestoreCommand};
 
 #[tokio::main]
@@ -29,6 +32,21 @@ async fn main() -> ExitCode {
                 );
                 ExitCode::FAILURE
             }
+        };
+    }
+    if std::env::args_os().nth(1).is_some_and(|a| a == "backup") {
+        let command = BackupCommand::parse_from(std::env::args_os().skip(1));
+        let (report, ok) = claim_command::run(command).await;
+        let words = report.message.unwrap_or_default();
+        return if ok {
+            println!("etcd-controller backup: {words}");
+            ExitCode::SUCCESS
+        } else {
+            eprintln!(
+                "etcd-controller backup: {}: {words}",
+                report.reason.unwrap_or_default()
+            );
+            ExitCode::FAILURE
         };
     }
     let args = Args::parse();

@@ -381,7 +381,7 @@ pub fn compute(
         next_step: Some(describe(step)).filter(|s| !s.is_empty()),
         restored_from: view.seed.as_ref().map(|seed| RestoredFrom {
             restore: seed.restore.clone(),
-            path: seed.s3.path.clone(),
+            path: seed.source.path().unwrap_or_default().to_string(),
             revision: seed.revision,
             sha256: seed.sha256.clone(),
             etcd_version: seed.etcd_version.clone(),

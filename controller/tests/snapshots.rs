@@ -12,8 +12,8 @@ use std::time::Duration;
 use anyhow::{Context as _, ensure};
 use bytes::Bytes;
 use etcd_controller::backup::integrity::IntegrityError;
-use etcd_controller::backup::store::{self, AwsProfile, S3Object, StoreTimeouts};
-use etcd_controller::backup::transfer::{self, SnapshotInfo, TransferError};
+use etcd_controller::backup::store::{self, AwsProfile, Credentials, StoreLocation, StoreTimeouts};
+use etcd_controller::backup::transfer::{self, SnapshotInfo, TransferError, meta::Names};
 use etcd_controller::etcd::EtcdAccess;
 use etcd_shared::types::storage::S3Source;
 use etcd_tests::member::SingleMember;
@@ -34,8 +34,8 @@ async fn open_bucket(server: &S3Server, bucket: &str) -> anyhow::Result<Arc<dyn 
     };
     let profile = AwsProfile::parse(&server.credentials_file(), Some(&server.config_file()))?;
     Ok(store::open(
-        &S3Object::from_source(&source)?,
-        &profile,
+        &StoreLocation::s3(&source)?,
+        &Credentials::Aws(profile),
         StoreTimeouts::default(),
     )?)
 }
@@ -91,7 +91,7 @@ async fn round_trip(
     let stream = access
         .snapshot(&member.endpoint, Duration::from_secs(60))
         .await?;
-    let uploaded = transfer::upload(bucket, &key, &info, stream).await?;
+    let uploaded = transfer::upload(bucket, &key, &info, Names::Hyphens, stream).await?;
     ensure!(
         // The snapshot commits the backend first, so it may be a little larger.
         uploaded.db_size > 0 && (uploaded.db_size as i64) < 2 * status.db_size + (1 << 20),
@@ -186,7 +186,7 @@ async fn snapshots_go_to_s3_and_back_intact() -> anyhow::Result<()> {
             .map(|c| Ok::<_, String>(Bytes::copy_from_slice(c)))
             .collect::<Vec<_>>(),
     );
-    let err = transfer::upload(&bucket, "bad/snapshot.db", &info, chunks)
+    let err = transfer::upload(&bucket, "bad/snapshot.db", &info, Names::Hyphens, chunks)
         .await
         .expect_err("a bad hash must fail");
     ensure!(matches!(err, TransferError::Integrity(_)), "{err}");
@@ -198,7 +198,7 @@ async fn snapshots_go_to_s3_and_back_intact() -> anyhow::Result<()> {
         Ok(Bytes::from(vec![1u8; 1024])),
         Err("member went away".to_string()),
     ]);
-    let err = transfer::upload(&bucket, "bad/failing.db", &info, failing)
+    let err = transfer::upload(&bucket, "bad/failing.db", &info, Names::Hyphens, failing)
         .await
         .expect_err("a failed source must fail");
     ensure!(matches!(err, TransferError::Source(_)), "{err}");
@@ -224,8 +224,8 @@ async fn snapshots_go_to_s3_and_back_intact() -> anyhow::Result<()> {
         None,
     )?;
     let denied = store::open(
-        &S3Object::from_source(&source)?,
-        &wrong,
+        &StoreLocation::s3(&source)?,
+        &Credentials::Aws(wrong),
         StoreTimeouts::default(),
     )?;
     let err = transfer::verify(&denied, "3.6.16/snapshot.db", None)

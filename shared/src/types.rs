@@ -31,7 +31,7 @@ pub use restore::{
     ClusterTemplate, EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus, RestoreSeed,
 };
 pub use status::{ClusterPhase, EtcdClusterStatus, MembersStatus, RestoredFrom};
-pub use storage::{S3Source, StorageSource};
+pub use storage::{PvcSource, S3Source, StorageSource};
 
 /// The desired state of an etcd cluster.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]

@@ -114,9 +114,15 @@ fn every_coreos_backup_and_restore_field_is_in_the_schema() {
             .as_object()
             .and_then(|p| p.values().find(|v| v.get("enum").is_some()))
             .expect("a storage type enum");
+        // CoreOS' four, then this operator's extension.
         assert_eq!(
             types["enum"],
-            serde_json::json!(["S3", "ABS", "GCS", "OSS"])
+            serde_json::json!(["S3", "ABS", "GCS", "OSS", "PVC"])
+        );
+        let pvc = &root["properties"]["spec"]["properties"]["pvc"]["properties"];
+        assert!(
+            pvc["claimName"].is_object() && pvc["path"].is_object(),
+            "the pvc source: {pvc}"
         );
     }
 }

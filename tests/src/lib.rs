@@ -15,6 +15,8 @@
 //!   from the binaries built in this workspace (the demo and the `installed` suite).
 //! - [`endpoints`]: the ready addresses behind a Service.
 //! - [`helm`]: the one helm runner (Helm 3 and Helm 4, [`HelmMajor`]).
+//! - [`s3`], [`azurite`], [`gcs`]: real object store servers for the backup tests (versitygw,
+//!   Azurite, fake-gcs-server).
 //! - [`prometheus`]: a real Prometheus discovering targets through the API server as the
 //!   Prometheus Operator configures it, its HTTP API, and promtool.
 //! - [`chart`]: what the chart suites share: rendered manifests and checks of them.
@@ -24,10 +26,12 @@
 
 #![warn(missing_docs)]
 
+pub mod azurite;
 pub mod chart;
 pub mod control_plane;
 pub mod crds;
 pub mod endpoints;
+pub mod gcs;
 pub mod helm;
 pub mod kubeconfig;
 pub mod kubelet;

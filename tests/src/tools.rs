@@ -63,6 +63,10 @@ pub struct Versions {
     pub helm4: String,
     /// `VERSITYGW_VERSION`: the S3 server of the backup tests.
     pub versitygw: String,
+    /// `AZURITE_VERSION`: the Azure Blob Storage server of the backup tests.
+    pub azurite: String,
+    /// `FAKE_GCS_SERVER_VERSION`: the GCS server of the backup tests.
+    pub fake_gcs_server: String,
     /// `PROMETHEUS_VERSION`: the module version of Prometheus and promtool (`0.3XX.Y` is
     /// Prometheus 3.XX.Y).
     pub prometheus: String,
@@ -121,6 +125,8 @@ impl Versions {
             helm: get("HELM_VERSION")?,
             helm4: get("HELM4_VERSION")?,
             versitygw: get("VERSITYGW_VERSION")?,
+            azurite: get("AZURITE_VERSION")?,
+            fake_gcs_server: get("FAKE_GCS_SERVER_VERSION")?,
             prometheus: get("PROMETHEUS_VERSION")?,
         })
     }
@@ -250,6 +256,25 @@ impl Tools {
             .join("versitygw")
             .join(format!("v{}", self.versions.versitygw));
         self.binary(dir, "versitygw")
+    }
+
+    /// `azurite-blob` (Azurite's Blob service), the ABS server of the backup tests, at
+    /// `AZURITE_VERSION`.
+    pub fn azurite_blob(&self) -> Result<PathBuf, ToolsError> {
+        let dir = self
+            .root
+            .join("azurite")
+            .join(format!("v{}", self.versions.azurite));
+        self.binary(dir, "azurite-blob")
+    }
+
+    /// `fake-gcs-server`, the GCS server of the backup tests, at `FAKE_GCS_SERVER_VERSION`.
+    pub fn fake_gcs_server(&self) -> Result<PathBuf, ToolsError> {
+        let dir = self
+            .root
+            .join("fake-gcs-server")
+            .join(format!("v{}", self.versions.fake_gcs_server));
+        self.binary(dir, "fake-gcs-server")
     }
 
     fn prometheus_dir(&self) -> PathBuf {

@@ -1,6 +1,7 @@
-//! Backups and restores on real etcd members and a real S3 server (versitygw, started by the
-//! harness): the webhook and the controller run in this process against the harness's
-//! kube-apiserver, the process kubelet runs the member pods as real etcd processes.
+//! Backups and restores on real etcd members and real object store servers started by the
+//! harness (versitygw for S3, Azurite for ABS, fake-gcs-server for GCS): the webhook and the
+//! controller run in this process against the harness's kube-apiserver, the process kubelet
+//! runs the member pods as real etcd processes.
 //!
 //! Run: `cargo test -p etcd-tests --test backup_restore` (needs `hack/build-tools.sh` first).
 //! Each test prints its figures on lines starting with `duration:` or `figure:`.
@@ -24,12 +25,14 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
-use object_store::ObjectStore;
+use object_store::{ObjectStore, ObjectStoreExt as _};
 
-use etcd_controller::backup::store::{self, AwsProfile, S3Object, StoreTimeouts};
+use etcd_controller::backup::store::{self, Credentials, StoreLocation, StoreTimeouts};
 use etcd_controller::backup::transfer;
-use etcd_shared::types::storage::S3Source;
+use etcd_shared::types::storage::{S3Source, StorageSource};
 use etcd_shared::types::{EtcdBackup, EtcdBackupStatus};
+use etcd_tests::azurite::{self, AzuriteServer};
+use etcd_tests::gcs::GcsServer;
 use etcd_tests::s3::S3Server;
 use etcd_tests::suite::TestContext;
 use etcd_tests::{Tools, poll_until};
@@ -76,6 +79,16 @@ fn main() -> std::process::ExitCode {
         etcd_tests::Test::new(
             "coreos_examples_back_up_and_restore_the_users_cluster",
             coreos_examples_back_up_and_restore_the_users_cluster,
+        )
+        .with_timeout(long),
+        etcd_tests::Test::new(
+            "abs_backups_and_a_restore_through_azurite",
+            abs_backups_and_a_restore_through_azurite,
+        )
+        .with_timeout(long),
+        etcd_tests::Test::new(
+            "gcs_backups_and_a_restore_through_fake_gcs_server",
+            gcs_backups_and_a_restore_through_fake_gcs_server,
         )
         .with_timeout(long),
     ]);
@@ -134,13 +147,21 @@ impl Storage {
             endpoint: self.server.endpoint().into(),
             force_path_style: true,
         };
-        let profile = AwsProfile::parse(
-            &self.server.credentials_file(),
-            Some(&self.server.config_file()),
-        )?;
+        let location = StoreLocation::s3(&source)?;
+        let files = [
+            ("credentials", self.server.credentials_file()),
+            ("config", self.server.config_file()),
+        ];
+        let get = |key: &str| {
+            files
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map(|(_, v)| v.clone())
+        };
+        let credentials = Credentials::read(&location.backend, Some(&get))?;
         Ok(store::open(
-            &S3Object::from_source(&source)?,
-            &profile,
+            &location,
+            &credentials,
             StoreTimeouts::default(),
         )?)
     }
@@ -647,10 +668,24 @@ async fn bad_backups_and_restores_are_refused_at_kubectl_apply(
         ),
         (
             backup(
-                "gcs",
-                "  etcdEndpoints: [\"http://demo-client:2379\"]\n  storageType: GCS\n  gcs:\n    path: b/k\n    gcpSecret: g\n",
+                "oss",
+                "  etcdEndpoints: [\"http://demo-client:2379\"]\n  storageType: OSS\n  oss:\n    path: b/k\n    ossSecret: o\n",
             ),
-            "GCS",
+            "OSS is a storage type of CoreOS' API that this operator does not support",
+        ),
+        (
+            backup(
+                "gcs",
+                "  etcdEndpoints: [\"http://demo-client:2379\"]\n  storageType: GCS\n  gcs:\n    path: google-backups/k\n",
+            ),
+            "spec.gcs.path: the bucket \"google-backups\" must not start with \"goog\"",
+        ),
+        (
+            backup(
+                "abs",
+                "  etcdEndpoints: [\"http://demo-client:2379\"]\n  storageType: ABS\n  abs:\n    path: etcd/k\n    absSecret: azure\n    endpoint: azurite:10000\n",
+            ),
+            "spec.abs.endpoint",
         ),
         (
             backup(
@@ -880,5 +915,239 @@ async fn safety_backups_come_before_a_scale_down_and_a_minor_upgrade(
     );
     let pods: Api<Pod> = ctx.api();
     check_every_member(&pods, "safe", "/s/", &data, 1).await?;
+    Ok(())
+}
+
+/// An Azure Blob Storage (Azurite) or GCS (fake-gcs-server) server with a container or bucket,
+/// and its secret (`azure` or `gcp`, CoreOS' keys) in the test's namespace.
+struct CloudStorage {
+    server: CloudServer,
+    bucket: String,
+    /// The secret's keys, as the operator reads them.
+    secret: BTreeMap<String, String>,
+}
+
+enum CloudServer {
+    Abs(AzuriteServer),
+    Gcs(GcsServer),
+}
+
+impl CloudStorage {
+    async fn abs(ctx: &TestContext, container: &str) -> anyhow::Result<Self> {
+        let server = AzuriteServer::start(&Tools::from_env()?, "127.0.0.1").await?;
+        server.create_container(container).await?;
+        let secret = [
+            ("storage-account", azurite::ACCOUNT),
+            ("storage-key", azurite::ACCOUNT_KEY),
+            ("cloud", "AzurePublicCloud"),
+        ];
+        Self::with_secret(ctx, CloudServer::Abs(server), container, "azure", &secret).await
+    }
+
+    async fn gcs(ctx: &TestContext, bucket: &str) -> anyhow::Result<Self> {
+        let server = GcsServer::start(&Tools::from_env()?, "127.0.0.1").await?;
+        server.create_bucket(bucket).await?;
+        let key = server.credentials_json();
+        let secret = [("credentials.json", key.as_str())];
+        Self::with_secret(ctx, CloudServer::Gcs(server), bucket, "gcp", &secret).await
+    }
+
+    async fn with_secret(
+        ctx: &TestContext,
+        server: CloudServer,
+        bucket: &str,
+        name: &str,
+        keys: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
+        let secret: BTreeMap<String, String> = keys
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let secrets: Api<Secret> = ctx.api();
+        let object = Secret {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..ObjectMeta::default()
+            },
+            data: Some(
+                secret
+                    .iter()
+                    .map(|(k, v)| (k.clone(), ByteString(v.clone().into_bytes())))
+                    .collect(),
+            ),
+            ..Secret::default()
+        };
+        secrets.create(&PostParams::default(), &object).await?;
+        Ok(CloudStorage {
+            server,
+            bucket: bucket.to_string(),
+            secret,
+        })
+    }
+
+    fn storage_type(&self) -> &'static str {
+        match self.server {
+            CloudServer::Abs(_) => "ABS",
+            CloudServer::Gcs(_) => "GCS",
+        }
+    }
+
+    /// The source of a spec, as YAML lines under `abs:` or `gcs:`.
+    fn source_yaml(&self, key: &str) -> String {
+        match &self.server {
+            CloudServer::Abs(server) => format!(
+                "  abs:\n    path: {}/{key}\n    absSecret: azure\n    endpoint: {}\n",
+                self.bucket,
+                server.endpoint()
+            ),
+            CloudServer::Gcs(_) => format!(
+                "  gcs:\n    path: {}/{key}\n    gcpSecret: gcp\n",
+                self.bucket
+            ),
+        }
+    }
+
+    /// The container or bucket, opened as the operator opens it.
+    fn open(&self) -> anyhow::Result<Arc<dyn ObjectStore>> {
+        let yaml = self.source_yaml("x").replace("\n  ", "\n");
+        let source: StorageSource = serde_yaml::from_str(yaml.trim_start())?;
+        let location = StoreLocation::from_source(self.storage_type(), &source)?;
+        let get = |key: &str| self.secret.get(key).cloned();
+        let credentials = Credentials::read(&location.backend, Some(&get))?;
+        Ok(store::open(
+            &location,
+            &credentials,
+            StoreTimeouts::default(),
+        )?)
+    }
+
+    fn log_tail(&self) -> String {
+        match &self.server {
+            CloudServer::Abs(server) => server.log_tail(20),
+            CloudServer::Gcs(server) => server.log_tail(20),
+        }
+    }
+}
+
+async fn abs_backups_and_a_restore_through_azurite(ctx: TestContext) -> anyhow::Result<()> {
+    let storage = CloudStorage::abs(&ctx, "etcd-backups").await?;
+    backups_and_a_restore_through(&ctx, &storage).await
+}
+
+async fn gcs_backups_and_a_restore_through_fake_gcs_server(ctx: TestContext) -> anyhow::Result<()> {
+    let storage = CloudStorage::gcs(&ctx, "etcd-backups").await?;
+    backups_and_a_restore_through(&ctx, &storage).await
+}
+
+/// Issue 16, ABS and GCS: a one-shot backup to the store (the object intact, its size and the
+/// etcd version and revision in its metadata as the status says), periodic backups keeping
+/// `maxBackups` (the store's listing and deletion), and a restore from the one-shot snapshot
+/// (the controller's check and the seed member's `restore fetch` from the store) bringing
+/// every key back with its value.
+async fn backups_and_a_restore_through(
+    ctx: &TestContext,
+    storage: &CloudStorage,
+) -> anyhow::Result<()> {
+    install(ctx).await?;
+    OperatorBinaries::locate()?.register(ctx.kubelet()?);
+    let _controller = Controller::start(ctx)?;
+    let t = storage.storage_type();
+    let version = settled_cluster(ctx, "cl", 1).await?;
+    let slices: Api<EndpointSlice> = ctx.api();
+    let data = bulk_put(&slices, "cl", "/k/", 500, 8).await?;
+
+    let backup = |name: &str, policy: &str, key: &str| {
+        format!(
+            "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdBackup\nmetadata:\n  name: {name}\nspec:\n  etcdEndpoints: [\"http://cl-client:2379\"]\n  storageType: {t}\n{policy}{}",
+            storage.source_yaml(key)
+        )
+    };
+    let started = Instant::now();
+    create_backup(ctx, &backup("once", "", "cl/snapshot.db")).await?;
+    let status = backup_status(ctx, "once", "succeeded", |s| {
+        s.succeeded || s.reason.is_some()
+    })
+    .await?;
+    ensure!(
+        status.succeeded,
+        "{t} backup failed: {status:?}\n{}",
+        storage.log_tail()
+    );
+    duration(&format!("{t}: one-shot backup"), started);
+    ensure!(status.last_backup_path.as_deref() == Some("etcd-backups/cl/snapshot.db"));
+    let revision = status.etcd_revision.context("etcdRevision")?;
+    let bucket = storage.open()?;
+    let meta = bucket.head(&"cl/snapshot.db".into()).await?;
+    ensure!(
+        Some(meta.size as i64) == status.last_backup_size,
+        "{meta:?} {status:?}"
+    );
+    let (checked, info) = transfer::verify(
+        &bucket,
+        "cl/snapshot.db",
+        status.last_backup_sha256.as_deref(),
+    )
+    .await?;
+    ensure!(
+        info.revision == Some(revision) && info.etcd_version.as_deref() == Some(version.as_str()),
+        "the object's metadata: {info:?}"
+    );
+    println!(
+        "figure: {t} snapshot of {} bytes at revision {revision}",
+        checked.size
+    );
+
+    // Periodic backups: the listing and deletion of the store keep maxBackups.
+    let policy = "  backupPolicy:\n    backupIntervalInSecond: 1\n    maxBackups: 2\n";
+    create_backup(ctx, &backup("every1s", policy, "cl/periodic/snap.db")).await?;
+    let mut seen: Vec<String> = Vec::new();
+    while seen.len() < 4 {
+        let last = seen.last().cloned();
+        let status = backup_status(ctx, "every1s", "a new success", |s| {
+            s.reason.is_some() || (s.succeeded && s.last_backup_path != last)
+        })
+        .await?;
+        ensure!(status.reason.is_none(), "{t} periodic backup: {status:?}");
+        seen.push(status.last_backup_path.clone().context("a path")?);
+    }
+    let api: Api<EtcdBackup> = ctx.api();
+    api.delete("every1s", &DeleteParams::default()).await?;
+    let listed: Vec<_> = bucket
+        .list(Some(&"cl/periodic".into()))
+        .try_collect()
+        .await?;
+    let keys: Vec<String> = listed.iter().map(|m| m.location.to_string()).collect();
+    // Two kept after each retention (three if one more landed before the delete); the
+    // oldest of the four is gone.
+    let oldest = seen[0].split_once('/').map_or("", |(_, k)| k);
+    ensure!(
+        (2..=3).contains(&keys.len())
+            && keys.iter().all(|k| k.starts_with("cl/periodic/snap.db_v"))
+            && !keys.iter().any(|k| k == oldest),
+        "{t}: maxBackups 2 keeps the 2 newest snapshots, found {keys:?} (taken: {seen:?})"
+    );
+
+    // The restore: the snapshot is checked, the cluster replaced, its keys back.
+    let started = Instant::now();
+    create_restore(
+        ctx,
+        &format!(
+            "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdRestore\nmetadata:\n  name: cl\nspec:\n  etcdCluster:\n    name: cl\n  backupStorageType: {t}\n{}",
+            storage.source_yaml("cl/snapshot.db")
+        ),
+    )
+    .await?;
+    let restored = restore_status(ctx, "cl", "succeeded or refused", |s| {
+        s.succeeded || s.reason.is_some()
+    })
+    .await?;
+    ensure!(restored.succeeded, "{t} restore: {restored:?}");
+    duration(&format!("{t}: restore to a Running cluster"), started);
+    ensure!(
+        restored.snapshot_revision == Some(revision)
+            && restored.snapshot_sha256 == status.last_backup_sha256
+    );
+    let pods: Api<Pod> = ctx.api();
+    check_every_member(&pods, "cl", "/k/", &data, 1).await?;
     Ok(())
 }

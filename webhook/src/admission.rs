@@ -1056,7 +1056,7 @@ mod tests {
         );
 
         let mut spec = good_backup_spec();
-        spec["storageType"] = json!("GCS");
+        spec["storageType"] = json!("OSS");
         let no = judge(
             Endpoint::Validate,
             review_of(
@@ -1069,7 +1069,7 @@ mod tests {
         );
         assert_eq!(no["allowed"], json!(false), "{no}");
         assert!(
-            no["status"]["message"].as_str().unwrap().contains("GCS"),
+            no["status"]["message"].as_str().unwrap().contains("OSS"),
             "{no}"
         );
 

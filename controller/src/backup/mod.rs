@@ -8,13 +8,22 @@
 //! - [`reconciler`]: the EtcdBackup reconciler.
 //! - [`restore`]: the EtcdRestore reconciler.
 //! - [`seed`]: the restore steps the seed member's init containers run.
+//! - [`claim_files`], [`claim_command`], [`pod_report`]: snapshots as files in a
+//!   PersistentVolumeClaim (storage type PVC), written and checked by pods that mount it
+//!   (`etcd-controller backup save|verify`), which report in their termination message.
+//! - [`claim_backup`], [`claim_restore`]: the controller's side of those pods.
 //! - [`safety`]: the snapshot before a minor upgrade or a scale-down (`spec.safetyBackup`).
 //! - [`metrics`]: the backup and restore series.
 //! - [`outcomes`]: what both controllers do with their reconcile streams.
 
+pub mod claim_backup;
+pub mod claim_command;
+pub mod claim_files;
+pub mod claim_restore;
 pub mod integrity;
 pub mod metrics;
 pub mod outcomes;
+pub mod pod_report;
 pub mod reconciler;
 pub mod restore;
 pub mod safety;

@@ -4,6 +4,10 @@
 //! ([`transfer::upload`]: completed only when etcd's hash checks), deletes periodic snapshots
 //! beyond `maxBackups`, and reports the outcome in the status, an Event and the metrics.
 //!
+//! A backup of storage type PVC goes through a pod instead ([`super::claim_backup`]): the
+//! same cluster, member, naming, status, Event and metrics, with the snapshot streamed and
+//! checked by a pod that mounts the claim.
+//!
 //! Errors in the spec (endpoints naming no cluster, a bad path, a storage type without
 //! support) are reported and wait for a spec change; everything else is retried with backoff.
 
@@ -25,12 +29,13 @@ use tracing::{info, warn};
 use etcd_shared::admission::{AdmissionPolicy, Defaults};
 use etcd_shared::endpoints::{EndpointError, cluster_of_endpoints};
 use etcd_shared::names;
-use etcd_shared::types::storage::{S3Source, SUPPORTED_STORAGE_TYPES};
+use etcd_shared::types::storage::PVC_STORAGE_TYPE;
 use etcd_shared::types::{EtcdBackup, EtcdBackupStatus, EtcdCluster};
 
+use super::claim_backup::{self, Progress};
 use super::metrics::BackupMetrics;
 use super::schedule::{self, Next, Success};
-use super::store::{self, AwsProfile, S3Object, StoreError, StoreTimeouts};
+use super::store::{self, Credentials, StoreError, StoreLocation, StoreTimeouts};
 use super::transfer::{self, SnapshotInfo, TransferError};
 use crate::backoff::Backoff;
 use crate::error::Error;
@@ -45,11 +50,8 @@ pub enum BackupError {
     /// The endpoints name no cluster of the namespace.
     #[error("etcdEndpoints: {0}")]
     Endpoints(#[from] EndpointError),
-    /// The storage type is not one this operator writes to.
-    #[error("storageType {0:?} is not supported (supported: S3)")]
-    StorageType(String),
     /// The source matching the storage type is missing.
-    #[error("storageType S3 needs the s3 source (path, awsSecret)")]
+    #[error("the storage source matching the storage type is missing")]
     NoSource,
     /// The cluster does not exist.
     #[error("EtcdCluster {0:?} not found in this namespace")]
@@ -90,6 +92,14 @@ pub enum BackupError {
     /// The whole backup took longer than `timeoutInSecond`.
     #[error("the backup took longer than its timeout of {0:?}")]
     Timeout(Duration),
+    /// A PVC backup or restore needs a pod of the operator's image, and none is configured.
+    #[error(
+        "the controller runs without --restore-image (the chart sets it), so it cannot start the pod that mounts the claim"
+    )]
+    NoImage,
+    /// The pod that mounts the claim failed: its reason and message.
+    #[error("the pod mounting the claim failed: {1}")]
+    Pod(&'static str, String),
 }
 
 impl BackupError {
@@ -97,7 +107,7 @@ impl BackupError {
     pub fn reason(&self) -> &'static str {
         match self {
             BackupError::Endpoints(_) => "BadEndpoints",
-            BackupError::StorageType(_) | BackupError::NoSource => "UnsupportedStorage",
+            BackupError::NoSource => "UnsupportedStorage",
             BackupError::ClusterNotFound(_) => "ClusterNotFound",
             BackupError::ClusterInvalid { .. } => "ClusterInvalid",
             BackupError::NoMember { .. } => "NoMemberReachable",
@@ -106,6 +116,8 @@ impl BackupError {
             BackupError::Transfer(e) => e.reason(),
             BackupError::Controller(_) => "ApiFailed",
             BackupError::Timeout(_) => "Timeout",
+            BackupError::NoImage => "NoRestoreImage",
+            BackupError::Pod(reason, _) => reason,
         }
     }
 
@@ -115,11 +127,10 @@ impl BackupError {
         matches!(
             self,
             BackupError::Endpoints(_)
-                | BackupError::StorageType(_)
                 | BackupError::NoSource
-                | BackupError::Store(StoreError::BadPath(_))
                 | BackupError::Transfer(TransferError::BadKey { .. })
-        )
+                | BackupError::NoImage
+        ) || matches!(self, BackupError::Store(e) if e.needs_spec_change())
     }
 }
 
@@ -136,6 +147,8 @@ pub struct BackupConfig {
     pub max_backoff: Duration,
     /// The rules the cluster's spec is read with.
     pub policy: AdmissionPolicy,
+    /// The operator's image, for the pods of PVC backups (the controller's `--restore-image`).
+    pub image: Option<String>,
 }
 
 impl Default for BackupConfig {
@@ -146,16 +159,17 @@ impl Default for BackupConfig {
             base_backoff: Duration::from_secs(5),
             max_backoff: Duration::from_secs(300),
             policy: AdmissionPolicy::new(Defaults::default()),
+            image: None,
         }
     }
 }
 
 /// What every backup reconcile shares.
 pub struct BackupReconciler {
-    client: kube::Client,
+    pub(crate) client: kube::Client,
     metrics: BackupMetrics,
     recorder: Recorder,
-    config: BackupConfig,
+    pub(crate) config: BackupConfig,
     backoff: Backoff,
 }
 
@@ -231,9 +245,17 @@ async fn reconcile(
     }
     let limit = schedule::timeout(&backup.spec);
     let started = Instant::now();
-    let outcome = match tokio::time::timeout(limit, take(&backup, &r, now)).await {
-        Ok(outcome) => outcome,
-        Err(_) => Err(BackupError::Timeout(limit)),
+    let outcome = if backup.spec.storage_type == PVC_STORAGE_TYPE {
+        match claim_backup::step(&backup, &r, now).await {
+            Ok(Progress::Waiting) => return Ok(Action::requeue(claim_backup::POLL)),
+            Ok(Progress::Finished(outcome)) => outcome,
+            Err(e) => Err(e),
+        }
+    } else {
+        match tokio::time::timeout(limit, take(&backup, &r, now)).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(BackupError::Timeout(limit)),
+        }
     };
     let reference = backup.object_ref(&());
     let namespace = backup.namespace().unwrap_or_default();
@@ -306,13 +328,44 @@ async fn take(
 ) -> Result<Success, BackupError> {
     let namespace = backup.namespace().unwrap_or_default();
     let spec = &backup.spec;
-    if !SUPPORTED_STORAGE_TYPES.contains(&spec.storage_type.as_str()) {
-        return Err(BackupError::StorageType(spec.storage_type.clone()));
+    let location = StoreLocation::from_source(&spec.storage_type, &spec.source)?;
+    let (view, tls_secret) = target(backup, r).await?;
+    let periodic = schedule::interval(spec).is_some();
+    let (success, bucket) = snapshot_cluster(
+        &r.client,
+        &view,
+        tls_secret.as_deref(),
+        &location,
+        &SnapshotSettings {
+            etcd_timeout: r.config.etcd_timeout,
+            limit: schedule::timeout(spec),
+            store: r.config.store,
+        },
+        |revision| schedule::snapshot_key(&location.key, periodic, revision, now),
+    )
+    .await?;
+    if periodic {
+        let max = spec.backup_policy.as_ref().map_or(0, |p| p.max_backups);
+        let prefix = &location.key;
+        let key = success.path.split_once('/').map_or("", |(_, k)| k);
+        if let Err(e) = retain(&bucket, prefix, max, key).await {
+            // The snapshot is written; old ones are tried again after the next one.
+            warn!(backup = %namespace, error = %e, "deleting old snapshots failed");
+        }
     }
-    let s3 = spec.source.s3.as_ref().ok_or(BackupError::NoSource)?;
-    let cluster_name = cluster_of_endpoints(&spec.etcd_endpoints, &namespace)?;
+    Ok(success)
+}
 
-    // The cluster and how to reach its members.
+/// The cluster the backup's endpoints name (in its namespace), read, and the Secret with the
+/// client certificate to reach its members with (`clientTLSSecret`, else the operator's own
+/// for a cluster with client TLS).
+pub(crate) async fn target(
+    backup: &EtcdBackup,
+    r: &BackupReconciler,
+) -> Result<(ClusterView, Option<String>), BackupError> {
+    let namespace = backup.namespace().unwrap_or_default();
+    let spec = &backup.spec;
+    let cluster_name = cluster_of_endpoints(&spec.etcd_endpoints, &namespace)?;
     let clusters: Api<EtcdCluster> = Api::namespaced(r.client.clone(), &namespace);
     let cluster = clusters
         .get_opt(&cluster_name)
@@ -328,34 +381,28 @@ async fn take(
         "" => view.tls.operator_secret.clone(),
         secret => Some(secret.to_string()),
     };
-    let periodic = schedule::interval(spec).is_some();
-    let (success, bucket) = snapshot_cluster(
-        &r.client,
-        &view,
-        tls_secret.as_deref(),
-        s3,
-        &SnapshotSettings {
-            etcd_timeout: r.config.etcd_timeout,
-            limit: schedule::timeout(spec),
-            store: r.config.store,
-        },
-        |revision| {
-            S3Object::from_source(s3)
-                .map(|o| schedule::snapshot_key(&o.key, periodic, revision, now))
-                .unwrap_or_default()
-        },
-    )
-    .await?;
-    if periodic {
-        let max = spec.backup_policy.as_ref().map_or(0, |p| p.max_backups);
-        let prefix = S3Object::from_source(s3)?.key;
-        let key = success.path.split_once('/').map_or("", |(_, k)| k);
-        if let Err(e) = retain(&bucket, &prefix, max, key).await {
-            // The snapshot is written; old ones are tried again after the next one.
-            warn!(backup = %namespace, error = %e, "deleting old snapshots failed");
-        }
-    }
-    Ok(success)
+    Ok((view, tls_secret))
+}
+
+/// How to reach the members of `view`: with the client certificate of `tls_secret` when given.
+pub(crate) async fn member_access(
+    client: &kube::Client,
+    view: &ClusterView,
+    tls_secret: Option<&str>,
+    etcd_timeout: Duration,
+) -> Result<EtcdAccess, BackupError> {
+    let tls = match tls_secret {
+        None => None,
+        Some(secret) => Some(
+            observe::secret_tls(client, &view.namespace, secret, &view.tls_server_name()).await?,
+        ),
+    };
+    Ok(EtcdAccess {
+        tls_id: tls.as_ref().map_or(0, |(_, id)| *id),
+        tls: tls.map(|(tls, _)| tls),
+        timeout: etcd_timeout,
+        pool: None,
+    })
 }
 
 /// Timeouts of one snapshot.
@@ -369,35 +416,24 @@ pub struct SnapshotSettings {
     pub store: StoreTimeouts,
 }
 
-/// Writes a snapshot of the cluster of `view` to the bucket of `s3`, under the key `key_of`
-/// gives for the snapshot's revision: from the member with the highest revision, reached with
-/// the client certificate of `tls_secret` (CoreOS' layout) when the cluster serves TLS. The
-/// one way every snapshot is taken: EtcdBackups and the safety backups before risky changes.
+/// Writes a snapshot of the cluster of `view` to the bucket (S3, GCS) or container (ABS) of
+/// `location`, under the key `key_of` gives for the snapshot's revision: from the member with
+/// the highest revision, reached with the client certificate of `tls_secret` (CoreOS' layout)
+/// when the cluster serves TLS. The one way every snapshot is taken: EtcdBackups and the safety
+/// backups before risky changes.
 pub async fn snapshot_cluster(
     client: &kube::Client,
     view: &ClusterView,
     tls_secret: Option<&str>,
-    s3: &S3Source,
+    location: &StoreLocation,
     settings: &SnapshotSettings,
     key_of: impl FnOnce(i64) -> String,
 ) -> Result<(Success, Arc<dyn ObjectStore>), BackupError> {
     let started = Instant::now();
-    let object = S3Object::from_source(s3)?;
-    let tls = match tls_secret {
-        None => None,
-        Some(secret) => Some(
-            observe::secret_tls(client, &view.namespace, secret, &view.tls_server_name()).await?,
-        ),
-    };
-    let access = EtcdAccess {
-        tls_id: tls.as_ref().map_or(0, |(_, id)| *id),
-        tls: tls.map(|(tls, _)| tls),
-        timeout: settings.etcd_timeout,
-        pool: None,
-    };
+    let access = member_access(client, view, tls_secret, settings.etcd_timeout).await?;
     let (endpoint, member, status) = most_advanced_member(client, view, &access).await?;
-    let profile = aws_profile(client, &view.namespace, &s3.aws_secret).await?;
-    let bucket = store::open(&object, &profile, settings.store)?;
+    let credentials = credentials(client, &view.namespace, location).await?;
+    let bucket = store::open(location, &credentials, settings.store)?;
     let key = key_of(status.revision);
     let info = SnapshotInfo {
         etcd_version: status.version.clone(),
@@ -406,10 +442,10 @@ pub async fn snapshot_cluster(
         member,
     };
     let stream = access.snapshot(&endpoint, settings.limit).await?;
-    let checked = transfer::upload(&bucket, &key, &info, stream).await?;
+    let checked = transfer::upload(&bucket, &key, &info, location.metadata_names(), stream).await?;
     Ok((
         Success {
-            path: object.display(&key),
+            path: location.display(&key),
             etcd_version: status.version,
             revision: status.revision,
             size: checked.size,
@@ -422,7 +458,7 @@ pub async fn snapshot_cluster(
 
 /// Asks every running member pod of the cluster its status and picks the one with the highest
 /// revision (a voter over a learner when they are level).
-async fn most_advanced_member(
+pub(crate) async fn most_advanced_member(
     client: &kube::Client,
     view: &ClusterView,
     access: &EtcdAccess,
@@ -483,19 +519,21 @@ async fn most_advanced_member(
     })
 }
 
-/// The `[default]` profile of the `awsSecret`.
-pub(crate) async fn aws_profile(
+/// The credentials of `location`'s store, from the secret its source names (none for GCS
+/// without `gcpSecret`: the default credentials).
+pub(crate) async fn credentials(
     client: &kube::Client,
     namespace: &str,
-    name: &str,
-) -> Result<AwsProfile, BackupError> {
+    location: &StoreLocation,
+) -> Result<Credentials, BackupError> {
+    let name = location.secret.as_str();
+    if name.is_empty() {
+        return Ok(Credentials::read(&location.backend, None)?);
+    }
     let secret_error = |reason: String| BackupError::Secret {
         name: name.to_string(),
         reason,
     };
-    if name.is_empty() {
-        return Err(secret_error("s3.awsSecret is not set".into()));
-    }
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let secret = secrets
         .get_opt(name)
@@ -503,18 +541,20 @@ pub(crate) async fn aws_profile(
         .map_err(Error::kube(format!("get secret {name}")))?
         .ok_or_else(|| secret_error("not found".into()))?;
     let data = secret.data.unwrap_or_default();
-    let text = |key: &str| {
-        data.get(key)
-            .map(|b| {
-                String::from_utf8(b.0.clone())
-                    .map_err(|_| secret_error(format!("key {key} is not UTF-8 text")))
-            })
-            .transpose()
-    };
-    let credentials = text(store::CREDENTIALS_KEY)?
-        .ok_or_else(|| secret_error(format!("has no key {}", store::CREDENTIALS_KEY)))?;
-    let config = text(store::CONFIG_KEY)?;
-    Ok(AwsProfile::parse(&credentials, config.as_deref())?)
+    let mut text = std::collections::BTreeMap::new();
+    for key in store::secret_keys(&location.backend) {
+        if let Some(bytes) = data.get(*key) {
+            let value = String::from_utf8(bytes.0.clone())
+                .map_err(|_| secret_error(format!("key {key} is not UTF-8 text")))?;
+            text.insert(*key, value);
+        }
+    }
+    Credentials::read(&location.backend, Some(&|key: &str| text.get(key).cloned())).map_err(|e| {
+        match e {
+            StoreError::MissingKey(key) => secret_error(format!("has no key {key}")),
+            e => BackupError::Store(e),
+        }
+    })
 }
 
 /// Deletes the periodic snapshots of `prefix` beyond `max`, keeping `keep`.

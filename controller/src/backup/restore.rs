@@ -30,15 +30,16 @@ use serde_json::json;
 use tracing::{info, warn};
 
 use etcd_shared::names::{self, ANNOTATION_RESTORE_SEED};
-use etcd_shared::types::storage::SUPPORTED_STORAGE_TYPES;
+use etcd_shared::types::storage::PVC_STORAGE_TYPE;
 use etcd_shared::types::{
     ClusterPhase, ClusterTemplate, EtcdCluster, EtcdRestore, EtcdRestoreStatus, RestoreSeed,
 };
 use etcd_shared::version::EtcdVersion;
 
+use super::claim_restore;
 use super::metrics::BackupMetrics;
-use super::reconciler::{BackupError, aws_profile};
-use super::store::{self, S3Object, StoreTimeouts};
+use super::reconciler::{BackupError, credentials};
+use super::store::{self, StoreLocation, StoreTimeouts};
 use super::transfer;
 use crate::backoff::Backoff;
 use crate::conditions;
@@ -275,7 +276,8 @@ async fn reconcile(
                 return Ok(Action::await_change());
             }
             match verify(&r, &restore, &cluster).await {
-                Ok(status) => {
+                Ok(None) => Ok(Action::requeue(claim_restore::POLL)),
+                Ok(Some(status)) => {
                     write_status(&r.client, &restore, &status).await?;
                     let note = status
                         .conditions
@@ -379,28 +381,65 @@ async fn reconcile(
     }
 }
 
-/// Reads the snapshot through and checks it; the status to record before anything is touched.
+/// What the check of a snapshot found, wherever it is kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckedSource {
+    /// `BUCKET/KEY` or `CLAIM/PATH`.
+    pub path: String,
+    /// Bytes of the snapshot.
+    pub size: u64,
+    /// SHA-256 of its database, hex.
+    pub sha256: String,
+    /// etcd revision, when its metadata says.
+    pub revision: Option<i64>,
+    /// etcd version that took it, when its metadata says.
+    pub etcd_version: Option<String>,
+}
+
+/// Reads the snapshot in the object store (S3, ABS or GCS) through and checks it.
+async fn check_object(
+    r: &RestoreReconciler,
+    restore: &EtcdRestore,
+) -> Result<CheckedSource, BackupError> {
+    let namespace = restore.namespace().unwrap_or_default();
+    let spec = &restore.spec;
+    let location = StoreLocation::from_source(&spec.backup_storage_type, &spec.source)?;
+    let credentials = credentials(&r.client, &namespace, &location).await?;
+    let bucket = store::open(&location, &credentials, r.store)?;
+    let (checked, info) = transfer::verify(&bucket, &location.key, None).await?;
+    Ok(CheckedSource {
+        path: location.display(&location.key),
+        size: checked.size,
+        sha256: checked.sha256,
+        revision: info.revision,
+        etcd_version: info.etcd_version,
+    })
+}
+
+/// Reads the snapshot through and checks it (S3, ABS, GCS: here; PVC: in a pod that mounts
+/// the claim read-only, `None` while it runs); the status to record before anything is
+/// touched.
 async fn verify(
     r: &RestoreReconciler,
     restore: &EtcdRestore,
     cluster: &EtcdCluster,
-) -> Result<EtcdRestoreStatus, BackupError> {
-    let namespace = restore.namespace().unwrap_or_default();
-    let spec = &restore.spec;
-    if !SUPPORTED_STORAGE_TYPES.contains(&spec.backup_storage_type.as_str()) {
-        return Err(BackupError::StorageType(spec.backup_storage_type.clone()));
-    }
-    let s3 = spec.source.s3.as_ref().ok_or(BackupError::NoSource)?;
-    let object = S3Object::from_source(s3)?;
+) -> Result<Option<EtcdRestoreStatus>, BackupError> {
     let view = crate::builders::ClusterView::new(cluster, &r.policy).map_err(|e| {
         BackupError::ClusterInvalid {
             name: cluster.name_any(),
             reason: e.to_string(),
         }
     })?;
-    let profile = aws_profile(&r.client, &namespace, &s3.aws_secret).await?;
-    let bucket = store::open(&object, &profile, r.store)?;
-    let (checked, info) = transfer::verify(&bucket, &object.key, None).await?;
+    let checked = if restore.spec.backup_storage_type == PVC_STORAGE_TYPE {
+        let image = r.restore_image.clone().ok_or(BackupError::NoImage)?;
+        match claim_restore::verify_step(&r.client, &image, restore).await? {
+            Some(checked) => checked,
+            None => return Ok(None),
+        }
+    } else {
+        check_object(r, restore).await?
+    };
+    let info = &checked;
     lines_fit(info.etcd_version.as_deref(), &view.version).map_err(|reason| {
         BackupError::ClusterInvalid {
             name: cluster.name_any(),
@@ -414,7 +453,7 @@ async fn verify(
     let mut status = restore.status.clone().unwrap_or_default();
     status.succeeded = false;
     status.reason = None;
-    status.snapshot_path = Some(object.display(&object.key));
+    status.snapshot_path = Some(checked.path.clone());
     status.snapshot_revision = info.revision;
     status.snapshot_etcd_version = info.etcd_version.clone();
     status.snapshot_sha256 = Some(checked.sha256.clone());
@@ -427,7 +466,7 @@ async fn verify(
     status.observed_generation = restore.metadata.generation;
     let message = format!(
         "{} checked: {} bytes, sha256 {}, etcd {} at revision {}",
-        object.display(&object.key),
+        checked.path,
         checked.size,
         checked.sha256,
         info.etcd_version.as_deref().unwrap_or("(not recorded)"),
@@ -445,22 +484,21 @@ async fn verify(
             &now,
         ),
     );
-    Ok(status)
+    Ok(Some(status))
 }
 
 /// The cluster to create: the template, with the seed annotation.
 fn restored_cluster(restore: &EtcdRestore, namespace: &str) -> Result<EtcdCluster, BackupError> {
     let status = restore.status.clone().unwrap_or_default();
     let template = status.template.clone().ok_or(BackupError::NoSource)?;
-    let s3 = restore
+    let source = restore
         .spec
         .source
-        .s3
-        .clone()
+        .only(&restore.spec.backup_storage_type)
         .ok_or(BackupError::NoSource)?;
     let seed = RestoreSeed {
         restore: restore.name_any(),
-        s3,
+        source,
         sha256: status.snapshot_sha256.clone().unwrap_or_default(),
         revision: status.snapshot_revision,
         etcd_version: status.snapshot_etcd_version.clone(),

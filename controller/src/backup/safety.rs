@@ -6,12 +6,11 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{Timestamp, tz::TimeZone};
 
-use etcd_shared::types::storage::SUPPORTED_STORAGE_TYPES;
 use etcd_shared::types::{SafetyBackup, SafetyBackupRecord};
 
 use super::reconciler::{BackupError, SnapshotSettings, snapshot_cluster};
 use super::schedule::DEFAULT_TIMEOUT;
-use super::store::{S3Object, StoreTimeouts};
+use super::store::{StoreLocation, StoreTimeouts};
 use crate::planner::{Observed, RemovalReason, Step};
 use crate::view::ClusterView;
 
@@ -68,11 +67,7 @@ pub async fn take(
     change: &str,
     etcd_timeout: std::time::Duration,
 ) -> Result<SafetyBackupRecord, BackupError> {
-    if !SUPPORTED_STORAGE_TYPES.contains(&spec.storage_type.as_str()) {
-        return Err(BackupError::StorageType(spec.storage_type.clone()));
-    }
-    let s3 = spec.source.s3.as_ref().ok_or(BackupError::NoSource)?;
-    let object = S3Object::from_source(s3)?;
+    let location = StoreLocation::from_source(&spec.storage_type, &spec.source)?;
     let limit = if spec.timeout_in_second > 0 {
         std::time::Duration::from_secs(spec.timeout_in_second.unsigned_abs())
     } else {
@@ -88,9 +83,9 @@ pub async fn take(
         client,
         view,
         view.tls.operator_secret.as_deref(),
-        s3,
+        &location,
         &settings,
-        |revision| snapshot_key(&object.key, change, revision, now),
+        |revision| snapshot_key(&location.key, change, revision, now),
     );
     let (success, _) = tokio::time::timeout(limit, run)
         .await

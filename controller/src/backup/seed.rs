@@ -2,8 +2,9 @@
 //! containers of a restored cluster's first member, around etcd's own
 //! `etcdutl snapshot restore` (`etcdctl` on 3.2-3.4) in the etcd image:
 //!
-//! 1. **fetch** downloads the snapshot into `WORK/snapshot.db`, checking etcd's hash and the
-//!    hash the restore controller verified, and empties `WORK/data` (where etcd's tool writes);
+//! 1. **fetch** downloads the snapshot into `WORK/snapshot.db` (or, for storage type PVC,
+//!    copies it from the claim mounted read-only, `--file`), checking etcd's hash and the hash
+//!    the restore controller verified, and empties `WORK/data` (where etcd's tool writes);
 //! 2. etcd's tool restores `WORK/snapshot.db` into `WORK/data` (a new member and cluster ID);
 //! 3. **place** moves `WORK/data` to the member's data directory, unless the member has data
 //!    already.
@@ -18,10 +19,11 @@ use std::sync::Arc;
 
 use clap::{Args as ClapArgs, Parser, Subcommand};
 
-use etcd_shared::types::storage::S3Source;
+use etcd_shared::types::storage::{AbsSource, GcsSource, S3Source, StorageSource};
 
+use super::claim_files::{self, FileError};
 use super::integrity::SnapshotHasher;
-use super::store::{self, AwsProfile, S3Object, StoreTimeouts};
+use super::store::{self, Credentials, StoreLocation, StoreTimeouts};
 use super::transfer::{self, TransferError};
 
 /// Name of the downloaded snapshot in the work directory.
@@ -53,18 +55,26 @@ pub enum RestoreStep {
 /// `restore fetch`.
 #[derive(Debug, ClapArgs)]
 pub struct FetchArgs {
-    /// BUCKET/KEY of the snapshot.
-    #[arg(long)]
+    /// The store: S3, ABS or GCS (the restore's `backupStorageType`); unused with `--file`.
+    #[arg(long, default_value = "S3")]
+    pub storage_type: String,
+    /// BUCKET/KEY (CONTAINER/BLOB for ABS) of the snapshot, in the object store.
+    #[arg(long, default_value = "", required_unless_present = "file")]
     pub path: String,
-    /// URL of the S3-compatible store; blank for AWS.
+    /// The snapshot file, in a claim mounted read-only (PVC): copied instead of downloaded.
+    #[arg(long, conflicts_with = "path")]
+    pub file: Option<PathBuf>,
+    /// URL of the store (S3: an S3-compatible store, blank for AWS; ABS: the Blob service,
+    /// blank for the account's host in its cloud).
     #[arg(long, default_value = "")]
     pub endpoint: String,
-    /// Address the bucket by path.
+    /// Address the bucket by path (S3).
     #[arg(long)]
     pub force_path_style: bool,
-    /// Directory holding the awsSecret's `credentials` (and optionally `config`) files.
+    /// Directory holding the store's secret as files (awsSecret, absSecret or gcpSecret);
+    /// absent for GCS with the default credentials and for a PVC `--file`.
     #[arg(long)]
-    pub credentials_dir: PathBuf,
+    pub credentials_dir: Option<PathBuf>,
     /// The SHA-256 (hex) the snapshot's database must have.
     #[arg(long)]
     pub sha256: String,
@@ -107,6 +117,9 @@ pub enum SeedError {
     /// The download failed or did not check.
     #[error(transparent)]
     Transfer(#[from] TransferError),
+    /// The copy from the claim failed or did not check.
+    #[error(transparent)]
+    File(#[from] FileError),
     /// etcd's tool left no member directory.
     #[error("{0} holds no restored member (member/snap/db): did the restore step run?")]
     NothingRestored(PathBuf),
@@ -161,23 +174,21 @@ pub async fn fetch(args: &FetchArgs) -> Result<String, SeedError> {
             snapshot.display()
         ));
     }
-    let read = |name: &str| std::fs::read_to_string(args.credentials_dir.join(name));
-    let credentials = read(store::CREDENTIALS_KEY).map_err(io(
-        "reading",
-        &args.credentials_dir.join(store::CREDENTIALS_KEY),
-    ))?;
-    let config = read(store::CONFIG_KEY).ok();
-    let profile = AwsProfile::parse(&credentials, config.as_deref())?;
-    let object = S3Object::from_source(&S3Source {
-        path: args.path.clone(),
-        aws_secret: String::new(),
-        endpoint: args.endpoint.clone(),
-        force_path_style: args.force_path_style,
-    })?;
-    let bucket = store::open(&object, &profile, StoreTimeouts::default())?;
+    if let Some(file) = &args.file {
+        return copy(file, &expected, &args.work_dir, &snapshot);
+    }
+    let location = StoreLocation::from_source(&args.storage_type, &fetch_source(args))?;
+    let credentials = match &args.credentials_dir {
+        Some(dir) => Credentials::read(
+            &location.backend,
+            Some(&|key: &str| std::fs::read_to_string(dir.join(key)).ok()),
+        )?,
+        None => Credentials::read(&location.backend, None)?,
+    };
+    let bucket = store::open(&location, &credentials, StoreTimeouts::default())?;
     let partial = args.work_dir.join(format!("{SNAPSHOT_FILE}.part"));
     let mut out = std::fs::File::create(&partial).map_err(io("creating", &partial))?;
-    let outcome = download(&bucket, &object.key, &expected, &mut out, &partial).await;
+    let outcome = download(&bucket, &location.key, &expected, &mut out, &partial).await;
     drop(out);
     match outcome {
         Ok(size) => {
@@ -192,6 +203,78 @@ pub async fn fetch(args: &FetchArgs) -> Result<String, SeedError> {
             let _ = std::fs::remove_file(&partial);
             Err(e)
         }
+    }
+}
+
+/// Copies the snapshot `file` (a claim mounted read-only) to `snapshot` through a temporary
+/// file, checking etcd's hash, its metadata's and `expected` as it passes.
+fn copy(
+    file: &Path,
+    expected: &str,
+    work_dir: &Path,
+    snapshot: &Path,
+) -> Result<String, SeedError> {
+    let partial = work_dir.join(format!("{SNAPSHOT_FILE}.part"));
+    let mut out = std::fs::File::create(&partial).map_err(io("creating", &partial))?;
+    let copied = claim_files::verify_file(file, Some(expected), |chunk| {
+        out.write_all(chunk).map_err(|source| FileError::Io {
+            what: "writing",
+            path: partial.clone(),
+            source,
+        })
+    })
+    .map_err(SeedError::from)
+    .and_then(|(checked, _)| {
+        out.sync_all().map_err(io("syncing", &partial))?;
+        Ok(checked)
+    });
+    drop(out);
+    match copied {
+        Ok(checked) => {
+            std::fs::rename(&partial, snapshot).map_err(io("renaming", &partial))?;
+            Ok(format!(
+                "copied {} ({} bytes, sha256 {expected}) to {}",
+                file.display(),
+                checked.size,
+                snapshot.display()
+            ))
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&partial);
+            Err(e)
+        }
+    }
+}
+
+/// The storage source the arguments name (the secret is the mounted directory, not a name).
+fn fetch_source(args: &FetchArgs) -> StorageSource {
+    let path = args.path.clone();
+    let endpoint = args.endpoint.clone();
+    match args.storage_type.as_str() {
+        "ABS" => StorageSource {
+            abs: Some(AbsSource {
+                path,
+                endpoint,
+                ..AbsSource::default()
+            }),
+            ..StorageSource::default()
+        },
+        "GCS" => StorageSource {
+            gcs: Some(GcsSource {
+                path,
+                ..GcsSource::default()
+            }),
+            ..StorageSource::default()
+        },
+        _ => StorageSource {
+            s3: Some(S3Source {
+                path,
+                endpoint,
+                force_path_style: args.force_path_style,
+                ..S3Source::default()
+            }),
+            ..StorageSource::default()
+        },
     }
 }
 
@@ -277,6 +360,53 @@ mod tests {
         assert!(!args.work_dir.join("data").exists());
     }
 
+    /// A snapshot file as etcd streams it: 2 blocks of database and its SHA-256.
+    fn snapshot_bytes() -> (Vec<u8>, String) {
+        use sha2::Digest as _;
+        let db: Vec<u8> = (0..1024u32).map(|i| (i % 251) as u8).collect();
+        let hash = sha2::Sha256::digest(&db);
+        let mut out = db;
+        out.extend_from_slice(&hash);
+        (out, crate::backup::integrity::hex(&hash))
+    }
+
+    #[tokio::test]
+    async fn fetch_copies_a_claim_file_only_when_it_is_the_verified_snapshot() {
+        let dir = tempfile::tempdir().expect("dir");
+        let (bytes, sha) = snapshot_bytes();
+        let file = dir.path().join("claim/demo/snap.db");
+        std::fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&file, &bytes).expect("write");
+        let args = |sha256: &str| FetchArgs {
+            storage_type: "S3".into(),
+            path: String::new(),
+            file: Some(file.clone()),
+            endpoint: String::new(),
+            force_path_style: false,
+            credentials_dir: None,
+            sha256: sha256.to_string(),
+            work_dir: dir.path().join("restore"),
+            data_dir: dir.path().join("data"),
+        };
+        // Another snapshot than the one verified: refused, nothing left behind.
+        let e = fetch(&args(&"0".repeat(64)))
+            .await
+            .expect_err("not the verified one");
+        assert!(e.to_string().contains("expected 0000"), "{e}");
+        assert!(!dir.path().join("restore/snapshot.db").exists());
+        assert!(!dir.path().join("restore/snapshot.db.part").exists());
+        let done = fetch(&args(&sha)).await.expect("copied");
+        assert!(done.starts_with("copied"), "{done}");
+        assert_eq!(
+            std::fs::read(dir.path().join("restore/snapshot.db")).expect("copy"),
+            bytes
+        );
+        // A rerun keeps the copy without reading the claim.
+        std::fs::remove_file(&file).expect("rm");
+        let again = fetch(&args(&sha)).await.expect("kept");
+        assert!(again.contains("already here"), "{again}");
+    }
+
     #[test]
     fn the_command_line_parses() {
         let c = RestoreCommand::try_parse_from([
@@ -295,5 +425,94 @@ mod tests {
             matches!(c.step, RestoreStep::Fetch(ref f) if f.force_path_style && f.path == "b/k")
         );
         assert!(RestoreCommand::try_parse_from(["restore", "place"]).is_err());
+        // PVC: a file instead of a path and credentials; not both.
+        let pvc = RestoreCommand::try_parse_from([
+            "restore",
+            "fetch",
+            "--file=/var/lib/etcd-restore/claim/s.db",
+            "--sha256=ab",
+            "--work-dir=/w",
+            "--data-dir=/d",
+        ])
+        .expect("parses");
+        assert!(
+            matches!(pvc.step, RestoreStep::Fetch(ref f) if f.file.is_some() && f.credentials_dir.is_none())
+        );
+        assert!(
+            RestoreCommand::try_parse_from([
+                "restore",
+                "fetch",
+                "--sha256=ab",
+                "--work-dir=/w",
+                "--data-dir=/d"
+            ])
+            .is_err(),
+            "a source is required"
+        );
+        assert!(
+            RestoreCommand::try_parse_from([
+                "restore",
+                "fetch",
+                "--file=/f",
+                "--path=b/k",
+                "--sha256=ab",
+                "--work-dir=/w",
+                "--data-dir=/d"
+            ])
+            .is_err(),
+            "one source only"
+        );
+        let RestoreStep::Fetch(s3) = c.step else {
+            panic!("fetch")
+        };
+        assert_eq!(s3.storage_type, "S3", "the default, as before ABS and GCS");
+        let location = StoreLocation::from_source(&s3.storage_type, &fetch_source(&s3)).unwrap();
+        assert_eq!(
+            location.backend,
+            store::Backend::S3 {
+                endpoint: Some("http://s3:9000".into()),
+                force_path_style: true
+            }
+        );
+    }
+
+    #[test]
+    fn abs_and_gcs_fetches_name_their_store() {
+        let parse = |args: &[&str]| {
+            let mut all = vec![
+                "restore",
+                "fetch",
+                "--sha256=ab",
+                "--work-dir=/w",
+                "--data-dir=/d",
+            ];
+            all.extend_from_slice(args);
+            match RestoreCommand::try_parse_from(all).expect("parses").step {
+                RestoreStep::Fetch(f) => f,
+                RestoreStep::Place(_) => panic!("fetch"),
+            }
+        };
+        let abs = parse(&[
+            "--storage-type=ABS",
+            "--path=etcd/snap.db",
+            "--endpoint=http://azurite:10000/devstoreaccount1",
+            "--credentials-dir=/etc/abs",
+        ]);
+        let location = StoreLocation::from_source("ABS", &fetch_source(&abs)).unwrap();
+        assert_eq!(
+            location.backend,
+            store::Backend::Abs {
+                endpoint: Some("http://azurite:10000/devstoreaccount1".into())
+            }
+        );
+        assert_eq!(
+            (location.bucket.as_str(), location.key.as_str()),
+            ("etcd", "snap.db")
+        );
+        // GCS with the default credentials: no secret directory.
+        let gcs = parse(&["--storage-type=GCS", "--path=bkt/snap.db"]);
+        assert!(gcs.credentials_dir.is_none());
+        let location = StoreLocation::from_source("GCS", &fetch_source(&gcs)).unwrap();
+        assert_eq!(location.backend, store::Backend::Gcs);
     }
 }

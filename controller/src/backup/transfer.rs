@@ -1,8 +1,10 @@
 //! Moving snapshots to and from the store as streams, in constant memory: an upload is a
 //! multipart upload of fixed-size parts with a bounded number in flight, completed only when
 //! etcd's integrity hash at the end of the stream checks (else aborted, so no partial or
-//! damaged object is ever left under the name); a download is checked the same way as it
-//! passes, and written to a file only by the seed member's fetch.
+//! damaged object is ever left under the name); a snapshot no larger than one part is
+//! written with one request once its hash checked. A download is checked the same way as it
+//! passes, and written to a file only by the seed member's fetch. The same code serves every
+//! store (S3, Azure Blob Storage, GCS): only the names of the metadata differ ([`meta`]).
 
 use std::sync::Arc;
 
@@ -10,7 +12,8 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt as _};
 use object_store::path::Path;
 use object_store::{
-    Attribute, AttributeValue, Attributes, ObjectStore, PutMultipartOptions, WriteMultipart,
+    Attribute, AttributeValue, Attributes, ObjectStore, PutMultipartOptions, PutOptions,
+    PutPayload, WriteMultipart,
 };
 
 use super::integrity::{CheckedSnapshot, IntegrityError, SnapshotHasher};
@@ -21,8 +24,29 @@ pub const PART_SIZE: usize = 8 * 1024 * 1024;
 /// Parts uploaded at once: the upload holds at most `(PARTS_IN_FLIGHT + 1) * PART_SIZE` bytes.
 pub const PARTS_IN_FLIGHT: usize = 2;
 
-/// User metadata keys on every snapshot object (`x-amz-meta-*` on S3).
+/// User metadata keys on every snapshot object (`x-amz-meta-*` on S3, `x-goog-meta-*` on
+/// GCS, `x-ms-meta-*` on Azure Blob Storage, where [`Names::Underscores`] applies).
 pub mod meta {
+    /// How a store spells the keys.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Names {
+        /// As written below (`etcd-version`): S3 and GCS.
+        Hyphens,
+        /// `-` written `_` (`etcd_version`): Azure, whose metadata names must be C#
+        /// identifiers.
+        Underscores,
+    }
+
+    impl Names {
+        /// `key` as this store spells it.
+        pub fn spell(self, key: &str) -> String {
+            match self {
+                Names::Hyphens => key.to_string(),
+                Names::Underscores => key.replace('-', "_"),
+            }
+        }
+    }
+
     /// etcd version of the member the snapshot was taken from.
     pub const ETCD_VERSION: &str = "etcd-version";
     /// etcd revision the snapshot holds at least (read from the member just before).
@@ -47,10 +71,13 @@ pub struct SnapshotInfo {
 }
 
 impl SnapshotInfo {
-    fn attributes(&self) -> Attributes {
+    fn attributes(&self, names: meta::Names) -> Attributes {
         let mut attributes = Attributes::new();
         let mut put = |key: &'static str, value: String| {
-            attributes.insert(Attribute::Metadata(key.into()), AttributeValue::from(value));
+            attributes.insert(
+                Attribute::Metadata(names.spell(key).into()),
+                AttributeValue::from(value),
+            );
         };
         put(meta::ETCD_VERSION, self.etcd_version.clone());
         put(meta::ETCD_REVISION, self.revision.to_string());
@@ -71,10 +98,12 @@ pub struct StoredInfo {
 }
 
 impl StoredInfo {
+    /// Reads either spelling of each key ([`meta::Names`]), whatever the store.
     fn from_attributes(attributes: &Attributes) -> Self {
         let get = |key: &'static str| {
-            attributes
-                .get(&Attribute::Metadata(key.into()))
+            [meta::Names::Hyphens, meta::Names::Underscores]
+                .iter()
+                .find_map(|names| attributes.get(&Attribute::Metadata(names.spell(key).into())))
                 .map(|v| v.as_ref().trim().to_string())
                 .filter(|v| !v.is_empty())
         };
@@ -143,12 +172,17 @@ pub fn object_path(key: &str) -> Result<Path, TransferError> {
     })
 }
 
-/// Uploads a snapshot stream to `key` with `info` as its metadata; completes the upload only
-/// when etcd's hash at the end of the stream checks, aborts it otherwise.
+/// Uploads a snapshot stream to `key` with `info` as its metadata, named as `names` says for
+/// the store; writes the object only when etcd's hash at the end of the stream checks.
+///
+/// Up to [`PART_SIZE`] bytes are held before anything is sent: a snapshot that fits is
+/// written with one request (fake-gcs-server, say, has no multipart upload); a larger one goes
+/// as a multipart upload, completed when the hash checks and aborted otherwise.
 pub async fn upload<S, E>(
     store: &Arc<dyn ObjectStore>,
     key: &str,
     info: &SnapshotInfo,
+    names: meta::Names,
     mut chunks: S,
 ) -> Result<CheckedSnapshot, TransferError>
 where
@@ -156,14 +190,42 @@ where
     E: std::fmt::Display,
 {
     let path = object_path(key)?;
+    let mut hasher = SnapshotHasher::new();
+    let mut held: Vec<Bytes> = Vec::new();
+    let mut held_bytes = 0usize;
+    let mut ended = true;
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|e| TransferError::Source(e.to_string()))?;
+        hasher.update(&chunk);
+        held_bytes += chunk.len();
+        held.push(chunk);
+        if held_bytes > PART_SIZE {
+            ended = false;
+            break;
+        }
+    }
+    if ended {
+        let checked = hasher.finish()?;
+        let options = PutOptions {
+            attributes: info.attributes(names),
+            ..PutOptions::default()
+        };
+        store
+            .put_opts(&path, PutPayload::from_iter(held), options)
+            .await?;
+        return Ok(checked);
+    }
     let options = PutMultipartOptions {
-        attributes: info.attributes(),
+        attributes: info.attributes(names),
         ..PutMultipartOptions::default()
     };
     let upload = store.put_multipart_opts(&path, options).await?;
     let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
-    let mut hasher = SnapshotHasher::new();
     let outcome: Result<(), TransferError> = async {
+        for chunk in held {
+            writer.wait_for_capacity(PARTS_IN_FLIGHT).await?;
+            writer.put(chunk);
+        }
         while let Some(chunk) = chunks.next().await {
             let chunk = chunk.map_err(|e| TransferError::Source(e.to_string()))?;
             hasher.update(&chunk);

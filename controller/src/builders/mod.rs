@@ -2,9 +2,10 @@
 //! No I/O here; every builder is tested with fixtures.
 
 mod claim;
+pub mod claim_pod;
 mod pdb;
 mod pod;
-mod seed;
+pub(crate) mod seed;
 mod services;
 
 /// The builders' input, defined in [`crate::view`].

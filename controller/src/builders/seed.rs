@@ -2,9 +2,13 @@
 //! and checks the snapshot into the data volume, etcd's own tool of the member's line restores
 //! it (`etcdutl snapshot restore` on 3.5+, `ETCDCTL_API=3 etcdctl snapshot restore` before), and
 //! the operator's image moves the result into the data directory (see
-//! [`crate::backup::seed`] for the steps and why a rerun is safe).
+//! [`crate::backup::seed`] for the steps and why a rerun is safe). For storage type PVC the
+//! first step copies the snapshot from the claim, mounted read-only, instead of downloading it.
 
-use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, SecretVolumeSource, Volume, VolumeMount};
+use k8s_openapi::api::core::v1::{
+    Container, EnvVar, PersistentVolumeClaimVolumeSource, Pod, SecretVolumeSource, Volume,
+    VolumeMount,
+};
 
 use etcd_shared::types::RestoreSeed;
 
@@ -18,9 +22,13 @@ pub const CONTROLLER_BINARY: &str = "/usr/local/bin/etcd-controller";
 pub const ETCDUTL_BINARY: &str = "/usr/local/bin/etcdutl";
 /// etcdctl in the official etcd images.
 pub const ETCDCTL_BINARY: &str = "/usr/local/bin/etcdctl";
-/// Where the awsSecret is mounted in the download step.
-pub const CREDENTIALS_DIR: &str = "/etc/etcd-restore/aws";
+/// Where the store's secret (awsSecret, absSecret or gcpSecret) is mounted in the download
+/// step.
+pub const CREDENTIALS_DIR: &str = "/etc/etcd-restore/credentials";
 const CREDENTIALS_VOLUME: &str = "restore-credentials";
+/// Where the claim holding the snapshot is mounted (read-only) in the copy step (PVC).
+pub const SOURCE_CLAIM_DIR: &str = "/var/lib/etcd-restore/claim";
+const SOURCE_CLAIM_VOLUME: &str = "restore-source";
 
 fn work_dir() -> String {
     format!("{DATA_DIR}/restore")
@@ -38,7 +46,10 @@ fn data_mount() -> VolumeMount {
     }
 }
 
-/// Adds the restore's init containers (and the awsSecret's volume) to the first member's pod.
+/// Adds the restore's init containers (and the source's volume) to the first member's pod.
+/// The download step gets the seed's one storage source as arguments (`--storage-type`,
+/// `--path`, `--endpoint`, `--force-path-style`) and its secret as files; for a `pvc` source
+/// the copy step gets `--file` in the claim, mounted read-only, instead.
 pub fn seed_member(
     pod: &mut Pod,
     view: &ClusterView,
@@ -48,35 +59,90 @@ pub fn seed_member(
 ) {
     let caps = plan.version.capabilities().unwrap_or(view.capabilities);
     let peer_url = view.peer_url(&plan.name);
+    let source = &seed.source;
     let mut fetch_args = vec![
         "restore".to_string(),
         "fetch".into(),
-        format!("--path={}", seed.s3.path),
-        format!("--credentials-dir={CREDENTIALS_DIR}"),
         format!("--sha256={}", seed.sha256),
         format!("--work-dir={}", work_dir()),
         format!("--data-dir={}", data_dir()),
     ];
-    if !seed.s3.endpoint.is_empty() {
-        fetch_args.push(format!("--endpoint={}", seed.s3.endpoint));
-    }
-    if seed.s3.force_path_style {
-        fetch_args.push("--force-path-style".into());
+    let mut fetch_mounts = vec![data_mount()];
+    // The source's volume: the claim (read-only) for PVC, the store's secret otherwise (none
+    // for GCS with the default credentials).
+    let mut source_volume = None;
+    if let (None, None, None, Some(pvc)) = (&source.s3, &source.abs, &source.gcs, &source.pvc) {
+        fetch_args.push(format!("--file={SOURCE_CLAIM_DIR}/{}", pvc.path));
+        fetch_mounts.push(VolumeMount {
+            name: SOURCE_CLAIM_VOLUME.into(),
+            mount_path: SOURCE_CLAIM_DIR.into(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        });
+        source_volume = Some(Volume {
+            name: SOURCE_CLAIM_VOLUME.into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: pvc.claim_name.clone(),
+                read_only: Some(true),
+            }),
+            ..Volume::default()
+        });
+    } else {
+        let (storage_type, path, endpoint, force_path_style, secret) =
+            match (&source.s3, &source.abs, &source.gcs) {
+                (Some(s3), _, _) => (
+                    "S3",
+                    s3.path.as_str(),
+                    s3.endpoint.as_str(),
+                    s3.force_path_style,
+                    s3.aws_secret.as_str(),
+                ),
+                (None, Some(abs), _) => (
+                    "ABS",
+                    abs.path.as_str(),
+                    abs.endpoint.as_str(),
+                    false,
+                    abs.abs_secret.as_str(),
+                ),
+                (None, None, Some(gcs)) => {
+                    ("GCS", gcs.path.as_str(), "", false, gcs.gcp_secret.as_str())
+                }
+                // The webhook refuses a seed without one of them; the fetch then fails clearly.
+                (None, None, None) => ("", "", "", false, ""),
+            };
+        fetch_args.push(format!("--storage-type={storage_type}"));
+        fetch_args.push(format!("--path={path}"));
+        if !endpoint.is_empty() {
+            fetch_args.push(format!("--endpoint={endpoint}"));
+        }
+        if force_path_style {
+            fetch_args.push("--force-path-style".into());
+        }
+        if !secret.is_empty() {
+            fetch_args.push(format!("--credentials-dir={CREDENTIALS_DIR}"));
+            fetch_mounts.push(VolumeMount {
+                name: CREDENTIALS_VOLUME.into(),
+                mount_path: CREDENTIALS_DIR.into(),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            });
+            source_volume = Some(Volume {
+                name: CREDENTIALS_VOLUME.into(),
+                secret: Some(SecretVolumeSource {
+                    secret_name: Some(secret.to_string()),
+                    default_mode: Some(0o440),
+                    ..SecretVolumeSource::default()
+                }),
+                ..Volume::default()
+            });
+        }
     }
     let fetch = Container {
         name: "restore-fetch".into(),
         image: Some(restore_image.into()),
         command: Some(vec![CONTROLLER_BINARY.into()]),
         args: Some(fetch_args),
-        volume_mounts: Some(vec![
-            data_mount(),
-            VolumeMount {
-                name: CREDENTIALS_VOLUME.into(),
-                mount_path: CREDENTIALS_DIR.into(),
-                read_only: Some(true),
-                ..VolumeMount::default()
-            },
-        ]),
+        volume_mounts: Some(fetch_mounts),
         security_context: Some(container_security_context()),
         ..Container::default()
     };
@@ -131,15 +197,9 @@ pub fn seed_member(
     };
     if let Some(spec) = pod.spec.as_mut() {
         spec.init_containers = Some(vec![fetch, restore, place]);
-        spec.volumes.get_or_insert_with(Vec::new).push(Volume {
-            name: CREDENTIALS_VOLUME.into(),
-            secret: Some(SecretVolumeSource {
-                secret_name: Some(seed.s3.aws_secret.clone()),
-                default_mode: Some(0o440),
-                ..SecretVolumeSource::default()
-            }),
-            ..Volume::default()
-        });
+        if let Some(volume) = source_volume {
+            spec.volumes.get_or_insert_with(Vec::new).push(volume);
+        }
     }
 }
 
@@ -149,16 +209,20 @@ mod tests {
     use crate::builders::member_pod;
     use crate::planner::InitialState;
     use crate::view::fixtures::view_of;
-    use etcd_shared::types::storage::S3Source;
+    use clap::Parser as _;
+    use etcd_shared::types::storage::{GcsSource, S3Source, StorageSource};
 
     fn seed() -> RestoreSeed {
         RestoreSeed {
             restore: "r1".into(),
-            s3: S3Source {
-                path: "backups/demo/snap.db".into(),
-                aws_secret: "aws".into(),
-                endpoint: "http://s3.storage:9000".into(),
-                force_path_style: true,
+            source: StorageSource {
+                s3: Some(S3Source {
+                    path: "backups/demo/snap.db".into(),
+                    aws_secret: "aws".into(),
+                    endpoint: "http://s3.storage:9000".into(),
+                    force_path_style: true,
+                }),
+                ..StorageSource::default()
             },
             sha256: "ab".repeat(32),
             revision: Some(42),
@@ -167,6 +231,10 @@ mod tests {
     }
 
     fn seeded(version: &str) -> Pod {
+        seeded_from(version, &seed())
+    }
+
+    fn seeded_from(version: &str, seed: &RestoreSeed) -> Pod {
         let view = view_of(&format!("size: 3\nversion: {version}"));
         let plan = MemberPlan {
             name: "demo-0".into(),
@@ -179,7 +247,7 @@ mod tests {
             &mut pod,
             &view,
             &plan,
-            &seed(),
+            seed,
             "registry.example/etcd-controller:1",
         );
         pod
@@ -193,7 +261,9 @@ mod tests {
         let names: Vec<&str> = init.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["restore-fetch", "restore", "restore-place"]);
         let fetch = init[0].args.clone().unwrap_or_default().join(" ");
+        assert!(fetch.contains("--storage-type=S3"), "{fetch}");
         assert!(fetch.contains("--path=backups/demo/snap.db"), "{fetch}");
+        assert!(fetch.contains(&format!("--credentials-dir={CREDENTIALS_DIR}")));
         assert!(fetch.contains("--endpoint=http://s3.storage:9000"));
         assert!(fetch.contains("--force-path-style"));
         assert!(fetch.contains(&format!("--sha256={}", "ab".repeat(32))));
@@ -233,6 +303,118 @@ mod tests {
         assert!(
             init.iter()
                 .all(|c| c.security_context == Some(container_security_context()))
+        );
+    }
+
+    #[test]
+    fn a_pvc_seed_copies_from_the_claim_mounted_read_only() {
+        let view = view_of("size: 3\nversion: 3.6.16");
+        let plan = MemberPlan {
+            name: "demo-0".into(),
+            initial_cluster: vec![("demo-0".into(), view.peer_url("demo-0"))],
+            state: InitialState::New,
+            version: view.version,
+        };
+        let mut pod = member_pod(&view, &plan);
+        let pvc_seed = RestoreSeed {
+            source: StorageSource {
+                pvc: Some(etcd_shared::types::PvcSource {
+                    claim_name: "backups".into(),
+                    path: "demo/snap.db".into(),
+                }),
+                ..StorageSource::default()
+            },
+            ..seed()
+        };
+        seed_member(
+            &mut pod,
+            &view,
+            &plan,
+            &pvc_seed,
+            "registry.example/etcd-controller:1",
+        );
+        let spec = pod.spec.expect("spec");
+        let init = spec.init_containers.expect("init");
+        let fetch = init[0].args.clone().unwrap_or_default().join(" ");
+        assert!(
+            fetch.contains("--file=/var/lib/etcd-restore/claim/demo/snap.db"),
+            "{fetch}"
+        );
+        assert!(
+            !fetch.contains("--path=") && !fetch.contains("--credentials-dir"),
+            "{fetch}"
+        );
+        let mounts = init[0].volume_mounts.clone().unwrap_or_default();
+        assert!(
+            mounts
+                .iter()
+                .any(|m| m.mount_path == SOURCE_CLAIM_DIR && m.read_only == Some(true))
+        );
+        let volumes = spec.volumes.unwrap_or_default();
+        assert!(volumes.iter().any(|v| {
+            v.persistent_volume_claim
+                .as_ref()
+                .is_some_and(|c| c.claim_name == "backups" && c.read_only == Some(true))
+        }));
+        assert!(
+            !volumes
+                .iter()
+                .any(|v| v.secret.is_some() && v.name == CREDENTIALS_VOLUME)
+        );
+        // The parsed command line takes it.
+        let mut argv = vec!["restore".to_string()];
+        argv.extend(init[0].args.clone().unwrap_or_default().into_iter().skip(1));
+        crate::backup::seed::RestoreCommand::try_parse_from(argv).expect("parses");
+    }
+
+    #[test]
+    fn an_abs_or_gcs_seed_passes_its_store_and_secret() {
+        let abs: RestoreSeed = serde_json::from_str(&format!(
+            r#"{{"restore": "r", "abs": {{"path": "etcd/snap.db", "absSecret": "azure", "endpoint": "http://azurite:10000/devstoreaccount1"}}, "sha256": "{}"}}"#,
+            "ab".repeat(32)
+        ))
+        .expect("seed");
+        let spec = seeded_from("3.6.16", &abs).spec.expect("spec");
+        let init = spec.init_containers.expect("init");
+        let fetch = init[0].args.clone().unwrap_or_default().join(" ");
+        assert!(
+            fetch.contains("--storage-type=ABS --path=etcd/snap.db"),
+            "{fetch}"
+        );
+        assert!(fetch.contains("--endpoint=http://azurite:10000/devstoreaccount1"));
+        assert!(!fetch.contains("--force-path-style"));
+        let volumes = spec.volumes.unwrap_or_default();
+        assert!(volumes.iter().any(|v| {
+            v.secret
+                .as_ref()
+                .is_some_and(|s| s.secret_name.as_deref() == Some("azure"))
+        }));
+        // GCS with the default credentials: no secret to mount, no directory to read.
+        let gcs = RestoreSeed {
+            source: StorageSource {
+                gcs: Some(GcsSource {
+                    path: "bkt/snap.db".into(),
+                    gcp_secret: String::new(),
+                }),
+                ..StorageSource::default()
+            },
+            ..seed()
+        };
+        let spec = seeded_from("3.6.16", &gcs).spec.expect("spec");
+        let init = spec.init_containers.expect("init");
+        let fetch = init[0].args.clone().unwrap_or_default().join(" ");
+        assert!(
+            fetch.contains("--storage-type=GCS --path=bkt/snap.db"),
+            "{fetch}"
+        );
+        assert!(!fetch.contains("--credentials-dir"), "{fetch}");
+        assert_eq!(init[0].volume_mounts.as_ref().map(Vec::len), Some(1));
+        assert!(
+            !spec
+                .volumes
+                .unwrap_or_default()
+                .iter()
+                .any(|v| v.name == CREDENTIALS_VOLUME)
         );
     }
 

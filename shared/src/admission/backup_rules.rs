@@ -3,11 +3,12 @@
 
 use super::Report;
 use super::spec_rules::check_cluster_name;
-use super::storage_rules::{check_s3, check_storage};
+use super::storage_rules::{check_seed_source, check_storage};
 use super::syntax::{clipped, is_dns1123_subdomain, quoted};
 use crate::EtcdCluster;
 use crate::endpoints::cluster_of_endpoints;
 use crate::names::ANNOTATION_RESTORE_SEED;
+use crate::types::storage::PVC_STORAGE_TYPE;
 use crate::types::{EtcdBackup, EtcdRestore, RestoreSeed};
 
 /// Backups more frequent than this many seconds are accepted with a warning.
@@ -111,6 +112,16 @@ pub(crate) fn check_safety_backup(cluster: &EtcdCluster, report: &mut Report) {
     let Some(safety) = &cluster.spec.safety_backup else {
         return;
     };
+    if safety.storage_type == PVC_STORAGE_TYPE {
+        report.refuse(
+            "storage-type-unsupported",
+            "spec.safetyBackup.storageType",
+            format!(
+                "{PVC_STORAGE_TYPE} is for EtcdBackups only: the controller takes safety backups itself, without a pod to mount a claim; use S3"
+            ),
+        );
+        return;
+    }
     check_storage(
         &safety.storage_type,
         "spec.safetyBackup.storageType",
@@ -140,8 +151,9 @@ pub(crate) fn seed_annotation(cluster: &EtcdCluster) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// The restore-seed annotation, when present: JSON of a [`RestoreSeed`] whose `s3` passes the
-/// storage rules and whose `sha256` is 64 hexadecimal digits.
+/// The restore-seed annotation, when present: JSON of a [`RestoreSeed`] whose one source
+/// (`s3`, `abs`, `gcs` or `pvc`) passes the storage rules and whose `sha256` is 64 hexadecimal
+/// digits.
 pub(crate) fn check_seed(cluster: &EtcdCluster, report: &mut Report) {
     let Some(value) = seed_annotation(cluster) else {
         return;
@@ -172,7 +184,7 @@ pub(crate) fn check_seed(cluster: &EtcdCluster, report: &mut Report) {
             return;
         }
     };
-    check_s3(&seed.s3, &format!("{field}.s3"), report);
+    check_seed_source(&seed.source, &field, report);
     let sha = &seed.sha256;
     if sha.len() != 64 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
         report.refuse(

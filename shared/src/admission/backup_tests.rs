@@ -134,34 +134,201 @@ fn storage_types() {
             "etcdEndpoints: [\"http://demo-client:2379\"]\nstorageType: {t}\n{S3}"
         ))
     };
-    for t in ["GCS", "ABS", "OSS"] {
-        assert_refused(
-            judge_backup(&with(t), None),
-            "storage-type-unsupported",
-            &format!(
-                "spec.storageType: {t} is a storage type of CoreOS' API that this operator does not support; use S3"
-            ),
-        );
-    }
+    assert_refused(
+        judge_backup(&with("OSS"), None),
+        "storage-type-unsupported",
+        "spec.storageType: OSS is a storage type of CoreOS' API that this operator does not support; use S3, ABS or GCS (S3: AWS, or any S3-compatible store through s3.endpoint)",
+    );
     assert_refused(
         judge_backup(&with("s3"), None),
         "storage-type",
-        "spec.storageType: must be S3 (CoreOS' ABS, GCS and OSS are not supported), got \"s3\"",
+        "spec.storageType: must be S3, ABS, GCS or PVC (CoreOS' OSS is not supported), got \"s3\"",
     );
     assert_refused(
         judge_backup(&with("\"\""), None),
         "storage-type",
-        "spec.storageType: is required: set it to S3",
+        "spec.storageType: is required: set it to S3, ABS or GCS and the matching source (s3, abs or gcs) beside it",
+    );
+    // ABS and GCS are supported: with the s3 source beside them, theirs is missing.
+    assert_refused(
+        judge_backup(&with("GCS"), None),
+        "storage-source",
+        "spec.gcs: is required with storageType GCS: path and optionally gcpSecret",
+    );
+    assert_refused(
+        judge_backup(&with("ABS"), None),
+        "storage-source",
+        "spec.s3: must not be set with storageType ABS: exactly the source of the storage type (abs) is set",
     );
     // The restore's field has its own name.
     let r = restore(&format!(
-        "etcdCluster:\n  name: demo\nbackupStorageType: GCS\n{S3}"
+        "etcdCluster:\n  name: demo\nbackupStorageType: OSS\n{S3}"
     ));
     assert_refused(
         judge_restore(&r, None),
         "storage-type-unsupported",
-        "spec.backupStorageType: GCS is a storage type of CoreOS' API",
+        "spec.backupStorageType: OSS is a storage type of CoreOS' API",
     );
+}
+
+/// A good abs source (Azurite's well-known account through our endpoint extension).
+const ABS: &str = "abs:\n  path: etcd-backups/demo/snapshot.db\n  absSecret: azure\n  endpoint: http://azurite.storage:10000/devstoreaccount1\n";
+
+/// ABS and GCS sources are accepted in backups and restores, CoreOS' shape as written.
+#[test]
+fn abs_and_gcs_sources_are_accepted() {
+    let backup_of = |t: &str, source: &str| {
+        backup(&format!(
+            "etcdEndpoints: [\"http://demo-client:2379\"]\nstorageType: {t}\n{source}"
+        ))
+    };
+    for (t, source) in [
+        ("ABS", ABS.to_string()),
+        (
+            "ABS",
+            "abs:\n  path: c0n-tainer/dir/snap.db\n  absSecret: azure\n".to_string(),
+        ),
+        (
+            "GCS",
+            "gcs:\n  path: my_bucket.example/snap.db\n  gcpSecret: gcp\n".to_string(),
+        ),
+        ("GCS", "gcs:\n  path: etcd-backups/snap.db\n".to_string()),
+    ] {
+        assert_eq!(
+            judge_backup(&backup_of(t, &source), None),
+            Ok(vec![]),
+            "{source}"
+        );
+        let r = restore(&format!(
+            "etcdCluster:\n  name: demo\nbackupStorageType: {t}\n{source}"
+        ));
+        assert_eq!(judge_restore(&r, None), Ok(vec![]), "{source}");
+    }
+}
+
+/// Bad ABS and GCS sources: (storage type, source, rule, message part).
+#[test]
+fn bad_abs_and_gcs_sources_are_refused_with_the_field_and_the_rule() {
+    let cases = [
+        (
+            "ABS",
+            "abs:\n  absSecret: azure\n",
+            "abs-path",
+            "spec.abs.path: is required: CONTAINER/BLOB of the snapshot",
+        ),
+        (
+            "ABS",
+            "abs:\n  path: nocontainer\n  absSecret: azure\n",
+            "abs-path",
+            "spec.abs.path: must be CONTAINER/BLOB, such as etcd-backups/example/snapshot.db, got \"nocontainer\"",
+        ),
+        (
+            "ABS",
+            "abs:\n  path: ab/k\n  absSecret: azure\n",
+            "abs-container",
+            "spec.abs.path: the container \"ab\" must be 3 to 63 characters long, got 2 (Azure's container naming)",
+        ),
+        (
+            "ABS",
+            "abs:\n  path: my_container/k\n  absSecret: azure\n",
+            "abs-container",
+            "the container \"my_container\" may hold only lowercase letters, digits and '-'",
+        ),
+        (
+            "ABS",
+            "abs:\n  path: a--b/k\n  absSecret: azure\n",
+            "abs-container",
+            "must not hold two adjacent hyphens",
+        ),
+        (
+            "ABS",
+            "abs:\n  path: etcd/\n  absSecret: azure\n",
+            "abs-blob",
+            "spec.abs.path: the blob after \"etcd\"/ is empty",
+        ),
+        (
+            "ABS",
+            "abs:\n  path: etcd/a//b\n  absSecret: azure\n",
+            "abs-blob",
+            "spec.abs.path: the key \"a//b\" has an empty segment",
+        ),
+        (
+            "ABS",
+            "abs:\n  path: etcd/k\n",
+            "abs-secret",
+            "spec.abs.absSecret: is required: the name of a Secret of this namespace with keys storage-account, storage-key and optionally cloud",
+        ),
+        (
+            "ABS",
+            "abs:\n  path: etcd/k\n  absSecret: Azure_Secret\n",
+            "abs-secret",
+            "spec.abs.absSecret: must be a Secret name",
+        ),
+        (
+            "ABS",
+            "abs:\n  path: etcd/k\n  absSecret: azure\n  endpoint: azurite:10000\n",
+            "abs-endpoint",
+            "spec.abs.endpoint: must be empty (the account's host in its cloud) or the Blob service's http:// or https:// URL, such as http://azurite.storage:10000/devstoreaccount1, got \"azurite:10000\": the scheme must be http:// or https://",
+        ),
+        (
+            "GCS",
+            "gcs:\n  gcpSecret: gcp\n",
+            "gcs-path",
+            "spec.gcs.path: is required: BUCKET/OBJECT of the snapshot",
+        ),
+        (
+            "GCS",
+            "gcs:\n  path: /k\n",
+            "gcs-path",
+            "spec.gcs.path: must be BUCKET/OBJECT",
+        ),
+        (
+            "GCS",
+            "gcs:\n  path: Bucket/k\n",
+            "gcs-bucket",
+            "spec.gcs.path: the bucket \"Bucket\" may hold only lowercase letters, digits, '-', '_' and '.'",
+        ),
+        (
+            "GCS",
+            "gcs:\n  path: google-backups/k\n",
+            "gcs-bucket",
+            "must not start with \"goog\" nor hold \"google\" (Google's bucket naming)",
+        ),
+        (
+            "GCS",
+            "gcs:\n  path: 10.0.0.1/k\n",
+            "gcs-bucket",
+            "must not be formatted as an IP address",
+        ),
+        (
+            "GCS",
+            "gcs:\n  path: bkt/a/../b\n",
+            "gcs-object",
+            "has a segment '.' or '..'",
+        ),
+        (
+            "GCS",
+            "gcs:\n  path: bkt/\n",
+            "gcs-object",
+            "the object after \"bkt\"/ is empty",
+        ),
+        (
+            "GCS",
+            "gcs:\n  path: bkt/k\n  gcpSecret: \"gcp secret\"\n",
+            "gcs-secret",
+            "spec.gcs.gcpSecret: must be a Secret name",
+        ),
+    ];
+    for (t, source, rule, want) in cases {
+        let b = backup(&format!(
+            "etcdEndpoints: [\"http://demo-client:2379\"]\nstorageType: {t}\n{source}"
+        ));
+        assert_refused(judge_backup(&b, None), rule, want);
+        let r = restore(&format!(
+            "etcdCluster:\n  name: demo\nbackupStorageType: {t}\n{source}"
+        ));
+        assert_refused(judge_restore(&r, None), rule, &want.replace("spec.", ""));
+    }
 }
 
 #[test]
@@ -599,4 +766,158 @@ fn messages_stay_bounded() {
     for v in &refusal.0 {
         assert!(v.to_string().len() < 1024, "{} bytes", v.to_string().len());
     }
+}
+
+/// A good pvc source.
+const PVC: &str = "pvc:\n  claimName: etcd-backups\n  path: demo/snapshot.db\n";
+
+/// A backup of type PVC with the given source lines.
+fn pvc_backup(source: &str) -> EtcdBackup {
+    backup(&format!(
+        "etcdEndpoints: [\"http://demo-client:2379\"]\nstorageType: PVC\n{source}"
+    ))
+}
+
+#[test]
+fn pvc_backups_and_restores_are_accepted() {
+    assert_eq!(
+        accepted(judge_backup(&pvc_backup(PVC), None)),
+        Vec::<String>::new()
+    );
+    let periodic = pvc_backup(&format!(
+        "{PVC}backupPolicy:\n  backupIntervalInSecond: 3600\n  maxBackups: 3\n"
+    ));
+    assert_eq!(
+        accepted(judge_backup(&periodic, None)),
+        Vec::<String>::new()
+    );
+    let r = restore(&format!(
+        "etcdCluster:\n  name: demo\nbackupStorageType: PVC\n{PVC}"
+    ));
+    assert_eq!(accepted(judge_restore(&r, None)), Vec::<String>::new());
+    // A file at the claim's root, and names with dots and spaces.
+    for path in [
+        "snapshot.db",
+        "a/b/c/snap..db",
+        "daily backups/etcd.db",
+        ".hidden/x",
+    ] {
+        let b = pvc_backup(&format!("pvc:\n  claimName: c\n  path: \"{path}\"\n"));
+        assert_eq!(
+            accepted(judge_backup(&b, None)),
+            Vec::<String>::new(),
+            "{path}"
+        );
+    }
+}
+
+#[test]
+fn pvc_needs_exactly_its_source() {
+    assert_refused(
+        judge_backup(&pvc_backup(""), None),
+        "storage-source",
+        "spec.pvc: is required with storageType PVC: claimName and path",
+    );
+    assert_refused(
+        judge_backup(&pvc_backup(&format!("{PVC}{S3}")), None),
+        "storage-source",
+        "spec.s3: must not be set with storageType PVC: exactly the source of the storage type (pvc) is set",
+    );
+    // A pvc source beside type S3.
+    assert_refused(
+        judge_backup(&good_backup(PVC), None),
+        "storage-source",
+        "spec.pvc: must not be set with storageType S3",
+    );
+    let r = restore("etcdCluster:\n  name: demo\nbackupStorageType: PVC\n");
+    assert_refused(
+        judge_restore(&r, None),
+        "storage-source",
+        "spec.pvc: is required with backupStorageType PVC",
+    );
+}
+
+/// `pvc.claimName` and `pvc.path` cases: (claim, path, rule, message part).
+#[test]
+fn pvc_claims_and_paths() {
+    let long_dir = "d".repeat(256);
+    let long_file = "f".repeat(MAX_FILE_NAME_BYTES + 1);
+    let fitting_file = "f".repeat(MAX_FILE_NAME_BYTES);
+    let long_path = "a/".repeat(600) + "x";
+    let cases: Vec<(&str, String, &str, String)> = vec![
+        ("\"\"", "s.db".into(), "pvc-claim", "spec.pvc.claimName: is required: the name of a PersistentVolumeClaim of this namespace".into()),
+        ("Backups", "s.db".into(), "pvc-claim", "spec.pvc.claimName: must be a PersistentVolumeClaim name (a DNS-1123 subdomain: lowercase letters, digits, '-' and '.', at most 253), got \"Backups\"".into()),
+        ("-b", "s.db".into(), "pvc-claim", "got \"-b\"".into()),
+        ("c", "\"\"".into(), "pvc-path", "spec.pvc.path: is required: the snapshot file relative to the claim's root, such as example/snapshot.db".into()),
+        ("c", "/etc/passwd".into(), "pvc-path", "spec.pvc.path: must be relative to the claim's root, such as example/snapshot.db, got \"/etc/passwd\": it is joined under the claim's mount point".into()),
+        ("c", "../other/s.db".into(), "pvc-path", "spec.pvc.path: \"../other/s.db\" has a segment '.' or '..': the path must stay inside the claim".into()),
+        ("c", "a/../../s.db".into(), "pvc-path", "has a segment '.' or '..'".into()),
+        ("c", "a/./s.db".into(), "pvc-path", "has a segment '.' or '..'".into()),
+        ("c", "..".into(), "pvc-path", "has a segment '.' or '..'".into()),
+        ("c", "a//s.db".into(), "pvc-path", "spec.pvc.path: \"a//s.db\" has an empty segment ('//' or a trailing '/'): name a file, such as example/snapshot.db".into()),
+        ("c", "backups/".into(), "pvc-path", "has an empty segment".into()),
+        ("c", "\"a\\nb\"".into(), "pvc-path", "spec.pvc.path: \"a\\nb\" holds the control character U+000A".into()),
+        ("c", "\"a\\u0000b\"".into(), "pvc-path", "holds the control character U+0000".into()),
+        ("c", format!("{long_dir}/s.db"), "pvc-path", "has a directory name of 256 bytes; file systems take at most 255".into()),
+        ("c", format!("d/{long_file}"), "pvc-path", format!("ends in a file name of {} bytes; at most {MAX_FILE_NAME_BYTES}", MAX_FILE_NAME_BYTES + 1)),
+        ("c", long_path.clone(), "pvc-path", format!("spec.pvc.path: is {} bytes long; at most 1024", long_path.len())),
+        ("c", "s.db.part".into(), "pvc-path", "spec.pvc.path: \"s.db.part\" ends in .part, which the backup uses for its own files beside each snapshot".into()),
+        ("c", "x/s.meta.json".into(), "pvc-path", "ends in .meta.json".into()),
+    ];
+    for (claim, path, rule, want) in &cases {
+        let b = pvc_backup(&format!("pvc:\n  claimName: {claim}\n  path: {path}\n"));
+        assert_refused(judge_backup(&b, None), rule, want);
+        // The restore applies the same rules.
+        let r = restore(&format!(
+            "etcdCluster:\n  name: demo\nbackupStorageType: PVC\npvc:\n  claimName: {claim}\n  path: {path}\n"
+        ));
+        assert_refused(judge_restore(&r, None), rule, want);
+    }
+    // The longest file name is accepted, and stays within NAME_MAX with every suffix.
+    let b = pvc_backup(&format!("pvc:\n  claimName: c\n  path: d/{fitting_file}\n"));
+    accepted(judge_backup(&b, None));
+    let periodic = format!(
+        "{fitting_file}_v{}_2026-01-02-15:04:05{METADATA_SUFFIX}",
+        i64::MAX
+    );
+    assert!(periodic.len() <= 255, "{}", periodic.len());
+}
+
+/// The restore-seed annotation of a PVC restore: its pvc passes the same rules.
+#[test]
+fn pvc_restore_seeds() {
+    let sha = "ab".repeat(32);
+    let seed = |path: &str| {
+        crate::types::RestoreSeed {
+            restore: "r".into(),
+            source: crate::types::storage::StorageSource {
+                pvc: Some(crate::types::PvcSource {
+                    claim_name: "backups".into(),
+                    path: path.into(),
+                }),
+                ..Default::default()
+            },
+            sha256: sha.clone(),
+            ..crate::types::RestoreSeed::default()
+        }
+        .to_annotation()
+    };
+    let with = |value: String| {
+        let mut c: crate::EtcdCluster =
+            serde_yaml::from_str("apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdCluster\nmetadata:\n  name: demo\n  namespace: prod\nspec:\n  size: 3\n").expect("parses");
+        c.metadata.annotations =
+            Some([(crate::names::ANNOTATION_RESTORE_SEED.to_string(), value)].into());
+        c
+    };
+    let policy = AdmissionPolicy::default();
+    assert!(policy.validate(&with(seed("demo/s.db")), None).is_ok());
+    let refusal = policy
+        .validate(&with(seed("../s.db")), None)
+        .expect_err("refused");
+    assert!(
+        refusal.to_string().contains(
+            "metadata.annotations[etcd.database.coreos.com/restore-seed].pvc.path: \"../s.db\" has a segment '.' or '..'"
+        ),
+        "{refusal}"
+    );
 }

@@ -11,6 +11,7 @@ mod image_ref;
 mod pod_rules;
 pub mod pod_security;
 mod pod_spec_rules;
+mod pvc_rules;
 mod quantity;
 mod spec_rules;
 mod storage_rules;
@@ -22,6 +23,10 @@ use std::fmt;
 
 pub use backup_rules::{MAX_SEED_BYTES, MIN_QUIET_INTERVAL_SECONDS};
 pub use defaults::Defaults;
+pub use pvc_rules::{
+    ClaimPathError, MAX_CLAIM_PATH_BYTES, MAX_FILE_NAME_BYTES, METADATA_SUFFIX, TEMPORARY_SUFFIX,
+    check_claim_path,
+};
 pub use quantity::{ParseQuantityError, parse_quantity};
 pub use storage_rules::{
     ESCAPED_KEY_CHARACTERS, MAX_KEY_BYTES, ObjectPathError, check_bucket_name, check_object_key,

@@ -1,6 +1,8 @@
 //! Rules on where snapshots are kept, shared by `EtcdBackup`, `EtcdRestore`, an EtcdCluster's
-//! `spec.safetyBackup` and its restore-seed annotation: the storage type, the inline source
-//! that matches it, and an `s3` source's path, secret and endpoint.
+//! `spec.safetyBackup` and its restore-seed annotation: the storage type (`S3`, `ABS` or
+//! `GCS`; this operator's `PVC` is handed to `pvc_rules`), the inline source that matches it,
+//! and that source's path (each store's bucket or container naming; one key rule for all),
+//! secret and endpoint.
 //!
 //! Object keys are checked against what the controller's object store client (the
 //! `object_store` crate) does with them: a key is accepted only when `Path::parse` takes it
@@ -11,7 +13,10 @@
 
 use super::Report;
 use super::syntax::{is_dns1123_subdomain, quoted};
-use crate::types::storage::{S3Source, STORAGE_TYPES, StorageSource, source_field};
+use crate::types::storage::{
+    AbsSource, GcsSource, PVC_STORAGE_TYPE, S3Source, STORAGE_TYPES, SUPPORTED_STORAGE_TYPES,
+    StorageSource, source_field,
+};
 
 /// Longest object key S3 accepts, bytes.
 pub const MAX_KEY_BYTES: usize = 1024;
@@ -21,8 +26,8 @@ pub const MAX_KEY_BYTES: usize = 1024;
 /// control characters and `/`.
 pub const ESCAPED_KEY_CHARACTERS: &str = "\\{^}%`]\">[~<#|*?";
 
-/// The storage type this operator supports.
-const S3: &str = "S3";
+/// The storage types this operator supports, for messages.
+const SUPPORTED: &str = "S3, ABS or GCS";
 
 /// An example of a good path, for messages.
 const EXAMPLE_PATH: &str = "etcd-backups/example/snapshot.db";
@@ -313,17 +318,23 @@ pub(crate) fn check_storage(
         report.refuse(
             "storage-type",
             type_field,
-            format!("is required: set it to {S3} and the source s3 beside it"),
+            format!(
+                "is required: set it to {SUPPORTED} and the matching source (s3, abs or gcs) beside it, or to {PVC_STORAGE_TYPE} and the source pvc"
+            ),
         );
         return;
     }
-    if storage_type != S3 {
+    if storage_type == PVC_STORAGE_TYPE {
+        super::pvc_rules::check_pvc_storage(type_name, source, prefix, report);
+        return;
+    }
+    if !SUPPORTED_STORAGE_TYPES.contains(&storage_type) {
         if STORAGE_TYPES.contains(&storage_type) {
             report.refuse(
                 "storage-type-unsupported",
                 type_field,
                 format!(
-                    "{storage_type} is a storage type of CoreOS' API that this operator does not support; use {S3} (AWS, or any S3-compatible store through s3.endpoint)"
+                    "{storage_type} is a storage type of CoreOS' API that this operator does not support; use {SUPPORTED} (S3: AWS, or any S3-compatible store through s3.endpoint)"
                 ),
             );
         } else {
@@ -331,33 +342,285 @@ pub(crate) fn check_storage(
                 "storage-type",
                 type_field,
                 format!(
-                    "must be {S3} (CoreOS' ABS, GCS and OSS are not supported), got {}",
+                    "must be S3, ABS, GCS or {PVC_STORAGE_TYPE} (CoreOS' OSS is not supported), got {}",
                     quoted(storage_type)
                 ),
             );
         }
         return;
     }
-    let wanted = source_field(S3).unwrap_or("s3");
+    let wanted = source_field(storage_type).unwrap_or("s3");
     for other in source.set_sources() {
         if other != wanted {
             report.refuse(
                 "storage-source",
                 format!("{prefix}.{other}"),
                 format!(
-                    "must not be set with {type_name} {S3}: exactly the source of the storage type ({wanted}) is set"
+                    "must not be set with {type_name} {storage_type}: exactly the source of the storage type ({wanted}) is set"
                 ),
             );
         }
     }
-    match &source.s3 {
-        Some(s3) => check_s3(s3, &format!("{prefix}.{wanted}"), report),
-        None => report.refuse(
+    let field = format!("{prefix}.{wanted}");
+    let missing = |what: &str, report: &mut Report| {
+        report.refuse(
             "storage-source",
-            format!("{prefix}.{wanted}"),
-            format!("is required with {type_name} {S3}: path, awsSecret and optionally endpoint"),
+            field.clone(),
+            format!("is required with {type_name} {storage_type}: {what}"),
+        );
+    };
+    match storage_type {
+        "ABS" => match &source.abs {
+            Some(abs) => check_abs(abs, &field, report),
+            None => missing("path, absSecret and optionally endpoint", report),
+        },
+        "GCS" => match &source.gcs {
+            Some(gcs) => check_gcs(gcs, &field, report),
+            None => missing("path and optionally gcpSecret", report),
+        },
+        _ => match &source.s3 {
+            Some(s3) => check_s3(s3, &field, report),
+            None => missing("path, awsSecret and optionally endpoint", report),
+        },
+    }
+}
+
+/// The source of a restore seed (its one set source, of a supported type or `PVC`) at
+/// `prefix`.
+pub(crate) fn check_seed_source(source: &StorageSource, prefix: &str, report: &mut Report) {
+    match source.storage_type() {
+        Some(t) if SUPPORTED_STORAGE_TYPES.contains(&t) || t == PVC_STORAGE_TYPE => {
+            let field = format!("{prefix}.{}", source_field(t).unwrap_or("s3"));
+            match (&source.s3, &source.abs, &source.gcs, &source.pvc) {
+                (Some(s3), _, _, _) => check_s3(s3, &field, report),
+                (_, Some(abs), _, _) => check_abs(abs, &field, report),
+                (_, _, Some(gcs), _) => check_gcs(gcs, &field, report),
+                (_, _, _, Some(pvc)) => super::pvc_rules::check_pvc(pvc, &field, report),
+                _ => {}
+            }
+        }
+        _ => report.refuse(
+            "restore-seed",
+            prefix,
+            format!(
+                "must hold exactly one source, s3, abs, gcs or pvc; it holds {}",
+                match source.set_sources().as_slice() {
+                    [] => "none".to_string(),
+                    set => set.join(", "),
+                }
+            ),
         ),
     }
+}
+
+/// A secret name at `field`: required unless `optional`, a DNS-1123 subdomain when set.
+fn check_secret(
+    name: &str,
+    rule: &'static str,
+    field: String,
+    holds: &str,
+    optional: bool,
+    report: &mut Report,
+) {
+    if name.is_empty() {
+        if !optional {
+            report.refuse(
+                rule,
+                field,
+                format!("is required: the name of a Secret of this namespace with {holds}"),
+            );
+        }
+    } else if !is_dns1123_subdomain(name) {
+        report.refuse(
+            rule,
+            field,
+            format!(
+                "must be a Secret name (a DNS-1123 subdomain: lowercase letters, digits, '-' and '.'), got {}",
+                quoted(name)
+            ),
+        );
+    }
+}
+
+/// An `abs` source at `prefix`: `CONTAINER/BLOB` (Azure's container naming, the key rule of
+/// every store), the `absSecret` and our `endpoint` extension.
+pub(crate) fn check_abs(abs: &AbsSource, prefix: &str, report: &mut Report) {
+    let path_field = format!("{prefix}.path");
+    match abs.path.split_once('/') {
+        _ if abs.path.is_empty() => report.refuse(
+            "abs-path",
+            path_field,
+            format!("is required: CONTAINER/BLOB of the snapshot, such as {EXAMPLE_PATH}"),
+        ),
+        Some((container, blob)) if !container.is_empty() => {
+            if let Some(why) = container_problem(container) {
+                report.refuse(
+                    "abs-container",
+                    path_field.clone(),
+                    format!(
+                        "the container {} {why} (Azure's container naming)",
+                        quoted(container)
+                    ),
+                );
+            }
+            if blob.is_empty() {
+                report.refuse(
+                    "abs-blob",
+                    path_field,
+                    format!(
+                        "the blob after {}/ is empty: name it, such as {EXAMPLE_PATH}",
+                        quoted(container)
+                    ),
+                );
+            } else if let Err(e) = check_object_key(blob) {
+                report.refuse("abs-blob", path_field, e.to_string());
+            }
+        }
+        _ => report.refuse(
+            "abs-path",
+            path_field,
+            format!(
+                "must be CONTAINER/BLOB, such as {EXAMPLE_PATH}, got {}",
+                quoted(&abs.path)
+            ),
+        ),
+    }
+    check_secret(
+        &abs.abs_secret,
+        "abs-secret",
+        format!("{prefix}.absSecret"),
+        "keys storage-account, storage-key and optionally cloud",
+        false,
+        report,
+    );
+    if !abs.endpoint.is_empty()
+        && let Some(why) = endpoint_problem(&abs.endpoint)
+    {
+        report.refuse(
+            "abs-endpoint",
+            format!("{prefix}.endpoint"),
+            format!(
+                "must be empty (the account's host in its cloud) or the Blob service's http:// or https:// URL, such as http://azurite.storage:10000/devstoreaccount1, got {}: {why}",
+                quoted(&abs.endpoint)
+            ),
+        );
+    }
+}
+
+/// Why a container name breaks Azure's rules (3 to 63 characters: lowercase letters, digits
+/// and '-', starting and ending with a letter or digit, no "--"), or `None`.
+fn container_problem(container: &str) -> Option<String> {
+    if !(3..=63).contains(&container.len()) {
+        return Some(format!(
+            "must be 3 to 63 characters long, got {}",
+            container.len()
+        ));
+    }
+    let inner = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    let bytes = container.as_bytes();
+    if !bytes.iter().all(|&b| inner(b) || b == b'-')
+        || !bytes.first().is_some_and(|&b| inner(b))
+        || !bytes.last().is_some_and(|&b| inner(b))
+    {
+        return Some(
+            "may hold only lowercase letters, digits and '-', and must start and end with a letter or digit"
+                .into(),
+        );
+    }
+    if container.contains("--") {
+        return Some("must not hold two adjacent hyphens".into());
+    }
+    None
+}
+
+/// A `gcs` source at `prefix`: `BUCKET/OBJECT` (Google's bucket naming, the key rule of every
+/// store) and the optional `gcpSecret`.
+pub(crate) fn check_gcs(gcs: &GcsSource, prefix: &str, report: &mut Report) {
+    let path_field = format!("{prefix}.path");
+    match gcs.path.split_once('/') {
+        _ if gcs.path.is_empty() => report.refuse(
+            "gcs-path",
+            path_field,
+            format!("is required: BUCKET/OBJECT of the snapshot, such as {EXAMPLE_PATH}"),
+        ),
+        Some((bucket, object)) if !bucket.is_empty() => {
+            if let Some(why) = gcs_bucket_problem(bucket) {
+                report.refuse(
+                    "gcs-bucket",
+                    path_field.clone(),
+                    format!(
+                        "the bucket {} {why} (Google's bucket naming)",
+                        quoted(bucket)
+                    ),
+                );
+            }
+            if object.is_empty() {
+                report.refuse(
+                    "gcs-object",
+                    path_field,
+                    format!(
+                        "the object after {}/ is empty: name it, such as {EXAMPLE_PATH}",
+                        quoted(bucket)
+                    ),
+                );
+            } else if let Err(e) = check_object_key(object) {
+                report.refuse("gcs-object", path_field, e.to_string());
+            }
+        }
+        _ => report.refuse(
+            "gcs-path",
+            path_field,
+            format!(
+                "must be BUCKET/OBJECT, such as {EXAMPLE_PATH}, got {}",
+                quoted(&gcs.path)
+            ),
+        ),
+    }
+    check_secret(
+        &gcs.gcp_secret,
+        "gcs-secret",
+        format!("{prefix}.gcpSecret"),
+        "key access-token or credentials.json",
+        true,
+        report,
+    );
+}
+
+/// Why a bucket name breaks Google's rules (3 to 63 characters, or up to 222 with dots and 63
+/// between them; lowercase letters, digits, '-', '_' and '.'; starting and ending with a letter
+/// or digit; not an IPv4 address; not starting with "goog" nor holding "google"), or `None`.
+fn gcs_bucket_problem(bucket: &str) -> Option<String> {
+    let max = if bucket.contains('.') { 222 } else { 63 };
+    if bucket.len() < 3 || bucket.len() > max {
+        return Some(format!(
+            "must be 3 to 63 characters long (222 with dots), got {}",
+            bucket.len()
+        ));
+    }
+    let inner = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    let bytes = bucket.as_bytes();
+    if !bytes
+        .iter()
+        .all(|&b| inner(b) || b == b'-' || b == b'_' || b == b'.')
+        || !bytes.first().is_some_and(|&b| inner(b))
+        || !bytes.last().is_some_and(|&b| inner(b))
+    {
+        return Some(
+            "may hold only lowercase letters, digits, '-', '_' and '.', and must start and end with a letter or digit"
+                .into(),
+        );
+    }
+    if bucket.split('.').any(|p| p.is_empty() || p.len() > 63) {
+        return Some("must have 1 to 63 characters between dots".into());
+    }
+    let parts: Vec<&str> = bucket.split('.').collect();
+    if parts.len() == 4 && parts.iter().all(|p| p.bytes().all(|b| b.is_ascii_digit())) {
+        return Some("must not be formatted as an IP address".into());
+    }
+    if bucket.starts_with("goog") || bucket.contains("google") {
+        return Some("must not start with \"goog\" nor hold \"google\"".into());
+    }
+    None
 }
 
 /// An `s3` source at `prefix`: the path, the secret and the endpoint.
@@ -372,23 +635,14 @@ pub(crate) fn check_s3(s3: &S3Source, prefix: &str, report: &mut Report) {
     } else if let Err(e) = check_object_path(&s3.path) {
         report.refuse(e.rule(), path_field, e.to_string());
     }
-    let secret_field = format!("{prefix}.awsSecret");
-    if s3.aws_secret.is_empty() {
-        report.refuse(
-            "s3-secret",
-            secret_field,
-            "is required: the name of a Secret of this namespace with the AWS shared files (key credentials, optionally config)",
-        );
-    } else if !is_dns1123_subdomain(&s3.aws_secret) {
-        report.refuse(
-            "s3-secret",
-            secret_field,
-            format!(
-                "must be a Secret name (a DNS-1123 subdomain: lowercase letters, digits, '-' and '.'), got {}",
-                quoted(&s3.aws_secret)
-            ),
-        );
-    }
+    check_secret(
+        &s3.aws_secret,
+        "s3-secret",
+        format!("{prefix}.awsSecret"),
+        "the AWS shared files (key credentials, optionally config)",
+        false,
+        report,
+    );
     if !s3.endpoint.is_empty()
         && let Some(why) = endpoint_problem(&s3.endpoint)
     {

@@ -1662,17 +1662,28 @@ fn safety_backup_rules() {
             None,
         ),
         (
-            good.replace("S3", "GCS"),
+            good.replace("S3", "OSS"),
             Some((
                 "storage-type-unsupported",
-                "spec.safetyBackup.storageType: GCS is a storage type of CoreOS' API that this operator does not support; use S3",
+                "spec.safetyBackup.storageType: OSS is a storage type of CoreOS' API that this operator does not support; use S3, ABS or GCS",
             )),
+        ),
+        (
+            "storageType: GCS\ngcs:\n  path: etcd-backups/demo/safety.db\n".to_string(),
+            None,
         ),
         (
             "storageType: S3\n".to_string(),
             Some((
                 "storage-source",
                 "spec.safetyBackup.s3: is required with storageType S3",
+            )),
+        ),
+        (
+            "storageType: PVC\npvc:\n  claimName: backups\n  path: demo/safety.db\n".to_string(),
+            Some((
+                "storage-type-unsupported",
+                "spec.safetyBackup.storageType: PVC is for EtcdBackups only",
             )),
         ),
         (
@@ -1761,11 +1772,14 @@ fn restore_seed_rules() {
     let sha = "0123456789abcdef".repeat(4);
     let written = crate::types::RestoreSeed {
         restore: "demo".into(),
-        s3: crate::types::S3Source {
-            path: "etcd-backups/demo/snapshot.db".into(),
-            aws_secret: "aws".into(),
-            endpoint: "http://minio.storage:9000".into(),
-            force_path_style: true,
+        source: crate::types::storage::StorageSource {
+            s3: Some(crate::types::S3Source {
+                path: "etcd-backups/demo/snapshot.db".into(),
+                aws_secret: "aws".into(),
+                endpoint: "http://minio.storage:9000".into(),
+                force_path_style: true,
+            }),
+            ..Default::default()
         },
         sha256: sha.clone(),
         revision: Some(42),
@@ -1784,6 +1798,27 @@ fn restore_seed_rules() {
         AdmissionPolicy::default().validate(&seeded(&seed(good_s3, &sha.to_uppercase())), None),
         Ok(vec![])
     );
+    // An ABS or GCS seed: the same rules as the restore's own source.
+    let abs = format!(
+        r#"{{"restore":"demo","abs":{{"path":"etcd/k","absSecret":"azure","endpoint":"http://azurite:10000/devstoreaccount1"}},"sha256":"{sha}"}}"#
+    );
+    assert_eq!(
+        AdmissionPolicy::default().validate(&seeded(&abs), None),
+        Ok(vec![])
+    );
+    let gcs = format!(r#"{{"restore":"demo","gcs":{{"path":"bkt/k"}},"sha256":"{sha}"}}"#);
+    assert_eq!(
+        AdmissionPolicy::default().validate(&seeded(&gcs), None),
+        Ok(vec![])
+    );
+    // A PVC seed: the pvc source's rules.
+    let pvc = format!(
+        r#"{{"restore":"demo","pvc":{{"claimName":"backups","path":"demo/snapshot.db"}},"sha256":"{sha}"}}"#
+    );
+    assert_eq!(
+        AdmissionPolicy::default().validate(&seeded(&pvc), None),
+        Ok(vec![])
+    );
     let cases = [
         (
             "not json".to_string(),
@@ -1792,8 +1827,37 @@ fn restore_seed_rules() {
             ),
         ),
         (
+            // Neither source.
             r#"{"restore":"demo","sha256":"x"}"#.to_string(),
+            format!("{field}: must hold exactly one source, s3, abs, gcs or pvc; it holds none"),
+        ),
+        (
+            r#"{"restore":"demo","s3":"x","sha256":"x"}"#.to_string(),
             format!("{field}: must be the JSON the EtcdRestore controller writes"),
+        ),
+        (
+            format!(
+                r#"{{"restore":"demo","s3":{good_s3},"gcs":{{"path":"bkt/k"}},"sha256":"{sha}"}}"#
+            ),
+            format!("{field}: must hold exactly one source, s3, abs, gcs or pvc; it holds s3, gcs"),
+        ),
+        (
+            format!(
+                r#"{{"restore":"demo","s3":{good_s3},"pvc":{{"claimName":"backups","path":"demo/k"}},"sha256":"{sha}"}}"#
+            ),
+            format!("{field}: must hold exactly one source, s3, abs, gcs or pvc; it holds s3, pvc"),
+        ),
+        (
+            format!(
+                r#"{{"restore":"demo","pvc":{{"claimName":"backups","path":"/abs/k"}},"sha256":"{sha}"}}"#
+            ),
+            format!("{field}.pvc.path: must be relative to the claim's root"),
+        ),
+        (
+            format!(
+                r#"{{"restore":"demo","abs":{{"path":"Etcd/k","absSecret":"azure"}},"sha256":"{sha}"}}"#
+            ),
+            format!("{field}.abs.path: the container \"Etcd\" may hold only lowercase letters"),
         ),
         (
             seed(good_s3, "abc"),

@@ -38,16 +38,18 @@ pub struct EtcdBackupSpec {
     #[schemars(length(max = 16), inner(length(max = 2048)))]
     pub etcd_endpoints: Vec<String>,
 
-    /// Where snapshots go: S3 (ABS, GCS and OSS are CoreOS' and not supported yet). The
-    /// matching source (`s3`) must be set.
-    #[schemars(extend("enum" = ["S3", "ABS", "GCS", "OSS"]))]
+    /// Where snapshots go: S3, ABS or GCS (CoreOS' OSS is not supported yet), or `PVC`, this
+    /// operator's extension: a file in a PersistentVolumeClaim of the namespace, written by a
+    /// short-lived pod that mounts it. The matching source (`s3`, `abs`, `gcs` or `pvc`) must
+    /// be set.
+    #[schemars(extend("enum" = ["S3", "ABS", "GCS", "OSS", "PVC"]))]
     pub storage_type: String,
 
     /// When and how long: one-shot without it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup_policy: Option<BackupPolicy>,
 
-    /// The storage location, inline: `s3`, `abs`, `gcs` or `oss`.
+    /// The storage location, inline: `s3`, `abs`, `gcs`, `oss` or (extension) `pvc`.
     #[serde(flatten)]
     pub source: StorageSource,
 

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use std::collections::BTreeMap;
 
-use super::storage::{S3Source, StorageSource};
+use super::storage::StorageSource;
 use super::{EtcdClusterSpec, lenient, schema};
 
 /// A restore of an etcd cluster of this namespace from a snapshot in object storage.
@@ -34,12 +34,14 @@ use super::{EtcdClusterSpec, lenient, schema};
 )]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdRestoreSpec {
-    /// Where the snapshot is: S3 (ABS, GCS and OSS are CoreOS' and not supported yet). The
-    /// matching source (`s3`) must be set.
-    #[schemars(extend("enum" = ["S3", "ABS", "GCS", "OSS"]))]
+    /// Where the snapshot is: S3, ABS or GCS (CoreOS' OSS is not supported yet), or `PVC`,
+    /// this operator's extension: a file in a PersistentVolumeClaim of the namespace, checked
+    /// by a short-lived pod that mounts it read-only before the cluster is touched. The
+    /// matching source (`s3`, `abs`, `gcs` or `pvc`) must be set.
+    #[schemars(extend("enum" = ["S3", "ABS", "GCS", "OSS", "PVC"]))]
     pub backup_storage_type: String,
 
-    /// The snapshot's location, inline: `s3`, `abs`, `gcs` or `oss`.
+    /// The snapshot's location, inline: `s3`, `abs`, `gcs`, `oss` or (extension) `pvc`.
     #[serde(flatten)]
     pub source: StorageSource,
 
@@ -151,8 +153,10 @@ pub struct ClusterTemplate {
 pub struct RestoreSeed {
     /// The EtcdRestore that asked for it.
     pub restore: String,
-    /// Where the snapshot is.
-    pub s3: S3Source,
+    /// Where the snapshot is: exactly one source (`s3`, `abs`, `gcs` or `pvc`), inline as in the
+    /// restore's spec.
+    #[serde(flatten)]
+    pub source: StorageSource,
     /// SHA-256 of the snapshot's database, hex, as the restore controller checked it.
     pub sha256: String,
     /// etcd revision of the snapshot, when its metadata says.

@@ -4,7 +4,9 @@
 //!
 //! The JSON names are CoreOS' (`storageType`, `s3.path`, `s3.awsSecret`, ...), and so is the
 //! shape: the source is inline in the spec, one of `s3`, `abs`, `gcs` or `oss`, matching the
-//! storage type.
+//! storage type. This operator adds one type of its own, [`PVC_STORAGE_TYPE`] with the source
+//! `pvc` ([`PvcSource`]): a directory or file inside a PersistentVolumeClaim of the namespace,
+//! for clusters without object storage.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -12,8 +14,13 @@ use serde::{Deserialize, Serialize};
 /// The storage types CoreOS' API names, as written in `storageType` / `backupStorageType`.
 pub const STORAGE_TYPES: [&str; 4] = ["S3", "ABS", "GCS", "OSS"];
 
-/// The storage type this operator can write to and read from today.
-pub const SUPPORTED_STORAGE_TYPES: [&str; 1] = ["S3"];
+/// The storage types this operator writes to and reads from (CoreOS' `OSS` is not one yet).
+pub const SUPPORTED_STORAGE_TYPES: [&str; 3] = ["S3", "ABS", "GCS"];
+
+/// This operator's extension storage type (not in CoreOS' API): a PersistentVolumeClaim of the
+/// namespace, source `pvc`. Written and read by short-lived pods that mount the claim, not by
+/// the controller itself; EtcdBackup and EtcdRestore take it, `spec.safetyBackup` does not.
+pub const PVC_STORAGE_TYPE: &str = "PVC";
 
 /// The storage sources, inline in a backup's or a restore's spec (CoreOS' `BackupSource` and
 /// `RestoreSource`): exactly the one matching the storage type is set.
@@ -23,17 +30,22 @@ pub struct StorageSource {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub s3: Option<S3Source>,
 
-    /// An Azure Blob Storage container (CoreOS' API; not supported by this operator yet).
+    /// An Azure Blob Storage container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub abs: Option<AbsSource>,
 
-    /// A Google Cloud Storage bucket (CoreOS' API; not supported by this operator yet).
+    /// A Google Cloud Storage bucket.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gcs: Option<GcsSource>,
 
     /// An Alibaba Cloud OSS bucket (CoreOS' API; not supported by this operator yet).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oss: Option<OssSource>,
+
+    /// A file in a PersistentVolumeClaim of the namespace (this operator's extension, storage
+    /// type `PVC`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pvc: Option<PvcSource>,
 }
 
 impl StorageSource {
@@ -44,7 +56,46 @@ impl StorageSource {
             "ABS" => self.abs.is_some(),
             "GCS" => self.gcs.is_some(),
             "OSS" => self.oss.is_some(),
+            PVC_STORAGE_TYPE => self.pvc.is_some(),
             _ => false,
+        }
+    }
+
+    /// A copy holding only the source of `storage_type`; `None` when that one is not set.
+    pub fn only(&self, storage_type: &str) -> Option<StorageSource> {
+        let mut only = StorageSource::default();
+        match storage_type {
+            "S3" => only.s3 = Some(self.s3.clone()?),
+            "ABS" => only.abs = Some(self.abs.clone()?),
+            "GCS" => only.gcs = Some(self.gcs.clone()?),
+            "OSS" => only.oss = Some(self.oss.clone()?),
+            PVC_STORAGE_TYPE => only.pvc = Some(self.pvc.clone()?),
+            _ => return None,
+        }
+        Some(only)
+    }
+
+    /// The `path` of the first source that is set (`s3`, `abs`, `gcs`, `oss`, `pvc` in that
+    /// order).
+    pub fn path(&self) -> Option<&str> {
+        self.s3
+            .as_ref()
+            .map(|s| s.path.as_str())
+            .or_else(|| self.abs.as_ref().map(|s| s.path.as_str()))
+            .or_else(|| self.gcs.as_ref().map(|s| s.path.as_str()))
+            .or_else(|| self.oss.as_ref().map(|s| s.path.as_str()))
+            .or_else(|| self.pvc.as_ref().map(|s| s.path.as_str()))
+    }
+
+    /// The storage type of the one source that is set (`S3` for `s3`, ..., `PVC` for `pvc`);
+    /// `None` when none or several are.
+    pub fn storage_type(&self) -> Option<&'static str> {
+        match self.set_sources().as_slice() {
+            [one] => STORAGE_TYPES
+                .into_iter()
+                .chain([PVC_STORAGE_TYPE])
+                .find(|t| source_field(t) == Some(*one)),
+            _ => None,
         }
     }
 
@@ -63,6 +114,9 @@ impl StorageSource {
         if self.oss.is_some() {
             set.push("oss");
         }
+        if self.pvc.is_some() {
+            set.push("pvc");
+        }
         set
     }
 }
@@ -74,6 +128,7 @@ pub fn source_field(storage_type: &str) -> Option<&'static str> {
         "ABS" => Some("abs"),
         "GCS" => Some("gcs"),
         "OSS" => Some("oss"),
+        PVC_STORAGE_TYPE => Some("pvc"),
         _ => None,
     }
 }
@@ -116,10 +171,19 @@ pub struct AbsSource {
     #[schemars(length(max = 1024))]
     pub path: String,
 
-    /// Secret with keys `storage-account`, `storage-key` and optionally `cloud`.
+    /// Secret with keys `storage-account`, `storage-key` and optionally `cloud`
+    /// (`AzurePublicCloud`, the default, `AzureChinaCloud`, `AzureGermanCloud` or
+    /// `AzureUSGovernmentCloud`).
     #[serde(default)]
     #[schemars(length(max = 253))]
     pub abs_secret: String,
+
+    /// This operator's extension (CoreOS has no such field): URL of the Blob service, such as
+    /// `http://azurite.storage:10000/devstoreaccount1` (Azurite, path-style) or an Azure Stack
+    /// endpoint; blank means `https://ACCOUNT.blob.<the cloud's suffix>`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 2048))]
+    pub endpoint: String,
 }
 
 /// A Google Cloud Storage location (CoreOS' `GCSBackupSource`).
@@ -157,6 +221,26 @@ pub struct OssSource {
     pub endpoint: String,
 }
 
+/// A file inside a PersistentVolumeClaim (this operator's extension, storage type `PVC`).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PvcSource {
+    /// Name of a PersistentVolumeClaim of the same namespace. A backup's pod mounts it
+    /// read-write, a restore's pods read-only: with ReadWriteOnce, the claim must be
+    /// attachable to the node those pods land on.
+    #[serde(default)]
+    #[schemars(length(max = 253))]
+    pub claim_name: String,
+
+    /// The snapshot file, relative to the claim's root, such as `example/snapshot.db`
+    /// (directories are created). A periodic backup appends
+    /// `_v<revision>_<time as 2006-01-02-15:04:05>` to the file name of each snapshot it
+    /// takes; each snapshot has its metadata beside it in `<file>.meta.json`.
+    #[serde(default)]
+    #[schemars(length(max = 1024))]
+    pub path: String,
+}
+
 /// Splits an object path `BUCKET/KEY` into the bucket and the key; `None` when either is empty.
 pub fn split_path(path: &str) -> Option<(&str, &str)> {
     let (bucket, key) = path.split_once('/')?;
@@ -178,7 +262,7 @@ mod tests {
 
     #[test]
     fn each_type_has_its_source_field() {
-        for t in STORAGE_TYPES {
+        for t in STORAGE_TYPES.iter().chain([&PVC_STORAGE_TYPE]) {
             let field = source_field(t).expect("a field");
             assert_eq!(field, t.to_ascii_lowercase());
         }
@@ -190,5 +274,25 @@ mod tests {
         assert!(s.has("S3"));
         assert!(!s.has("GCS"));
         assert_eq!(s.set_sources(), vec!["s3"]);
+        assert_eq!(s.storage_type(), Some("S3"));
+        let both = StorageSource {
+            gcs: Some(GcsSource::default()),
+            ..s
+        };
+        assert_eq!(both.storage_type(), None);
+        assert_eq!(StorageSource::default().storage_type(), None);
+        assert_eq!(both.only("GCS").and_then(|o| o.storage_type()), Some("GCS"));
+        assert_eq!(both.only("ABS"), None);
+        let p = StorageSource {
+            pvc: Some(PvcSource::default()),
+            ..StorageSource::default()
+        };
+        assert!(p.has("PVC"));
+        assert!(!p.has("S3"));
+        assert_eq!(p.set_sources(), vec!["pvc"]);
+        assert_eq!(p.storage_type(), Some("PVC"));
+        assert_eq!(p.path(), Some(""));
+        assert_eq!(p.only("PVC"), Some(p.clone()));
+        assert_eq!(p.only("S3"), None);
     }
 }

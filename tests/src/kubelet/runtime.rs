@@ -31,6 +31,12 @@ use super::volumes;
 use super::{PodEntry, PodInfo, PodLogs, Shared, lock};
 use crate::process::ManagedProcess;
 
+/// A container's `terminationMessagePath` when its spec sets none (Kubernetes' default).
+pub const DEFAULT_TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
+
+/// Longest termination message kept, bytes (Kubernetes' limit per container).
+const TERMINATION_MESSAGE_BYTES: usize = 4096;
+
 /// How often the worker checks its processes and timers.
 const TICK: Duration = Duration::from_millis(50);
 /// Retry interval for volumes and container configuration that cannot be set up yet.
@@ -462,7 +468,7 @@ impl Worker {
             exit_code: code,
             signal,
             reason: Some(if code == 0 { "Completed" } else { "Error" }.into()),
-            message: None,
+            message: self.termination_message(&name),
             started_at: Some(Time(instance.started_at)),
             finished_at: Some(Time(Timestamp::now())),
             container_id: Some(instance.container_id.clone()),
@@ -563,9 +569,46 @@ impl Worker {
         env
     }
 
-    /// `mountPath` → host directory (with `subPath`) for the container's mounts.
+    /// The host file standing for container `name`'s `terminationMessagePath`.
+    fn termination_file(&self, name: &str) -> PathBuf {
+        self.shared
+            .dirs
+            .pod_dir(&self.uid)
+            .join("termination")
+            .join(name)
+    }
+
+    /// What the container's last instance wrote to its `terminationMessagePath` (at most
+    /// 4096 bytes, as a kubelet keeps), if anything.
+    fn termination_message(&self, name: &str) -> Option<String> {
+        let bytes = std::fs::read(self.termination_file(name)).ok()?;
+        let mut end = bytes.len().min(TERMINATION_MESSAGE_BYTES);
+        while end > 0 && std::str::from_utf8(&bytes[..end]).is_err() {
+            end -= 1;
+        }
+        let text = String::from_utf8_lossy(&bytes[..end]).into_owned();
+        (!text.is_empty()).then_some(text)
+    }
+
+    /// `mountPath` → host directory (with `subPath`) for the container's mounts, and the
+    /// container's `terminationMessagePath` (default `/dev/termination-log`) → a fresh host
+    /// file the kubelet reads when the container exits (see [`Self::termination_message`]):
+    /// a program that is given the path, as an argument, writes its message there.
     fn mounts(&self, container: &Container) -> Result<MountMap, String> {
-        let mut pairs = Vec::new();
+        let termination = self.termination_file(&container.name);
+        if let Some(dir) = termination.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        }
+        // A new instance starts without the message of the one before.
+        let _ = std::fs::remove_file(&termination);
+        let mut pairs = vec![(
+            container
+                .termination_message_path
+                .clone()
+                .filter(|p| !p.is_empty())
+                .unwrap_or_else(|| DEFAULT_TERMINATION_MESSAGE_PATH.to_owned()),
+            termination,
+        )];
         for mount in container.volume_mounts.iter().flatten() {
             let Some(dir) = self.volumes.get(&mount.name) else {
                 return Err(format!("volumeMount {:?}: no such volume", mount.name));

@@ -1,0 +1,249 @@
+//! The controller's side of a backup of storage type PVC. The controller cannot mount a
+//! claim, so a due backup is one pod, `NAME-backup`, owned by the EtcdBackup:
+//!
+//! 1. no pod yet: the controller finds the cluster and its member with the highest revision
+//!    (as for S3), names the file as for S3 ([`schedule::snapshot_key`]: the path, or
+//!    `PATH_v<revision>_<time>` for a periodic backup) and creates the pod, which streams the
+//!    snapshot from that member into the claim (`etcd-controller backup save`);
+//! 2. the pod runs: the controller looks again every [`POLL`]; past the backup's timeout
+//!    (plus [`START_GRACE`] to be scheduled and started) the pod is deleted and the backup fails
+//!    with `Timeout`;
+//! 3. the pod finished: its report ([`PodOutcome`]) becomes the outcome the reconciler records
+//!    as for S3 (status, Event, metrics), and the pod is deleted.
+//!
+//! One name per EtcdBackup: a reconcile never leaves more than one pod for it.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, PostParams};
+use kube::{Api, Resource as _, ResourceExt as _};
+
+use etcd_shared::types::EtcdBackup;
+
+use super::pod_report::PodOutcome;
+use super::reconciler::{
+    BackupError, BackupReconciler, member_access, most_advanced_member, target,
+};
+use super::schedule::{self, Success};
+use crate::builders::claim_pod::{self, ANNOTATION_FILE, ClaimPod, TLS_DIR, in_claim};
+use crate::error::Error;
+
+/// How often a running backup pod is looked at.
+pub const POLL: Duration = Duration::from_secs(2);
+
+/// Time a backup pod gets beyond the backup's timeout to be scheduled and started.
+pub const START_GRACE: Duration = Duration::from_secs(60);
+
+/// Where a PVC backup stands.
+#[derive(Debug)]
+pub enum Progress {
+    /// Its pod was created or is running.
+    Waiting,
+    /// Its pod finished (and was deleted): the outcome to record.
+    Finished(Result<Success, BackupError>),
+}
+
+/// The name of the backup pod of EtcdBackup `backup` (a DNS-1123 subdomain).
+pub fn pod_name(backup: &str) -> String {
+    const SUFFIX: &str = "-backup";
+    let mut base = backup.to_string();
+    base.truncate(253 - SUFFIX.len());
+    format!("{}{SUFFIX}", base.trim_end_matches(['-', '.']))
+}
+
+/// Whether a pod created at `created` has run out of time at `now`.
+pub fn timed_out(created: Option<Timestamp>, limit: Duration, now: Timestamp) -> bool {
+    let Some(created) = created else {
+        return false;
+    };
+    let age = Duration::try_from(now.duration_since(created)).unwrap_or(Duration::ZERO);
+    age > limit + START_GRACE
+}
+
+/// The success a backup pod's report stands for.
+pub fn success(
+    claim: &str,
+    file: &str,
+    report: &super::pod_report::PodReport,
+    took: Duration,
+) -> Success {
+    Success {
+        path: format!("{claim}/{file}"),
+        etcd_version: report.etcd_version.clone().unwrap_or_default(),
+        revision: report.revision.unwrap_or_default(),
+        size: report.size.unwrap_or_default(),
+        sha256: report.sha256.clone().unwrap_or_default(),
+        took,
+    }
+}
+
+/// One step of a due PVC backup (see the module docs).
+pub(crate) async fn step(
+    backup: &EtcdBackup,
+    r: &BackupReconciler,
+    now: Timestamp,
+) -> Result<Progress, BackupError> {
+    let namespace = backup.namespace().unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(r.client.clone(), &namespace);
+    let name = pod_name(&backup.name_any());
+    let Some(pod) = pods
+        .get_opt(&name)
+        .await
+        .map_err(Error::kube(format!("get pod {name}")))?
+    else {
+        start(backup, r, &pods, &name, now).await?;
+        return Ok(Progress::Waiting);
+    };
+    if pod.metadata.deletion_timestamp.is_some() {
+        return Ok(Progress::Waiting);
+    }
+    let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    let limit = schedule::timeout(&backup.spec);
+    let outcome = match PodOutcome::of(&pod) {
+        PodOutcome::Running if timed_out(created, limit, now) => Err(BackupError::Timeout(limit)),
+        PodOutcome::Running => return Ok(Progress::Waiting),
+        PodOutcome::Failed(reason, message) => Err(BackupError::Pod(reason, message)),
+        PodOutcome::Succeeded(report) => {
+            let claim = backup
+                .spec
+                .source
+                .pvc
+                .as_ref()
+                .map(|p| p.claim_name.clone())
+                .unwrap_or_default();
+            let file = pod
+                .annotations()
+                .get(ANNOTATION_FILE)
+                .cloned()
+                .unwrap_or_default();
+            let took = created
+                .and_then(|c| Duration::try_from(now.duration_since(c)).ok())
+                .unwrap_or_default();
+            Ok(success(&claim, &file, &report, took))
+        }
+    };
+    delete_pod(&pods, &name).await?;
+    Ok(Progress::Finished(outcome))
+}
+
+/// Creates the backup pod: the cluster's most advanced member, the file named for its revision.
+async fn start(
+    backup: &EtcdBackup,
+    r: &BackupReconciler,
+    pods: &Api<Pod>,
+    name: &str,
+    now: Timestamp,
+) -> Result<(), BackupError> {
+    let spec = &backup.spec;
+    let pvc = spec.source.pvc.as_ref().ok_or(BackupError::NoSource)?;
+    let image = r.config.image.clone().ok_or(BackupError::NoImage)?;
+    // An object read from the API has a UID; without one the API server refuses the pod.
+    let owner = backup.controller_owner_ref(&()).unwrap_or_default();
+    let (view, tls_secret) = target(backup, r).await?;
+    let access = member_access(
+        &r.client,
+        &view,
+        tls_secret.as_deref(),
+        r.config.etcd_timeout,
+    )
+    .await?;
+    let (endpoint, member, status) = most_advanced_member(&r.client, &view, &access).await?;
+    let periodic = schedule::interval(spec);
+    let file = schedule::snapshot_key(&pvc.path, periodic.is_some(), status.revision, now);
+    let limit = schedule::timeout(spec);
+    let mut args = vec![
+        "backup".to_string(),
+        "save".into(),
+        format!("--endpoint={endpoint}"),
+        format!("--file={}", in_claim(&file)),
+        format!("--etcd-version={}", status.version),
+        format!("--revision={}", status.revision),
+        format!("--cluster={}/{}", view.namespace, view.name),
+        format!("--member={member}"),
+        format!("--timeout-seconds={}", limit.as_secs()),
+    ];
+    if periodic.is_some() {
+        let max = spec.backup_policy.as_ref().map_or(0, |p| p.max_backups);
+        args.push(format!("--prefix={}", in_claim(&pvc.path)));
+        args.push(format!("--max-backups={max}"));
+    }
+    if tls_secret.is_some() {
+        args.push(format!("--tls-dir={TLS_DIR}"));
+        args.push(format!("--server-name={}", view.tls_server_name()));
+    }
+    let pod = claim_pod::claim_pod(ClaimPod {
+        name: name.to_string(),
+        namespace: view.namespace.clone(),
+        owner,
+        component: "backup",
+        image,
+        claim: pvc.claim_name.clone(),
+        read_only: false,
+        args,
+        tls_secret,
+        file,
+    });
+    match pods.create(&PostParams::default(), &pod).await {
+        Ok(_) => Ok(()),
+        // Created by a reconcile before this one: one pod per backup.
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(Error::kube(format!("create pod {name}"))(e).into()),
+    }
+}
+
+/// Deletes a finished (or timed-out) claim pod; gone already is fine.
+pub(crate) async fn delete_pod(pods: &Api<Pod>, name: &str) -> Result<(), BackupError> {
+    match pods.delete(name, &DeleteParams::background()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(Error::kube(format!("delete pod {name}"))(e).into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pod_names_fit_and_end_well() {
+        assert_eq!(pod_name("nightly"), "nightly-backup");
+        let long = format!("{}.{}", "a".repeat(245), "b".repeat(7));
+        let name = pod_name(&long);
+        assert!(name.len() <= 253, "{}", name.len());
+        assert!(name.ends_with("a-backup"), "{name}");
+    }
+
+    #[test]
+    fn a_pod_times_out_after_the_backup_timeout_and_the_start_grace() {
+        let created: Timestamp = "2026-01-01T00:00:00Z".parse().expect("time");
+        let at = |s: i64| created + k8s_openapi::jiff::SignedDuration::from_secs(s);
+        let limit = Duration::from_secs(60);
+        assert!(!timed_out(Some(created), limit, at(119)));
+        assert!(!timed_out(Some(created), limit, at(120)));
+        assert!(timed_out(Some(created), limit, at(121)));
+        assert!(!timed_out(None, limit, at(10_000)));
+    }
+
+    #[test]
+    fn a_report_becomes_the_success_the_status_records() {
+        let report = super::super::pod_report::PodReport {
+            ok: true,
+            size: Some(1056),
+            sha256: Some("ab".repeat(32)),
+            revision: Some(12),
+            etcd_version: Some("3.6.16".into()),
+            ..Default::default()
+        };
+        let s = success(
+            "backups",
+            "demo/s.db_v12_2026-01-01-00:00:00",
+            &report,
+            Duration::from_secs(3),
+        );
+        assert_eq!(s.path, "backups/demo/s.db_v12_2026-01-01-00:00:00");
+        assert_eq!((s.revision, s.size), (12, 1056));
+        assert_eq!(s.etcd_version, "3.6.16");
+    }
+}

@@ -1,0 +1,115 @@
+//! The controller's side of the check of a PVC snapshot before a restore touches the cluster.
+//! The controller cannot mount the claim, so the restore's verify step is one pod,
+//! `NAME-verify`, owned by the EtcdRestore, mounting the claim read-only and running
+//! `etcd-controller backup verify`: it reads the file through and checks etcd's hash and the
+//! hash its metadata recorded. Its report is what the S3 check gives (path, size, hash,
+//! revision, version); the pod is deleted once read. A failed or timed-out check is an
+//! error: the cluster is untouched, and the step is retried with backoff (a new pod).
+//!
+//! The seed member then copies the file from the claim (mounted read-only) and checks it
+//! against the hash recorded here before etcd's tool restores it.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::PostParams;
+use kube::{Api, Resource as _, ResourceExt as _};
+
+use etcd_shared::types::EtcdRestore;
+
+use super::claim_backup::{delete_pod, timed_out};
+use super::pod_report::PodOutcome;
+use super::reconciler::BackupError;
+use super::restore::CheckedSource;
+use crate::builders::claim_pod::{self, ClaimPod, in_claim};
+use crate::error::Error;
+
+/// How often a running verify pod is looked at.
+pub const POLL: Duration = Duration::from_secs(2);
+
+/// Longest a check may take (beyond the time to start the pod).
+pub const VERIFY_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The name of the verify pod of EtcdRestore `restore`.
+pub fn pod_name(restore: &str) -> String {
+    const SUFFIX: &str = "-verify";
+    let mut base = restore.to_string();
+    base.truncate(253 - SUFFIX.len());
+    format!("{}{SUFFIX}", base.trim_end_matches(['-', '.']))
+}
+
+/// One step of the check: `None` while the pod is created or runs, the check once it passed.
+pub(crate) async fn verify_step(
+    client: &kube::Client,
+    image: &str,
+    restore: &EtcdRestore,
+) -> Result<Option<CheckedSource>, BackupError> {
+    let pvc = restore
+        .spec
+        .source
+        .pvc
+        .as_ref()
+        .ok_or(BackupError::NoSource)?;
+    let namespace = restore.namespace().unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    let name = pod_name(&restore.name_any());
+    let Some(pod) = pods
+        .get_opt(&name)
+        .await
+        .map_err(Error::kube(format!("get pod {name}")))?
+    else {
+        let pod = claim_pod::claim_pod(ClaimPod {
+            name: name.clone(),
+            namespace: namespace.clone(),
+            owner: restore.controller_owner_ref(&()).unwrap_or_default(),
+            component: "restore-verify",
+            image: image.to_string(),
+            claim: pvc.claim_name.clone(),
+            read_only: true,
+            args: vec![
+                "backup".into(),
+                "verify".into(),
+                format!("--file={}", in_claim(&pvc.path)),
+            ],
+            tls_secret: None,
+            file: pvc.path.clone(),
+        });
+        return match pods.create(&PostParams::default(), &pod).await {
+            Ok(_) => Ok(None),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(None),
+            Err(e) => Err(Error::kube(format!("create pod {name}"))(e).into()),
+        };
+    };
+    if pod.metadata.deletion_timestamp.is_some() {
+        return Ok(None);
+    }
+    let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    let outcome = match PodOutcome::of(&pod) {
+        PodOutcome::Running if timed_out(created, VERIFY_TIMEOUT, Timestamp::now()) => {
+            Err(BackupError::Timeout(VERIFY_TIMEOUT))
+        }
+        PodOutcome::Running => return Ok(None),
+        PodOutcome::Failed(reason, message) => Err(BackupError::Pod(reason, message)),
+        PodOutcome::Succeeded(report) => Ok(CheckedSource {
+            path: format!("{}/{}", pvc.claim_name, pvc.path),
+            size: report.size.unwrap_or_default(),
+            sha256: report.sha256.unwrap_or_default(),
+            revision: report.revision,
+            etcd_version: report.etcd_version,
+        }),
+    };
+    delete_pod(&pods, &name).await?;
+    outcome.map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verify_pods_are_named_after_the_restore() {
+        assert_eq!(pod_name("r1"), "r1-verify");
+        assert!(pod_name(&"x".repeat(253)).len() <= 253);
+    }
+}

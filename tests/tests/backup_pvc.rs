@@ -1,0 +1,360 @@
+//! Issue 16: backups to and restores from a PersistentVolumeClaim (storage type `PVC`, the
+//! operator's extension) on real etcd members, with the process kubelet running the operator's
+//! own pods (`etcd-controller backup save|verify`, the seed member's `restore fetch`) from the
+//! built binary and the claim as a host directory.
+
+#[allow(
+    dead_code,
+    reason = "the support module is shared with the lifecycle suite, which uses the rest"
+)]
+mod support;
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, ensure};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, ResourceExt as _};
+
+use etcd_controller::backup::claim_files;
+use etcd_shared::EtcdCluster;
+use etcd_shared::types::{EtcdBackup, EtcdBackupStatus, EtcdRestore, EtcdRestoreStatus};
+use etcd_tests::operator::OperatorBinaries;
+use etcd_tests::poll_until;
+use etcd_tests::suite::TestContext;
+
+use support::operator::{Controller, install};
+use support::{
+    WAIT, bulk_put, check_every_member, client_service_urls, connect, create_settled, duration,
+};
+
+fn main() -> std::process::ExitCode {
+    let long = Duration::from_secs(600);
+    let tests = vec![
+        etcd_tests::Test::new(
+            "a_pvc_backup_restores_the_cluster_and_a_damaged_file_is_refused",
+            a_pvc_backup_restores_the_cluster_and_a_damaged_file_is_refused,
+        )
+        .with_timeout(long),
+        etcd_tests::Test::new(
+            "periodic_pvc_backups_keep_max_backups",
+            periodic_pvc_backups_keep_max_backups,
+        )
+        .with_timeout(long),
+    ];
+    etcd_tests::run_suite_with_kubelet(tests)
+}
+
+/// The claim the snapshots go to.
+const CLAIM: &str = "etcd-backups";
+
+/// Creates the claim (1 GiB, ReadWriteOnce); the kubelet binds it when a pod mounts it.
+async fn create_claim(ctx: &TestContext) -> anyhow::Result<()> {
+    let claim: PersistentVolumeClaim = serde_yaml::from_str(&format!(
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: {CLAIM}\nspec:\n  accessModes: [ReadWriteOnce]\n  resources:\n    requests:\n      storage: 1Gi\n"
+    ))?;
+    ctx.api::<PersistentVolumeClaim>()
+        .create(&PostParams::default(), &claim)
+        .await?;
+    Ok(())
+}
+
+/// The claim's directory on the (process) node.
+fn claim_dir(ctx: &TestContext) -> anyhow::Result<PathBuf> {
+    Ok(ctx.kubelet()?.claim_dir(ctx.ns(), CLAIM))
+}
+
+fn pvc_yaml(path: &str) -> String {
+    format!("  pvc:\n    claimName: {CLAIM}\n    path: {path}\n")
+}
+
+fn backup_yaml(name: &str, cluster: &str, path: &str, policy: &str) -> String {
+    format!(
+        "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdBackup\nmetadata:\n  name: {name}\nspec:\n  etcdEndpoints: [\"http://{cluster}-client:2379\"]\n  storageType: PVC\n{}{policy}",
+        pvc_yaml(path)
+    )
+}
+
+fn restore_yaml(name: &str, cluster: &str, path: &str) -> String {
+    format!(
+        "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdRestore\nmetadata:\n  name: {name}\nspec:\n  etcdCluster:\n    name: {cluster}\n  backupStorageType: PVC\n{}",
+        pvc_yaml(path)
+    )
+}
+
+async fn create<K>(ctx: &TestContext, yaml: &str) -> anyhow::Result<K>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    let object: K = serde_yaml::from_str(yaml).context("YAML")?;
+    Ok(ctx
+        .api::<K>()
+        .create(&PostParams::default(), &object)
+        .await?)
+}
+
+async fn backup_status(
+    ctx: &TestContext,
+    name: &str,
+    what: &str,
+    done: impl Fn(&EtcdBackupStatus) -> bool,
+) -> anyhow::Result<EtcdBackupStatus> {
+    let api: Api<EtcdBackup> = ctx.api();
+    poll_until(&format!("EtcdBackup {name}: {what}"), WAIT, || async {
+        anyhow::Ok(api.get(name).await?.status.filter(|s| done(s)))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+async fn restore_status(
+    ctx: &TestContext,
+    name: &str,
+    what: &str,
+    done: impl Fn(&EtcdRestoreStatus) -> bool,
+) -> anyhow::Result<EtcdRestoreStatus> {
+    let api: Api<EtcdRestore> = ctx.api();
+    poll_until(&format!("EtcdRestore {name}: {what}"), WAIT, || async {
+        anyhow::Ok(api.get(name).await?.status.filter(|s| done(s)))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// The operator's claim pods of the namespace (backup and verify pods).
+async fn claim_pods(ctx: &TestContext, component: &str) -> anyhow::Result<Vec<String>> {
+    let pods: Api<Pod> = ctx.api();
+    let listed = pods
+        .list(&ListParams::default().labels(&format!("app.kubernetes.io/component={component}")))
+        .await?;
+    Ok(listed.items.iter().map(|p| p.name_any()).collect())
+}
+
+/// Issue 16, the PVC target: a one-shot backup to a claim (file, metadata, hash, status, pod
+/// deleted), a damaged copy refused by the restore's verify pod with the cluster untouched,
+/// then a restore from the good file: the cluster is replaced, its keys come back with their
+/// values, and a key written after the backup is gone.
+async fn a_pvc_backup_restores_the_cluster_and_a_damaged_file_is_refused(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    install(&ctx).await?;
+    OperatorBinaries::locate()?.register(ctx.kubelet()?);
+    let _controller = Controller::start(&ctx)?;
+    create_claim(&ctx).await?;
+    let version = create_settled(&ctx, "pv", 1, None).await?;
+    let slices: Api<EndpointSlice> = ctx.api();
+    let data = bulk_put(&slices, "pv", "/k/", 300, 8).await?;
+    ensure!(
+        data.len() == 300,
+        "{} of 300 writes acknowledged",
+        data.len()
+    );
+
+    // The one-shot backup.
+    let started = Instant::now();
+    create::<EtcdBackup>(&ctx, &backup_yaml("once", "pv", "pv/snapshot.db", "")).await?;
+    let status = backup_status(&ctx, "once", "succeeded", |s| s.succeeded).await?;
+    duration("one-shot PVC backup", started);
+    let revision = status.etcd_revision.context("etcdRevision")?;
+    ensure!(
+        status.last_backup_path.as_deref() == Some("etcd-backups/pv/snapshot.db"),
+        "{status:?}"
+    );
+    ensure!(
+        status.etcd_version.as_deref() == Some(version.as_str()),
+        "{status:?}"
+    );
+    let cond = status.conditions.first().context("a condition")?;
+    ensure!(
+        cond.type_ == "Succeeded" && cond.status == "True",
+        "{cond:?}"
+    );
+
+    // The file in the claim: intact, the hash the status reports, its metadata beside it.
+    let file = claim_dir(&ctx)?.join("pv/snapshot.db");
+    let sha = status.last_backup_sha256.clone().context("sha256")?;
+    let (checked, metadata) = claim_files::verify_file(&file, Some(&sha), |_| Ok(()))?;
+    let metadata = metadata.context("the metadata file")?;
+    ensure!(
+        Some(checked.size as i64) == status.last_backup_size,
+        "{status:?}"
+    );
+    ensure!(
+        metadata.revision == revision && metadata.etcd_version == version && metadata.sha256 == sha,
+        "{metadata:?}"
+    );
+    ensure!(
+        !claim_files::temporary_path(&file).exists(),
+        "a temporary file is left"
+    );
+    // The pod is gone once its report is read.
+    poll_until("the backup pod deleted", WAIT, || async {
+        anyhow::Ok(claim_pods(&ctx, "backup").await?.is_empty().then_some(()))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+
+    // A key written after the backup: the restore takes the cluster back before it.
+    let urls = client_service_urls(&slices, "pv").await?;
+    connect(&urls).await?.put("/after", "x", None).await?;
+
+    // A damaged copy is refused by the verify pod; the cluster keeps running untouched.
+    let damaged = claim_dir(&ctx)?.join("pv/damaged.db");
+    let mut bytes = std::fs::read(&file)?;
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&damaged, &bytes)?;
+    std::fs::copy(
+        claim_files::metadata_path(&file),
+        claim_files::metadata_path(&damaged),
+    )?;
+    let clusters: Api<EtcdCluster> = ctx.api();
+    let uid = clusters.get("pv").await?.uid().context("uid")?;
+    create::<EtcdRestore>(&ctx, &restore_yaml("bad", "pv", "pv/damaged.db")).await?;
+    let refused = restore_status(&ctx, "bad", "refused", |s| s.reason.is_some()).await?;
+    let reason = refused.reason.clone().unwrap_or_default();
+    ensure!(reason.starts_with("IntegrityCheckFailed"), "{reason}");
+    ensure!(
+        refused.replaced_cluster_uid.is_none() && !refused.succeeded,
+        "{refused:?}"
+    );
+    let verified = refused
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Verified")
+        .context("Verified condition")?;
+    ensure!(verified.status == "False", "{verified:?}");
+    ctx.api::<EtcdRestore>()
+        .delete("bad", &DeleteParams::default())
+        .await?;
+    let cluster = clusters.get("pv").await?;
+    ensure!(
+        cluster.uid().as_deref() == Some(uid.as_str())
+            && cluster.metadata.deletion_timestamp.is_none(),
+        "the live cluster was touched"
+    );
+    let pods: Api<Pod> = ctx.api();
+    check_every_member(&pods, "pv", "/k/", &data, 1).await?;
+
+    // The restore from the good file.
+    let started = Instant::now();
+    create::<EtcdRestore>(&ctx, &restore_yaml("good", "pv", "pv/snapshot.db")).await?;
+    let restored = restore_status(&ctx, "good", "succeeded", |s| s.succeeded).await?;
+    duration("PVC restore to a Running cluster", started);
+    ensure!(
+        restored.snapshot_sha256.as_deref() == Some(sha.as_str()),
+        "{restored:?}"
+    );
+    ensure!(restored.snapshot_revision == Some(revision), "{restored:?}");
+    ensure!(
+        restored.replaced_cluster_uid.as_deref() == Some(uid.as_str()),
+        "{restored:?}"
+    );
+    let cluster = clusters.get("pv").await?;
+    ensure!(
+        cluster.uid().as_deref() != Some(uid.as_str()),
+        "the cluster was replaced"
+    );
+    check_every_member(&pods, "pv", "/k/", &data, 1).await?;
+    let urls = client_service_urls(&slices, "pv").await?;
+    let after = connect(&urls).await?.get("/after", None).await?;
+    ensure!(
+        after.kvs().is_empty(),
+        "a key written after the backup came back"
+    );
+    // The verify pods are gone: the good one deleted once read, the bad one's with it.
+    poll_until("no verify pod", WAIT, || async {
+        anyhow::Ok(
+            claim_pods(&ctx, "restore-verify")
+                .await?
+                .is_empty()
+                .then_some(()),
+        )
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(())
+}
+
+/// Issue 16, the PVC target: periodic backups write `PATH_v<revision>_<time>` files, keep
+/// `maxBackups` of them (with their metadata) and never more than one backup pod at a time.
+async fn periodic_pvc_backups_keep_max_backups(ctx: TestContext) -> anyhow::Result<()> {
+    install(&ctx).await?;
+    OperatorBinaries::locate()?.register(ctx.kubelet()?);
+    let _controller = Controller::start(&ctx)?;
+    create_claim(&ctx).await?;
+    create_settled(&ctx, "pp", 1, None).await?;
+    let slices: Api<EndpointSlice> = ctx.api();
+    bulk_put(&slices, "pp", "/k/", 50, 8).await?;
+    create::<EtcdBackup>(
+        &ctx,
+        &backup_yaml(
+            "every",
+            "pp",
+            "pp/snap.db",
+            "  backupPolicy:\n    backupIntervalInSecond: 2\n    maxBackups: 2\n",
+        ),
+    )
+    .await?;
+    let api: Api<EtcdBackup> = ctx.api();
+    let mut paths = BTreeSet::new();
+    let mut most_pods = 0;
+    let started = Instant::now();
+    while paths.len() < 4 {
+        ensure!(
+            started.elapsed() < WAIT,
+            "4 periodic backups not seen: {paths:?}"
+        );
+        most_pods = most_pods.max(claim_pods(&ctx, "backup").await?.len());
+        if let Some(path) = api
+            .get("every")
+            .await?
+            .status
+            .filter(|s| s.succeeded)
+            .and_then(|s| s.last_backup_path)
+        {
+            paths.insert(path);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    duration("4 periodic PVC backups", started);
+    ensure!(most_pods <= 1, "{most_pods} backup pods at once");
+    api.delete("every", &DeleteParams::default()).await?;
+    // Its pod (if one was running) goes with it.
+    poll_until("no backup pod", WAIT, || async {
+        anyhow::Ok(claim_pods(&ctx, "backup").await?.is_empty().then_some(()))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+
+    let dir = claim_dir(&ctx)?.join("pp");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)?
+        .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect::<Result<_, _>>()?;
+    names.sort();
+    // A pod deleted with its EtcdBackup in the middle of a snapshot may leave its temporary
+    // file (never a file under a snapshot's name).
+    names.retain(|n| !n.ends_with(".part"));
+    let snapshots: Vec<&String> = names
+        .iter()
+        .filter(|n| !n.ends_with(".meta.json"))
+        .collect();
+    // The last one recorded, and one before it; their metadata; nothing else.
+    ensure!(
+        (2..=3).contains(&snapshots.len()),
+        "maxBackups 2 (a third only while a newer backup was being written): {names:?}"
+    );
+    for name in &snapshots {
+        ensure!(name.starts_with("snap.db_v"), "{names:?}");
+        ensure!(names.contains(&format!("{name}.meta.json")), "{names:?}");
+    }
+    ensure!(names.len() == snapshots.len() * 2, "{names:?}");
+    Ok(())
+}
