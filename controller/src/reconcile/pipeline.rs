@@ -145,6 +145,18 @@ async fn safety_backup(
     if !safety::missing(&change, last) {
         return (step, None);
     }
+    // The cached cluster may predate the status the previous reconcile wrote (its watch event
+    // not in yet): ask the API server before taking a second snapshot for the same change, and
+    // keep the record it holds (the status written below must not put the stale one back).
+    // Reconciles of one cluster never overlap, so a record written by the last one is there.
+    if let Ok(fresh) = Api::<EtcdCluster>::namespaced(ctx.client.clone(), &view.namespace)
+        .get(&view.name)
+        .await
+        && let Some(record) = fresh.status.and_then(|s| s.last_safety_backup)
+        && !safety::missing(&change, Some(&record))
+    {
+        return (step, Some(record));
+    }
     let reference = cluster.object_ref(&());
     match safety::take(&ctx.client, view, spec, &change, ctx.config.etcd_timeout).await {
         Ok(record) => {
