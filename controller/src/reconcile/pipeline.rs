@@ -102,6 +102,12 @@ pub async fn reconcile(
     let mut new = status::compute(&view, &obs.model, &step, previous, Timestamp::now());
     if safety.is_some() {
         new.last_safety_backup = safety;
+    } else if view.safety_backup.is_some()
+        && let Ok(fresh) = api.get(&name).await
+    {
+        // The status written below replaces the stored one: carry the stored safety record,
+        // not the cached one, which can predate the record the last reconcile wrote.
+        new.last_safety_backup = fresh.status.and_then(|s| s.last_safety_backup);
     }
     let phase = new.phase.unwrap_or(ClusterPhase::Creating);
     ctx.metrics.observe_cluster(
