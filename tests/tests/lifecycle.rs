@@ -20,6 +20,7 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 
+use etcd_shared::types::ClusterPhase;
 use etcd_shared::version::DEFAULT_VERSION;
 use etcd_shared::{EtcdCluster, names};
 use etcd_tests::poll_until;
@@ -149,11 +150,27 @@ async fn scale_three_five_three(
     let writer = Writer::start(ctx.api(), name, "w/");
     writer.wait_for_writes(20).await?;
     let joins = JoinWatch::start(ctx.api(), name);
+    let phases = PhaseWatch::start(api.clone(), name);
 
     let up = Instant::now();
     patch_spec(&api, name, serde_json::json!({ "size": 5 })).await?;
     let five = wait_until(&api, name, "5 healthy voters", |c| settled(c, 5, version)).await?;
     duration(&format!("{name}: 3 -> 5"), up);
+    let phases = phases.stop().await?;
+    println!(
+        "{name}: phases during 3 -> 5 {:?}",
+        phases.iter().map(|(p, _)| p).collect::<Vec<_>>()
+    );
+    // A member that answers etcd before its readiness probe passes is starting; nothing
+    // upgrades in a scale-up, and quorum is never at stake.
+    let wrong: Vec<&(ClusterPhase, String)> = phases
+        .iter()
+        .filter(|(p, _)| matches!(p, ClusterPhase::Upgrading | ClusterPhase::QuorumLost))
+        .collect();
+    ensure!(
+        wrong.is_empty(),
+        "phases a scale-up must not show: {wrong:?}"
+    );
     writer.wait_for_writes(20).await?;
 
     let down = Instant::now();
@@ -206,6 +223,45 @@ async fn scale_three_five_three(
         pods.keys()
     );
     Ok(())
+}
+
+/// Records every phase a cluster's status goes through (with the next step it named) until
+/// stopped.
+struct PhaseWatch {
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<Vec<(ClusterPhase, String)>>,
+}
+
+impl PhaseWatch {
+    fn start(api: Api<EtcdCluster>, cluster: &str) -> Self {
+        let stop = tokio_util::sync::CancellationToken::new();
+        let token = stop.clone();
+        let config = watcher::Config::default().fields(&format!("metadata.name={cluster}"));
+        let task = tokio::spawn(async move {
+            let mut seen: Vec<(ClusterPhase, String)> = Vec::new();
+            let mut stream = std::pin::pin!(watcher(api, config));
+            loop {
+                let event = tokio::select! {
+                    _ = token.cancelled() => return seen,
+                    e = stream.next() => e,
+                };
+                if let Some(Ok(watcher::Event::Apply(c) | watcher::Event::InitApply(c))) = event {
+                    let status = c.status.unwrap_or_default();
+                    if let Some(phase) = status.phase
+                        && seen.last().map(|(p, _)| p) != Some(&phase)
+                    {
+                        seen.push((phase, status.next_step.unwrap_or_default()));
+                    }
+                }
+            }
+        });
+        Self { stop, task }
+    }
+
+    async fn stop(self) -> anyhow::Result<Vec<(ClusterPhase, String)>> {
+        self.stop.cancel();
+        Ok(self.task.await?)
+    }
 }
 
 /// What a [`JoinWatch`] saw of the member list.
@@ -568,7 +624,7 @@ async fn a_version_skip_is_refused_and_paused_freezes_the_cluster(
     wait_until(&api, "frozen", "phase Paused", |c| {
         let s = c.status.as_ref();
         s.and_then(|s| s.observed_generation) == generation
-            && s.and_then(|s| s.phase) == Some(etcd_shared::types::ClusterPhase::Paused)
+            && s.and_then(|s| s.phase) == Some(ClusterPhase::Paused)
     })
     .await?;
     let changes = controller.member_changes();
@@ -1107,42 +1163,20 @@ async fn learners_joining_never_look_like_lost_quorum(ctx: TestContext) -> anyho
     install(&ctx).await?;
     let _controller = Controller::start(&ctx)?;
     let api: Api<EtcdCluster> = ctx.api();
-    let stop = tokio_util::sync::CancellationToken::new();
-    let token = stop.clone();
-    let watched = api.clone();
-    let phases = tokio::spawn(async move {
-        let mut seen = Vec::new();
-        let config = watcher::Config::default().fields(&format!("metadata.name={NAME}"));
-        let mut stream = std::pin::pin!(watcher(watched, config));
-        loop {
-            let event = tokio::select! {
-                _ = token.cancelled() => return seen,
-                e = stream.next() => e,
-            };
-            if let Some(Ok(watcher::Event::Apply(c) | watcher::Event::InitApply(c))) = event {
-                let status = c.status.unwrap_or_default();
-                if let Some(phase) = status.phase
-                    && seen.last().map(|(p, _)| p) != Some(&phase)
-                {
-                    seen.push((phase, status.next_step.unwrap_or_default()));
-                }
-            }
-        }
-    });
+    let phases = PhaseWatch::start(api.clone(), NAME);
     let started = Instant::now();
     let created = create_cluster(&ctx, &cluster_yaml(NAME, 5, None)).await?;
     let version = created.spec.version.context("no version")?;
     wait_until(&api, NAME, "5 healthy voters", |c| settled(c, 5, &version)).await?;
     duration("five: 5-member cluster Available", started);
-    stop.cancel();
-    let phases = phases.await?;
+    let phases = phases.stop().await?;
     println!(
         "five: phases {:?}",
         phases.iter().map(|(p, _)| p).collect::<Vec<_>>()
     );
-    let lost: Vec<&(etcd_shared::types::ClusterPhase, String)> = phases
+    let lost: Vec<&(ClusterPhase, String)> = phases
         .iter()
-        .filter(|(p, _)| *p == etcd_shared::types::ClusterPhase::QuorumLost)
+        .filter(|(p, _)| *p == ClusterPhase::QuorumLost)
         .collect();
     ensure!(
         lost.is_empty(),

@@ -507,6 +507,12 @@ fn plan_upgrade(view: &ClusterView, obs: &Observed, members: &[MemberState]) -> 
             && pod.image == target_image
             && (*v != view.version || !pod.ready || pod.restart_pending())
         {
+            // A pod created on the spec's version (a member just added or replaced) that is
+            // not Ready yet is starting, not upgrading: the wait is the same, the phase not.
+            let created_on_target = pod.created_on.as_ref() == Some(&view.version);
+            if created_on_target && *v == view.version && !pod.restart_pending() {
+                return Step::Wait(Waiting::MemberStarting(m.name.clone()));
+            }
             return Step::Wait(Waiting::MemberUpgrading(m.name.clone()));
         }
     }

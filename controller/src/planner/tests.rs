@@ -441,6 +441,24 @@ fn does_nothing_risky_when_quorum_is_lost() {
 }
 
 #[test]
+fn a_member_added_on_the_spec_version_and_not_ready_yet_is_starting_not_upgrading() {
+    // Scale-up: the new member answers etcd's health check before the kubelet's readiness
+    // probe passes. Its pod was created on the spec's version, so nothing is upgrading.
+    let mut obs = healthy(5, "3.6.16");
+    obs.pods[4].ready = false;
+    assert_eq!(
+        plan_for("size: 5\nversion: 3.6.16", &obs),
+        Step::Wait(Waiting::MemberStarting("demo-4".into()))
+    );
+    // The same not-Ready pod moved to this version by the operator is still upgrading.
+    obs.pods[4].created_on = Some(v("3.5.35"));
+    assert_eq!(
+        plan_for("size: 5\nversion: 3.6.16", &obs),
+        Step::Wait(Waiting::MemberUpgrading("demo-4".into()))
+    );
+}
+
+#[test]
 fn upgrades_followers_first_one_at_a_time() {
     let obs = healthy(3, "3.6.16");
     let step = plan_for("version: 3.7.3", &obs);
