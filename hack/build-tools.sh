@@ -29,6 +29,9 @@ progress() {
 }
 
 missing=0
+# module_field FIELD MODULE@VERSION: a field ("Dir", "GoMod") of `go mod download -json`
+# (downloads the module into the Go module cache).
+module_field() { go mod download -json "$2" | sed -n "s/.*\"$1\": \"\(.*\)\".*/\1/p"; }
 need() { # need DIR: true when DIR has no completed build
   if [[ -f "$1/.complete" ]]; then return 1; fi
   if [[ "$mode" == "--check" ]]; then log "missing: $1"; missing=1; return 1; fi
@@ -44,7 +47,7 @@ build_kubernetes() {
     cd "$work"
     go mod init k8sbuild >/dev/null 2>&1
     local gomod
-    gomod="$(go mod download -json "k8s.io/kubernetes@v$v" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
+    gomod="$(module_field GoMod "k8s.io/kubernetes@v$v")"
     [[ -f "$gomod" ]] || { log "could not download k8s.io/kubernetes@v$v"; exit 1; }
     local minor="${v#*.}"; minor="${minor%%.*}"
     local gover; gover="$(awk '$1 == "go" { print $2; exit }' "$gomod")"
@@ -158,7 +161,7 @@ build_fake_gcs_server() {
   local mod="github.com/fsouza/fake-gcs-server"
   log "building fake-gcs-server v$v (the GCS server of the backup tests); first build 2-4 min on 2 cores"
   local dir work
-  dir="$(go mod download -json "$mod@v$v" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+  dir="$(module_field Dir "$mod@v$v")"
   [[ -f "$dir/go.mod" ]] || { log "could not download $mod@v$v"; return 1; }
   work="$(mktemp -d)"
   (
@@ -206,7 +209,7 @@ build_prometheus() {
   local mod="github.com/prometheus/prometheus"
   log "building prometheus and promtool ($mod@v$v); first build about 15 min of CPU on 2 cores"
   local dir release
-  dir="$(go mod download -json "$mod@v$v" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+  dir="$(module_field Dir "$mod@v$v")"
   [[ -f "$dir/VERSION" ]] || { log "could not download $mod@v$v"; return 1; }
   release="$(tr -d '[:space:]' < "$dir/VERSION")"
   local pkg="github.com/prometheus/common/version"
@@ -286,7 +289,7 @@ build_helm_major() {
   local ldf="-s -w -X $mod/internal/version.version=v$v -X $mod/internal/version.gitTreeState=clean"
   if [[ "$major" == 3 ]]; then
     local gomod client_go
-    gomod="$(go mod download -json "$mod@v$v" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
+    gomod="$(module_field GoMod "$mod@v$v")"
     [[ -f "$gomod" ]] || { log "could not download $mod@v$v"; return 1; }
     client_go="$(awk '$1 == "k8s.io/client-go" { print $2; exit }' "$gomod")" # v0.MINOR.PATCH
     local k8s_minor="${client_go#v0.}"; k8s_minor="${k8s_minor%%.*}"

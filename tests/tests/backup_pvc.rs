@@ -21,11 +21,12 @@ use kube::{Api, ResourceExt as _};
 
 use etcd_controller::backup::claim_files;
 use etcd_shared::EtcdCluster;
-use etcd_shared::types::{EtcdBackup, EtcdBackupStatus, EtcdRestore, EtcdRestoreStatus};
+use etcd_shared::types::{EtcdBackup, EtcdRestore};
 use etcd_tests::operator::OperatorBinaries;
 use etcd_tests::poll_until;
 use etcd_tests::suite::TestContext;
 
+use support::backups::{backup_status, create, restore_status};
 use support::operator::{Controller, install};
 use support::{
     WAIT, bulk_put, check_every_member, client_service_urls, connect, create_settled, duration,
@@ -83,49 +84,6 @@ fn restore_yaml(name: &str, cluster: &str, path: &str) -> String {
         "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdRestore\nmetadata:\n  name: {name}\nspec:\n  etcdCluster:\n    name: {cluster}\n  backupStorageType: PVC\n{}",
         pvc_yaml(path)
     )
-}
-
-async fn create<K>(ctx: &TestContext, yaml: &str) -> anyhow::Result<K>
-where
-    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + serde::Serialize
-        + std::fmt::Debug,
-{
-    let object: K = serde_yaml::from_str(yaml).context("YAML")?;
-    Ok(ctx
-        .api::<K>()
-        .create(&PostParams::default(), &object)
-        .await?)
-}
-
-async fn backup_status(
-    ctx: &TestContext,
-    name: &str,
-    what: &str,
-    done: impl Fn(&EtcdBackupStatus) -> bool,
-) -> anyhow::Result<EtcdBackupStatus> {
-    let api: Api<EtcdBackup> = ctx.api();
-    poll_until(&format!("EtcdBackup {name}: {what}"), WAIT, || async {
-        anyhow::Ok(api.get(name).await?.status.filter(|s| done(s)))
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}"))
-}
-
-async fn restore_status(
-    ctx: &TestContext,
-    name: &str,
-    what: &str,
-    done: impl Fn(&EtcdRestoreStatus) -> bool,
-) -> anyhow::Result<EtcdRestoreStatus> {
-    let api: Api<EtcdRestore> = ctx.api();
-    poll_until(&format!("EtcdRestore {name}: {what}"), WAIT, || async {
-        anyhow::Ok(api.get(name).await?.status.filter(|s| done(s)))
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// The operator's claim pods of the namespace (backup and verify pods).

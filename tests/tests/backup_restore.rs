@@ -29,8 +29,8 @@ use object_store::{ObjectStore, ObjectStoreExt as _};
 
 use etcd_controller::backup::store::{self, Credentials, StoreLocation, StoreTimeouts};
 use etcd_controller::backup::transfer;
+use etcd_shared::types::EtcdBackup;
 use etcd_shared::types::storage::{S3Source, StorageSource};
-use etcd_shared::types::{EtcdBackup, EtcdBackupStatus};
 use etcd_tests::azurite::{self, AzuriteServer};
 use etcd_tests::gcs::GcsServer;
 use etcd_tests::s3::S3Server;
@@ -38,11 +38,12 @@ use etcd_tests::suite::TestContext;
 use etcd_tests::{Tools, poll_until};
 
 use etcd_shared::EtcdCluster;
-use etcd_shared::types::{EtcdRestore, EtcdRestoreStatus};
+use etcd_shared::types::EtcdRestore;
 use etcd_tests::operator::OperatorBinaries;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt as _;
 
+use support::backups::{backup_status, create, restore_status};
 use support::operator::{Controller, create_cluster, install};
 use support::{
     ETCD_TIMEOUT, WAIT, bulk_put, check_every_member, client_service_urls, connect, create_settled,
@@ -222,28 +223,6 @@ impl RevisionWriter {
     }
 }
 
-async fn create_backup(ctx: &TestContext, yaml: &str) -> anyhow::Result<EtcdBackup> {
-    let backup: EtcdBackup = serde_yaml::from_str(yaml).context("backup YAML")?;
-    let api: Api<EtcdBackup> = ctx.api();
-    Ok(api.create(&PostParams::default(), &backup).await?)
-}
-
-/// Waits until the backup's status satisfies `done`.
-async fn backup_status(
-    ctx: &TestContext,
-    name: &str,
-    what: &str,
-    done: impl Fn(&EtcdBackupStatus) -> bool,
-) -> anyhow::Result<EtcdBackupStatus> {
-    let api: Api<EtcdBackup> = ctx.api();
-    poll_until(&format!("EtcdBackup {name}: {what}"), WAIT, || async {
-        let b = api.get(name).await?;
-        anyhow::Ok(b.status.filter(|s| done(s)))
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}"))
-}
-
 async fn settled_cluster(ctx: &TestContext, name: &str, size: usize) -> anyhow::Result<String> {
     create_settled(ctx, name, size, None).await
 }
@@ -262,7 +241,7 @@ async fn a_one_shot_backup_is_taken_while_writes_continue(ctx: TestContext) -> a
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let started = Instant::now();
-    create_backup(
+    create::<EtcdBackup>(
         &ctx,
         &format!(
             "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdBackup\nmetadata:\n  name: once\nspec:\n  etcdEndpoints: [\"http://bk-client:2379\"]\n  storageType: S3\n{}",
@@ -327,7 +306,7 @@ async fn periodic_backups_keep_max_backups(ctx: TestContext) -> anyhow::Result<(
     let slices: Api<EndpointSlice> = ctx.api();
     let writer = RevisionWriter::start(&slices, "pd", "/p/").await?;
 
-    create_backup(
+    create::<EtcdBackup>(
         &ctx,
         &format!(
             "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdBackup\nmetadata:\n  name: every2s\nspec:\n  etcdEndpoints: [\"http://pd-client.{}.svc:2379\"]\n  storageType: S3\n  backupPolicy:\n    backupIntervalInSecond: 2\n    maxBackups: 2\n{}",
@@ -385,28 +364,6 @@ async fn periodic_backups_keep_max_backups(ctx: TestContext) -> anyhow::Result<(
     Ok(())
 }
 
-async fn create_restore(ctx: &TestContext, yaml: &str) -> anyhow::Result<EtcdRestore> {
-    let restore: EtcdRestore = serde_yaml::from_str(yaml).context("restore YAML")?;
-    let api: Api<EtcdRestore> = ctx.api();
-    Ok(api.create(&PostParams::default(), &restore).await?)
-}
-
-/// Waits until the restore's status satisfies `done`.
-async fn restore_status(
-    ctx: &TestContext,
-    name: &str,
-    what: &str,
-    done: impl Fn(&EtcdRestoreStatus) -> bool,
-) -> anyhow::Result<EtcdRestoreStatus> {
-    let api: Api<EtcdRestore> = ctx.api();
-    poll_until(&format!("EtcdRestore {name}: {what}"), WAIT, || async {
-        let r = api.get(name).await?;
-        anyhow::Ok(r.status.filter(|s| done(s)))
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}"))
-}
-
 fn restore_yaml(storage: &Storage, name: &str, cluster: &str, key: &str) -> String {
     format!(
         "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdRestore\nmetadata:\n  name: {name}\nspec:\n  etcdCluster:\n    name: {cluster}\n  backupStorageType: S3\n{}",
@@ -442,7 +399,7 @@ async fn a_restore_brings_back_every_acknowledged_write(ctx: TestContext) -> any
     duration("10,000 keys written", started);
     let writer = RevisionWriter::start(&slices, "rs", "/live/").await?;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    create_backup(
+    create::<EtcdBackup>(
         &ctx,
         &backup_yaml(&storage, "before", "rs", "rs/snapshot.db"),
     )
@@ -465,7 +422,7 @@ async fn a_restore_brings_back_every_acknowledged_write(ctx: TestContext) -> any
     let clusters: Api<EtcdCluster> = ctx.api();
     let old_uid = clusters.get("rs").await?.uid().context("uid")?;
     let started = Instant::now();
-    create_restore(
+    create::<EtcdRestore>(
         &ctx,
         &restore_yaml(&storage, "rs-restore", "rs", "rs/snapshot.db"),
     )
@@ -512,7 +469,7 @@ async fn a_corrupt_snapshot_is_refused_before_the_cluster_is_touched(
     settled_cluster(&ctx, "live", 1).await?;
     let slices: Api<EndpointSlice> = ctx.api();
     let data = bulk_put(&slices, "live", "/k/", 200, 8).await?;
-    create_backup(
+    create::<EtcdBackup>(
         &ctx,
         &backup_yaml(&storage, "b", "live", "live/snapshot.db"),
     )
@@ -526,7 +483,7 @@ async fn a_corrupt_snapshot_is_refused_before_the_cluster_is_touched(
 
     let clusters: Api<EtcdCluster> = ctx.api();
     let uid = clusters.get("live").await?.uid();
-    create_restore(
+    create::<EtcdRestore>(
         &ctx,
         &restore_yaml(&storage, "bad", "live", "live/snapshot.db"),
     )
@@ -545,7 +502,7 @@ async fn a_corrupt_snapshot_is_refused_before_the_cluster_is_touched(
         .context("Verified condition")?;
     ensure!(verified.status == "False", "{verified:?}");
     // A missing object is refused the same way.
-    create_restore(
+    create::<EtcdRestore>(
         &ctx,
         &restore_yaml(&storage, "missing", "live", "live/typo.db"),
     )
@@ -580,7 +537,7 @@ async fn a_3_5_snapshot_restores_into_3_6(ctx: TestContext) -> anyhow::Result<()
     create_settled(&ctx, "old", 1, Some(&old)).await?;
     let slices: Api<EndpointSlice> = ctx.api();
     let data = bulk_put(&slices, "old", "/old/", 500, 8).await?;
-    create_backup(
+    create::<EtcdBackup>(
         &ctx,
         &backup_yaml(&storage, "b35", "old", "old/snapshot.db"),
     )
@@ -589,7 +546,7 @@ async fn a_3_5_snapshot_restores_into_3_6(ctx: TestContext) -> anyhow::Result<()
     ensure!(backup.etcd_version.as_deref() == Some(old.as_str()));
 
     create_settled(&ctx, "next", 3, Some(&new)).await?;
-    create_restore(
+    create::<EtcdRestore>(
         &ctx,
         &restore_yaml(&storage, "up", "next", "old/snapshot.db"),
     )
@@ -821,12 +778,12 @@ async fn a_tls_cluster_is_backed_up_with_the_client_tls_secret(
             storage.s3_yaml(&format!("sec/{name}.db"))
         )
     };
-    create_backup(&ctx, &yaml("tls", "sec-operator")).await?;
+    create::<EtcdBackup>(&ctx, &yaml("tls", "sec-operator")).await?;
     let status = backup_status(&ctx, "tls", "succeeded", |s| s.succeeded).await?;
     let bucket = storage.open()?;
     transfer::verify(&bucket, "sec/tls.db", status.last_backup_sha256.as_deref()).await?;
 
-    create_backup(&ctx, &yaml("nosecret", "absent")).await?;
+    create::<EtcdBackup>(&ctx, &yaml("nosecret", "absent")).await?;
     let failed = backup_status(&ctx, "nosecret", "refused", |s| s.reason.is_some()).await?;
     let reason = failed.reason.unwrap_or_default();
     ensure!(reason.contains("absent") && !failed.succeeded, "{reason}");
@@ -1063,7 +1020,7 @@ async fn backups_and_a_restore_through(
         )
     };
     let started = Instant::now();
-    create_backup(ctx, &backup("once", "", "cl/snapshot.db")).await?;
+    create::<EtcdBackup>(ctx, &backup("once", "", "cl/snapshot.db")).await?;
     let status = backup_status(ctx, "once", "succeeded", |s| {
         s.succeeded || s.reason.is_some()
     })
@@ -1099,7 +1056,7 @@ async fn backups_and_a_restore_through(
 
     // Periodic backups: the listing and deletion of the store keep maxBackups.
     let policy = "  backupPolicy:\n    backupIntervalInSecond: 1\n    maxBackups: 2\n";
-    create_backup(ctx, &backup("every1s", policy, "cl/periodic/snap.db")).await?;
+    create::<EtcdBackup>(ctx, &backup("every1s", policy, "cl/periodic/snap.db")).await?;
     let mut seen: Vec<String> = Vec::new();
     while seen.len() < 4 {
         let last = seen.last().cloned();
@@ -1129,7 +1086,7 @@ async fn backups_and_a_restore_through(
 
     // The restore: the snapshot is checked, the cluster replaced, its keys back.
     let started = Instant::now();
-    create_restore(
+    create::<EtcdRestore>(
         ctx,
         &format!(
             "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdRestore\nmetadata:\n  name: cl\nspec:\n  etcdCluster:\n    name: cl\n  backupStorageType: {t}\n{}",

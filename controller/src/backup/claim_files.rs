@@ -85,7 +85,8 @@ impl FileError {
     }
 }
 
-fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> FileError {
+/// Turns an I/O error of `what` on `path` into a [`FileError`] (for `map_err`).
+pub(crate) fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> FileError {
     let path = path.to_path_buf();
     move |source| FileError::Io { what, path, source }
 }

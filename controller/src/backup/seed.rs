@@ -21,7 +21,7 @@ use clap::{Args as ClapArgs, Parser, Subcommand};
 
 use etcd_shared::types::storage::{AbsSource, GcsSource, S3Source, StorageSource};
 
-use super::claim_files::{self, FileError};
+use super::claim_files::{self, FileError, io};
 use super::integrity::SnapshotHasher;
 use super::store::{self, Credentials, StoreLocation, StoreTimeouts};
 use super::transfer::{self, TransferError};
@@ -100,34 +100,18 @@ pub struct PlaceArgs {
 /// Why a step failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SeedError {
-    /// A file or directory operation failed.
-    #[error("{what} {path}: {source}")]
-    Io {
-        /// What was being done.
-        what: &'static str,
-        /// The path.
-        path: PathBuf,
-        /// The error.
-        #[source]
-        source: std::io::Error,
-    },
     /// The store could not be opened.
     #[error(transparent)]
     Store(#[from] store::StoreError),
     /// The download failed or did not check.
     #[error(transparent)]
     Transfer(#[from] TransferError),
-    /// The copy from the claim failed or did not check.
+    /// A file or directory operation failed, or the copy from the claim did not check.
     #[error(transparent)]
     File(#[from] FileError),
     /// etcd's tool left no member directory.
     #[error("{0} holds no restored member (member/snap/db): did the restore step run?")]
     NothingRestored(PathBuf),
-}
-
-fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> SeedError {
-    let path = path.to_path_buf();
-    move |source| SeedError::Io { what, path, source }
 }
 
 /// Whether `data_dir` holds a member's data.
@@ -217,11 +201,7 @@ fn copy(
     let partial = work_dir.join(format!("{SNAPSHOT_FILE}.part"));
     let mut out = std::fs::File::create(&partial).map_err(io("creating", &partial))?;
     let copied = claim_files::verify_file(file, Some(expected), |chunk| {
-        out.write_all(chunk).map_err(|source| FileError::Io {
-            what: "writing",
-            path: partial.clone(),
-            source,
-        })
+        out.write_all(chunk).map_err(io("writing", &partial))
     })
     .map_err(SeedError::from)
     .and_then(|(checked, _)| {

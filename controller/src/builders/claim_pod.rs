@@ -7,14 +7,15 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Container, PersistentVolumeClaimVolumeSource, Pod, PodSpec, SecretVolumeSource, Volume,
-    VolumeMount,
+    Container, PersistentVolumeClaimVolumeSource, Pod, PodSpec, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use etcd_shared::names;
 
-use super::pod::{container_security_context, pod_security_context};
+use super::pod::{
+    container_security_context, pod_security_context, read_only_mount, secret_volume,
+};
 use super::seed::CONTROLLER_BINARY;
 use crate::backup::claim_command::TERMINATION_LOG;
 
@@ -75,21 +76,8 @@ pub fn claim_pod(spec: ClaimPod) -> Pod {
         ..Volume::default()
     }];
     if let Some(secret) = &spec.tls_secret {
-        mounts.push(VolumeMount {
-            name: TLS_VOLUME.into(),
-            mount_path: TLS_DIR.into(),
-            read_only: Some(true),
-            ..VolumeMount::default()
-        });
-        volumes.push(Volume {
-            name: TLS_VOLUME.into(),
-            secret: Some(SecretVolumeSource {
-                secret_name: Some(secret.clone()),
-                default_mode: Some(0o440),
-                ..SecretVolumeSource::default()
-            }),
-            ..Volume::default()
-        });
+        mounts.push(read_only_mount(TLS_VOLUME, TLS_DIR));
+        volumes.push(secret_volume(TLS_VOLUME, secret, 0o440));
     }
     let mut args = spec.args;
     args.push(format!("--termination-message-path={TERMINATION_LOG}"));

@@ -96,8 +96,8 @@ pub fn member_pod(view: &ClusterView, plan: &MemberPlan) -> Pod {
             MemberFlag::PeerTrustedCaFile.arg(format_args!("{PEER_TLS_DIR}/peer-ca.crt")),
             MemberFlag::PeerClientCertAuth.arg(true),
         ]);
-        mounts.push(secret_mount("peer-tls", PEER_TLS_DIR));
-        volumes.push(secret_volume("peer-tls", secret));
+        mounts.push(read_only_mount("peer-tls", PEER_TLS_DIR));
+        volumes.push(secret_volume("peer-tls", secret, 0o400));
     }
     if let Some(secret) = &view.tls.server_secret {
         args.extend([
@@ -106,8 +106,8 @@ pub fn member_pod(view: &ClusterView, plan: &MemberPlan) -> Pod {
             MemberFlag::TrustedCaFile.arg(format_args!("{SERVER_TLS_DIR}/server-ca.crt")),
             MemberFlag::ClientCertAuth.arg(true),
         ]);
-        mounts.push(secret_mount("server-tls", SERVER_TLS_DIR));
-        volumes.push(secret_volume("server-tls", secret));
+        mounts.push(read_only_mount("server-tls", SERVER_TLS_DIR));
+        volumes.push(secret_volume("server-tls", secret, 0o400));
     }
 
     // The container's own variables, from the one list the admission rules reserve.
@@ -320,19 +320,21 @@ fn data_volume(view: &ClusterView, member: &str) -> Volume {
     }
 }
 
-fn secret_volume(name: &str, secret: &str) -> Volume {
+/// A volume of the secret `secret`, its files in `mode`.
+pub(super) fn secret_volume(name: &str, secret: &str, mode: i32) -> Volume {
     Volume {
         name: name.into(),
         secret: Some(SecretVolumeSource {
             secret_name: Some(secret.into()),
-            default_mode: Some(0o400),
+            default_mode: Some(mode),
             ..SecretVolumeSource::default()
         }),
         ..Volume::default()
     }
 }
 
-fn secret_mount(name: &str, path: &str) -> VolumeMount {
+/// A read-only mount of volume `name` at `path`.
+pub(super) fn read_only_mount(name: &str, path: &str) -> VolumeMount {
     VolumeMount {
         name: name.into(),
         mount_path: path.into(),

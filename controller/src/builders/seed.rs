@@ -6,13 +6,12 @@
 //! first step copies the snapshot from the claim, mounted read-only, instead of downloading it.
 
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, PersistentVolumeClaimVolumeSource, Pod, SecretVolumeSource, Volume,
-    VolumeMount,
+    Container, EnvVar, PersistentVolumeClaimVolumeSource, Pod, Volume, VolumeMount,
 };
 
 use etcd_shared::types::RestoreSeed;
 
-use super::pod::{DATA_DIR, container_security_context};
+use super::pod::{DATA_DIR, container_security_context, read_only_mount, secret_volume};
 use crate::planner::MemberPlan;
 use crate::view::ClusterView;
 
@@ -73,12 +72,7 @@ pub fn seed_member(
     let mut source_volume = None;
     if let (None, None, None, Some(pvc)) = (&source.s3, &source.abs, &source.gcs, &source.pvc) {
         fetch_args.push(format!("--file={SOURCE_CLAIM_DIR}/{}", pvc.path));
-        fetch_mounts.push(VolumeMount {
-            name: SOURCE_CLAIM_VOLUME.into(),
-            mount_path: SOURCE_CLAIM_DIR.into(),
-            read_only: Some(true),
-            ..VolumeMount::default()
-        });
+        fetch_mounts.push(read_only_mount(SOURCE_CLAIM_VOLUME, SOURCE_CLAIM_DIR));
         source_volume = Some(Volume {
             name: SOURCE_CLAIM_VOLUME.into(),
             persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
@@ -120,21 +114,8 @@ pub fn seed_member(
         }
         if !secret.is_empty() {
             fetch_args.push(format!("--credentials-dir={CREDENTIALS_DIR}"));
-            fetch_mounts.push(VolumeMount {
-                name: CREDENTIALS_VOLUME.into(),
-                mount_path: CREDENTIALS_DIR.into(),
-                read_only: Some(true),
-                ..VolumeMount::default()
-            });
-            source_volume = Some(Volume {
-                name: CREDENTIALS_VOLUME.into(),
-                secret: Some(SecretVolumeSource {
-                    secret_name: Some(secret.to_string()),
-                    default_mode: Some(0o440),
-                    ..SecretVolumeSource::default()
-                }),
-                ..Volume::default()
-            });
+            fetch_mounts.push(read_only_mount(CREDENTIALS_VOLUME, CREDENTIALS_DIR));
+            source_volume = Some(secret_volume(CREDENTIALS_VOLUME, secret, 0o440));
         }
     }
     let fetch = Container {

@@ -96,18 +96,24 @@ pub async fn reconcile(
         tracing::debug!(%name, %member, %why, "member health check failed");
     }
     let step = planner::plan(&view, &obs.model, &ctx.config.timeouts);
-    let (step, safety) = safety_backup(ctx, recorder, cluster, &view, &obs, step).await;
+    let stored_safety = stored_safety_record(&api, cluster, &view).await;
+    let (step, taken) = safety_backup(
+        ctx,
+        recorder,
+        cluster,
+        &view,
+        &obs,
+        step,
+        stored_safety.as_ref(),
+    )
+    .await;
     let outcome = execute(ctx, recorder, cluster, &view, &obs, &step).await;
 
     let mut new = status::compute(&view, &obs.model, &step, previous, Timestamp::now());
-    if safety.is_some() {
-        new.last_safety_backup = safety;
-    } else if view.safety_backup.is_some()
-        && let Ok(fresh) = api.get(&name).await
-    {
-        // The status written below replaces the stored one: carry the stored safety record,
-        // not the cached one, which can predate the record the last reconcile wrote.
-        new.last_safety_backup = fresh.status.and_then(|s| s.last_safety_backup);
+    if view.safety_backup.is_some() {
+        // The status written below replaces the stored one: the record just taken, else the
+        // stored one (not the cached one, which can predate the last reconcile's record).
+        new.last_safety_backup = taken.or(stored_safety);
     }
     let phase = new.phase.unwrap_or(ClusterPhase::Creating);
     ctx.metrics.observe_cluster(
@@ -127,9 +133,28 @@ pub async fn reconcile(
     Ok(Action::requeue(requeue_after(&step, &ctx.config)))
 }
 
+/// The `lastSafetyBackup` the API server holds for a cluster with `spec.safetyBackup` (`None`
+/// without it). The cached cluster may predate the status the previous reconcile wrote (its
+/// watch event not in yet); reconciles of one cluster never overlap, so the stored record is
+/// the last one written. Falls back to the cached record when the read fails.
+async fn stored_safety_record(
+    api: &Api<EtcdCluster>,
+    cluster: &EtcdCluster,
+    view: &ClusterView,
+) -> Option<etcd_shared::types::SafetyBackupRecord> {
+    view.safety_backup.as_ref()?;
+    match api.get(&view.name).await {
+        Ok(fresh) => fresh.status.and_then(|s| s.last_safety_backup),
+        Err(_) => cluster
+            .status
+            .as_ref()
+            .and_then(|s| s.last_safety_backup.clone()),
+    }
+}
+
 /// Before a minor upgrade or a scale-down of a cluster with `spec.safetyBackup`, the snapshot
-/// the status has not recorded yet for that change: the step goes ahead once it is written
-/// (with the record to keep), and is blocked while it fails.
+/// that `last` (the stored record) does not hold yet for that change: the step goes ahead once
+/// it is written (with the record to keep), and is blocked while it fails.
 async fn safety_backup(
     ctx: &Context,
     recorder: &Recorder,
@@ -137,6 +162,7 @@ async fn safety_backup(
     view: &ClusterView,
     obs: &crate::observe::Observation,
     step: Step,
+    last: Option<&etcd_shared::types::SafetyBackupRecord>,
 ) -> (Step, Option<etcd_shared::types::SafetyBackupRecord>) {
     let (Some(change), Some(spec)) = (
         safety::before(view, &obs.model, &step),
@@ -144,24 +170,8 @@ async fn safety_backup(
     ) else {
         return (step, None);
     };
-    let last = cluster
-        .status
-        .as_ref()
-        .and_then(|s| s.last_safety_backup.as_ref());
     if !safety::missing(&change, last) {
         return (step, None);
-    }
-    // The cached cluster may predate the status the previous reconcile wrote (its watch event
-    // not in yet): ask the API server before taking a second snapshot for the same change, and
-    // keep the record it holds (the status written below must not put the stale one back).
-    // Reconciles of one cluster never overlap, so a record written by the last one is there.
-    if let Ok(fresh) = Api::<EtcdCluster>::namespaced(ctx.client.clone(), &view.namespace)
-        .get(&view.name)
-        .await
-        && let Some(record) = fresh.status.and_then(|s| s.last_safety_backup)
-        && !safety::missing(&change, Some(&record))
-    {
-        return (step, Some(record));
     }
     let reference = cluster.object_ref(&());
     match safety::take(&ctx.client, view, spec, &change, ctx.config.etcd_timeout).await {

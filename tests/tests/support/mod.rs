@@ -1,6 +1,8 @@
 //! Shared pieces of the lifecycle suite: the in-process operator, waiting on a cluster's
 //! status, a client that keeps writing, and checks against every member's data.
 
+#[allow(dead_code, reason = "used by the backup suites only")]
+pub mod backups;
 pub mod operator;
 pub mod tls;
 pub mod writer;
