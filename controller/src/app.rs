@@ -82,6 +82,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             default_version: args.default_version.clone(),
             default_repository: args.default_repository.clone(),
             restore_image: args.restore_image.clone().filter(|i| !i.is_empty()),
+            planner: args.planner_settings(),
             ..ControllerConfig::default()
         },
     });

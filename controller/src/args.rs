@@ -163,6 +163,49 @@ pub struct Args {
     #[arg(long, env = "ETCD_CONTROLLER_RESTORE_IMAGE", value_name = "IMAGE")]
     pub restore_image: Option<String>,
 
+    /// A member pod still terminating this long past its deletion deadline (the delete plus
+    /// its grace period) is taken as gone: its member is removed when quorum allows and
+    /// replaced under a new name (its node died, or a finalizer holds it).
+    #[arg(
+        long,
+        env = "ETCD_CONTROLLER_STUCK_POD_TIMEOUT",
+        value_name = "DURATION",
+        default_value = "60s",
+        value_parser = parse_duration
+    )]
+    pub stuck_pod_timeout: Duration,
+
+    /// Defragment a member (without an alarm) when its database file is at least this many
+    /// times the data it holds ...
+    #[arg(
+        long,
+        env = "ETCD_CONTROLLER_DEFRAG_RATIO",
+        value_name = "RATIO",
+        default_value_t = 2.0,
+        value_parser = parse_ratio
+    )]
+    pub defrag_ratio: f64,
+
+    /// ... and at least this many bytes larger than it.
+    #[arg(
+        long,
+        env = "ETCD_CONTROLLER_DEFRAG_MIN_RECLAIM_BYTES",
+        value_name = "BYTES",
+        default_value_t = 64 * 1024 * 1024
+    )]
+    pub defrag_min_reclaim_bytes: u64,
+
+    /// Each member is defragmented at most once per this long; `0` turns defragmentation
+    /// without an alarm off (a NOSPACE alarm is still healed).
+    #[arg(
+        long,
+        env = "ETCD_CONTROLLER_DEFRAG_INTERVAL",
+        value_name = "DURATION",
+        default_value = "24h",
+        value_parser = parse_duration
+    )]
+    pub defrag_interval: Duration,
+
     /// Log format.
     #[arg(
         long,
@@ -179,7 +222,30 @@ pub struct Args {
     pub log_level: Option<String>,
 }
 
+/// A defragmentation ratio: a finite number of at least 1.
+fn parse_ratio(input: &str) -> Result<f64, String> {
+    match input.trim().parse::<f64>() {
+        Ok(r) if r.is_finite() && r >= 1.0 => Ok(r),
+        _ => Err(format!(
+            "must be a number of at least 1 (a file 2 times its data is 2), got {input:?}"
+        )),
+    }
+}
+
 impl Args {
+    /// The planner's settings the flags give.
+    pub fn planner_settings(&self) -> crate::planner::PlannerSettings {
+        crate::planner::PlannerSettings {
+            stuck_terminating: self.stuck_pod_timeout,
+            defragmentation: crate::planner::DefragmentationPolicy {
+                ratio: self.defrag_ratio,
+                min_reclaim_bytes: self.defrag_min_reclaim_bytes,
+                interval: (!self.defrag_interval.is_zero()).then_some(self.defrag_interval),
+            },
+            ..crate::planner::PlannerSettings::default()
+        }
+    }
+
     /// The namespace to watch, `None` for all namespaces.
     pub fn watch_namespace(&self) -> Option<String> {
         self.namespace
@@ -289,7 +355,33 @@ mod tests {
         assert_eq!(a.default_repository, DEFAULT_REPOSITORY);
         assert_eq!(a.log_format, LogFormat::Text);
         assert_eq!(a.log_level, None);
+        assert_eq!(
+            a.planner_settings(),
+            crate::planner::PlannerSettings::default()
+        );
         a.validate().unwrap();
+    }
+
+    #[test]
+    fn maintenance_flags() {
+        let a = parse(&[
+            "--defrag-ratio=1.5",
+            "--defrag-min-reclaim-bytes=1048576",
+            "--defrag-interval=1h",
+            "--stuck-pod-timeout=2m",
+        ])
+        .unwrap();
+        let s = a.planner_settings();
+        assert_eq!(s.defragmentation.ratio, 1.5);
+        assert_eq!(s.defragmentation.min_reclaim_bytes, 1_048_576);
+        assert_eq!(s.defragmentation.interval, Some(Duration::from_secs(3600)));
+        assert_eq!(s.stuck_terminating, Duration::from_secs(120));
+        let off = parse(&["--defrag-interval=0"]).unwrap();
+        assert_eq!(off.planner_settings().defragmentation.interval, None);
+        for bad in ["0.5", "nan", "inf", "x"] {
+            let e = parse(&[&format!("--defrag-ratio={bad}")]).unwrap_err();
+            assert!(e.to_string().contains("at least 1"), "{bad}: {e}");
+        }
     }
 
     #[test]

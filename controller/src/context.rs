@@ -8,7 +8,7 @@ use kube::runtime::events::Reporter;
 use etcd_shared::admission::{AdmissionPolicy, Defaults};
 
 use crate::metrics::Metrics;
-use crate::planner::Timeouts;
+use crate::planner::PlannerSettings;
 
 /// Settings of the controller.
 #[derive(Debug, Clone)]
@@ -17,8 +17,8 @@ pub struct ControllerConfig {
     pub default_version: String,
     /// Repository for clusters whose spec names none.
     pub default_repository: String,
-    /// How long the planner waits for members.
-    pub timeouts: Timeouts,
+    /// How long the planner waits for members, and when it defragments them.
+    pub planner: PlannerSettings,
     /// Timeout of each etcd call.
     pub etcd_timeout: Duration,
     /// Requeue right after a change (its effect is not always visible through a watch,
@@ -38,7 +38,7 @@ impl Default for ControllerConfig {
         ControllerConfig {
             default_version: etcd_shared::version::DEFAULT_VERSION.into(),
             default_repository: etcd_shared::version::DEFAULT_REPOSITORY.into(),
-            timeouts: Timeouts::default(),
+            planner: PlannerSettings::default(),
             etcd_timeout: Duration::from_secs(3),
             busy_requeue: Duration::from_secs(1),
             wait_requeue: Duration::from_secs(10),

@@ -72,6 +72,15 @@ pub enum Error {
         "the cluster is restored from a snapshot, but the controller has no --restore-image for the seed member's restore steps"
     )]
     NoRestoreImage,
+    /// The safety backup `spec.safetyBackup` asks for before a change could not be written
+    /// (or its retry is not due yet): the change waits.
+    #[error("safety backup before {change}: {reason}")]
+    SafetyBackup {
+        /// The change, e.g. `upgrade to 3.7`.
+        change: String,
+        /// Why.
+        reason: String,
+    },
     /// An object could not be serialized.
     #[error("serializing {what}: {source}")]
     Serialize {
@@ -96,6 +105,7 @@ impl Error {
             Error::OperatorTls { .. } => "operator_tls",
             Error::Serialize { .. } => "serialize",
             Error::NoRestoreImage => "no_restore_image",
+            Error::SafetyBackup { .. } => "safety_backup",
         }
     }
 
@@ -171,11 +181,17 @@ pub enum EtcdRefusal {
     LeaderChanged,
     /// `NotFound`, "etcdserver: member not found".
     MemberNotFound,
+    /// `OutOfRange`, "etcdserver: mvcc: required revision has been compacted": a compaction
+    /// to a revision the history is already compacted past.
+    Compacted,
+    /// `ResourceExhausted`, "etcdserver: mvcc: database space exceeded": the NOSPACE alarm is
+    /// raised.
+    NoSpace,
 }
 
 impl EtcdRefusal {
     /// etcd's table: gRPC code, description, refusal.
-    const TABLE: [(tonic::Code, &'static str, EtcdRefusal); 7] = [
+    const TABLE: [(tonic::Code, &'static str, EtcdRefusal); 9] = [
         (
             tonic::Code::Unavailable,
             "etcdserver: unhealthy cluster",
@@ -211,6 +227,16 @@ impl EtcdRefusal {
             "etcdserver: member not found",
             EtcdRefusal::MemberNotFound,
         ),
+        (
+            tonic::Code::OutOfRange,
+            "etcdserver: mvcc: required revision has been compacted",
+            EtcdRefusal::Compacted,
+        ),
+        (
+            tonic::Code::ResourceExhausted,
+            "etcdserver: mvcc: database space exceeded",
+            EtcdRefusal::NoSpace,
+        ),
     ];
 
     /// The refusal a gRPC status is, by its code and etcd's description.
@@ -223,13 +249,18 @@ impl EtcdRefusal {
 
     /// Refused only for now: the same call may succeed soon.
     pub fn is_for_now(self) -> bool {
-        !matches!(self, EtcdRefusal::MemberNotFound)
+        !matches!(
+            self,
+            EtcdRefusal::MemberNotFound | EtcdRefusal::Compacted | EtcdRefusal::NoSpace
+        )
     }
 
     /// The `reconcile_errors_total{error}` label.
     pub fn metric_label(self) -> &'static str {
         match self {
             EtcdRefusal::MemberNotFound => "etcd_member_not_found",
+            EtcdRefusal::Compacted => "etcd_compacted",
+            EtcdRefusal::NoSpace => "etcd_no_space",
             _ => "etcd_not_ready",
         }
     }

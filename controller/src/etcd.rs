@@ -6,7 +6,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use etcd_client::{Client, ConnectOptions, MemberAddOptions};
+use etcd_client::{
+    AlarmAction, AlarmOptions, AlarmType, Client, CompactionOptions, ConnectOptions,
+    MemberAddOptions,
+};
 
 use crate::error::{Error, EtcdRefusal};
 use crate::etcd_tls::{self, MemberTls};
@@ -123,8 +126,10 @@ pub struct MemberStatus {
     pub leader: u64,
     /// Its version.
     pub version: String,
-    /// Errors it reports (alarms such as NOSPACE).
+    /// Errors it reports besides alarms (`etcdserver: no leader`).
     pub errors: Vec<String>,
+    /// Alarms it lists in its errors (3.4+; older lines list none here).
+    pub alarms: Vec<RaisedAlarm>,
     /// It is a learner (3.4+ report it; older lines have none).
     pub is_learner: bool,
     /// The raft index it has applied (3.4+; 0 on older lines).
@@ -133,6 +138,56 @@ pub struct MemberStatus {
     pub revision: i64,
     /// Size of its backend database, bytes.
     pub db_size: i64,
+    /// The part of it in use, bytes (3.4+; 0 on older lines).
+    pub db_size_in_use: i64,
+    /// Its `--quota-backend-bytes` (3.6+; 0 where Status does not say).
+    pub db_size_quota: i64,
+}
+
+/// An alarm etcd reports, as raised for one member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RaisedAlarm {
+    /// The member it was raised for.
+    pub member_id: u64,
+    /// Which alarm: `NOSPACE` or `CORRUPT` (others are not raised by etcd 3.2-3.7).
+    pub kind: AlarmName,
+}
+
+/// The alarms etcd raises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum AlarmName {
+    /// The backend reached its quota.
+    NoSpace,
+    /// The data differs from the other members'.
+    Corrupt,
+}
+
+impl AlarmName {
+    fn parse(name: &str) -> Option<Self> {
+        match name {
+            "NOSPACE" => Some(AlarmName::NoSpace),
+            "CORRUPT" => Some(AlarmName::Corrupt),
+            _ => None,
+        }
+    }
+}
+
+/// The alarm in one of Status' `errors`: etcd writes each raised alarm there as its protobuf
+/// text, `memberID:8e9e05c52164694d alarm:NOSPACE ` (the member ID in decimal).
+pub fn parse_alarm(error: &str) -> Option<RaisedAlarm> {
+    let mut member_id = None;
+    let mut kind = None;
+    for field in error.split_whitespace() {
+        if let Some(id) = field.strip_prefix("memberID:") {
+            member_id = id.parse().ok();
+        } else if let Some(name) = field.strip_prefix("alarm:") {
+            kind = AlarmName::parse(name);
+        }
+    }
+    Some(RaisedAlarm {
+        member_id: member_id?,
+        kind: kind?,
+    })
 }
 
 /// A member of the member list.
@@ -240,16 +295,113 @@ impl EtcdAccess {
         let resp = self
             .settle(endpoint, client.status().await)
             .map_err(Error::etcd(format!("status of {endpoint}")))?;
+        let (alarms, errors): (Vec<&String>, Vec<&String>) =
+            resp.errors().iter().partition(|e| parse_alarm(e).is_some());
         Ok(MemberStatus {
             member_id: resp.header().map_or(0, |h| h.member_id()),
             leader: resp.leader(),
             version: resp.version().to_string(),
-            errors: resp.errors().to_vec(),
+            errors: errors.into_iter().cloned().collect(),
+            alarms: alarms.into_iter().filter_map(|e| parse_alarm(e)).collect(),
             is_learner: resp.is_learner(),
             applied_index: resp.raft_applied_index(),
             revision: resp.header().map_or(0, |h| h.revision()),
             db_size: resp.db_size(),
+            db_size_in_use: resp.raft_used_db_size(),
+            db_size_quota: resp.db_size_quota(),
         })
+    }
+
+    /// The alarms raised in the cluster, from the Alarm API (through raft: needs quorum; every
+    /// line 3.2-3.7 serves it), asked of the first of `endpoints` that answers.
+    pub async fn alarms(&self, endpoints: &[String]) -> Result<Vec<RaisedAlarm>, Error> {
+        let mut last = Error::NoEndpoint("any voting member".into());
+        for endpoint in endpoints {
+            match self.alarms_at(endpoint).await {
+                Ok(alarms) => return Ok(alarms),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    async fn alarms_at(&self, endpoint: &str) -> Result<Vec<RaisedAlarm>, Error> {
+        let mut client = self.connect(endpoint).await?;
+        let resp = self
+            .settle(
+                endpoint,
+                client.alarm(AlarmAction::Get, AlarmType::None, None).await,
+            )
+            .map_err(Error::etcd(format!("alarm list at {endpoint}")))?;
+        Ok(resp
+            .alarms()
+            .iter()
+            .filter_map(|a| {
+                let kind = match a.alarm() {
+                    AlarmType::Nospace => AlarmName::NoSpace,
+                    AlarmType::Corrupt => AlarmName::Corrupt,
+                    _ => return None,
+                };
+                Some(RaisedAlarm {
+                    member_id: a.member_id(),
+                    kind,
+                })
+            })
+            .collect())
+    }
+
+    /// Disarms the NOSPACE alarm raised for `member_id`.
+    pub async fn disarm_no_space(&self, endpoint: &str, member_id: u64) -> Result<(), Error> {
+        let mut client = self.connect(endpoint).await?;
+        let mut options = AlarmOptions::new();
+        options.with_member(member_id);
+        self.settle(
+            endpoint,
+            client
+                .alarm(AlarmAction::Deactivate, AlarmType::Nospace, Some(options))
+                .await,
+        )
+        .map_err(Error::etcd(format!("disarm NOSPACE of {member_id:x}")))?;
+        Ok(())
+    }
+
+    /// Compacts the key-value history to `revision`, waiting until the member that serves the
+    /// call has removed the compacted entries (`physical`). A history already compacted past
+    /// `revision` is fine.
+    pub async fn compact(&self, endpoint: &str, revision: i64) -> Result<(), Error> {
+        let mut client = self.connect(endpoint).await?;
+        match self.settle(
+            endpoint,
+            client
+                .compact(revision, Some(CompactionOptions::new().with_physical()))
+                .await,
+        ) {
+            Ok(_) => Ok(()),
+            Err(e) => match Error::etcd(format!("compact to revision {revision}"))(e) {
+                Error::EtcdRefused {
+                    refusal: EtcdRefusal::Compacted,
+                    ..
+                } => Ok(()),
+                other => Err(other),
+            },
+        }
+    }
+
+    /// Defragments the backend of the member at `endpoint`, on a connection of its own whose
+    /// call may take `timeout` (the member rewrites its whole database file and serves nothing
+    /// meanwhile).
+    pub async fn defragment(&self, endpoint: &str, timeout: Duration) -> Result<(), Error> {
+        let long = EtcdAccess {
+            timeout,
+            pool: None,
+            ..self.clone()
+        };
+        let mut client = long.dial(endpoint).await?;
+        client
+            .defragment()
+            .await
+            .map_err(Error::etcd(format!("defragment {endpoint}")))?;
+        Ok(())
     }
 
     /// Streams a snapshot of the backend of the member at `endpoint` (the maintenance API's

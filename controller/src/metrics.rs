@@ -15,6 +15,8 @@
 //! | `applies_total` | counter | `kind` (`Service`, `PodDisruptionBudget`): server-side applies sent |
 //! | `leader` | gauge | (1 while this replica leads, else 0) |
 //! | `undecodable_clusters` | gauge | `namespace`, `cluster` (1 while the stored object does not decode; removed when it does or is deleted) |
+//! | `alarm_heals_total` | counter | `alarm` (`NOSPACE`): alarms the controller healed and disarmed |
+//! | `defragmentations_total` | counter | `reason` (`nospace`, `fragmented`): members defragmented |
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -53,6 +55,8 @@ pub struct Metrics {
     applies_total: IntCounterVec,
     leader: IntGauge,
     undecodable_clusters: IntGaugeVec,
+    alarm_heals_total: IntCounterVec,
+    defragmentations_total: IntCounterVec,
     /// The backup and restore series (same registry).
     pub backups: crate::backup::metrics::BackupMetrics,
     /// Clusters seen by [`Metrics::observe_cluster`], keyed by (namespace, name).
@@ -163,6 +167,26 @@ impl Metrics {
         )?;
         registry.register(Box::new(leader.clone()))?;
         registry.register(Box::new(undecodable_clusters.clone()))?;
+        let alarm_heals_total = IntCounterVec::new(
+            opts(
+                "alarm_heals_total",
+                "etcd alarms the controller healed and disarmed, by alarm.",
+            ),
+            &["alarm"],
+        )?;
+        let defragmentations_total = IntCounterVec::new(
+            opts(
+                "defragmentations_total",
+                "Members defragmented by the controller, by reason (nospace, fragmented).",
+            ),
+            &["reason"],
+        )?;
+        registry.register(Box::new(alarm_heals_total.clone()))?;
+        registry.register(Box::new(defragmentations_total.clone()))?;
+        alarm_heals_total.with_label_values(&["NOSPACE"]);
+        for reason in ["nospace", "fragmented"] {
+            defragmentations_total.with_label_values(&[reason]);
+        }
 
         for phase in ClusterPhase::ALL {
             clusters.with_label_values(&[phase.as_str()]).set(0);
@@ -184,9 +208,23 @@ impl Metrics {
             applies_total,
             leader,
             undecodable_clusters,
+            alarm_heals_total,
+            defragmentations_total,
             backups,
             tracked: Mutex::new(BTreeMap::new()),
         })
+    }
+
+    /// Counts an alarm healed and disarmed.
+    pub fn alarm_healed(&self, alarm: &str) {
+        self.alarm_heals_total.with_label_values(&[alarm]).inc();
+    }
+
+    /// Counts a member defragmented, by reason label.
+    pub fn defragmented(&self, reason: &str) {
+        self.defragmentations_total
+            .with_label_values(&[reason])
+            .inc();
     }
 
     /// The registry every series is registered on.

@@ -16,9 +16,9 @@ use etcd_shared::version::EtcdVersion;
 
 use crate::cache::{self, CachedPod, Caches};
 use crate::error::Error;
-use crate::etcd::{EtcdAccess, EtcdPool, ListedMember, MemberStatus};
+use crate::etcd::{AlarmName, EtcdAccess, EtcdPool, ListedMember, MemberStatus, RaisedAlarm};
 use crate::etcd_tls::MemberTls;
-use crate::planner::{Health, MemberState, Observed, PodPhase, PodState};
+use crate::planner::{Alarm, AlarmKind, DbSize, Health, MemberState, Observed, PodPhase, PodState};
 use crate::view::ClusterView;
 
 /// Everything observed, with the pods as read (the executor needs their IPs).
@@ -147,6 +147,20 @@ fn pod_state(pod: &CachedPod, now: Timestamp) -> Option<PodState> {
     let restarts_at_upgrade =
         annotation(names::ANNOTATION_RESTARTS_AT_UPGRADE).and_then(|n| n.parse().ok());
     let ready = pod.condition_is_true("Ready");
+    let since = |t: Timestamp| {
+        Duration::from_secs(u64::try_from((now.as_second() - t.as_second()).max(0)).unwrap_or(0))
+    };
+    let overdue = pod
+        .metadata
+        .deletion_timestamp
+        .as_ref()
+        .map_or(Duration::ZERO, |deadline| since(deadline.0));
+    let running_for = status
+        .container_statuses
+        .iter()
+        .find(|c| c.name == "etcd")
+        .and_then(|c| c.earliest_start())
+        .map(since);
     Some(PodState {
         name,
         version,
@@ -161,7 +175,52 @@ fn pod_state(pod: &CachedPod, now: Timestamp) -> Option<PodState> {
         created_on: annotation(names::ANNOTATION_CREATED_ON).and_then(|v| v.parse().ok()),
         snapshot_barrier: annotation(names::ANNOTATION_SNAPSHOT_BARRIER)
             .and_then(|v| v.parse().ok()),
+        overdue,
+        running_for,
+        reason: status.reason.clone(),
     })
+}
+
+/// The members' backend quota: what a member reports (3.6+), else `ETCD_QUOTA_BACKEND_BYTES`
+/// from `etcdEnv`, else etcd's default.
+fn quota_bytes(view: &ClusterView, statuses: &[PodStatus]) -> u64 {
+    let reported = statuses
+        .iter()
+        .filter_map(|p| p.status.as_ref().ok())
+        .filter_map(|s| u64::try_from(s.db_size_quota).ok())
+        .max()
+        .filter(|q| *q > 0);
+    reported
+        .or_else(|| {
+            view.pod
+                .etcd_env
+                .iter()
+                .find(|e| e.name == "ETCD_QUOTA_BACKEND_BYTES")
+                .and_then(|e| e.value.as_deref()?.trim().parse::<u64>().ok())
+                .filter(|q| *q > 0)
+        })
+        .unwrap_or(etcd_shared::version::DEFAULT_QUOTA_BACKEND_BYTES)
+}
+
+/// The alarms raised, named by member.
+fn named_alarms(raised: &[RaisedAlarm], members: &[MemberState]) -> Vec<Alarm> {
+    let mut alarms: Vec<Alarm> = raised
+        .iter()
+        .map(|a| Alarm {
+            member_id: a.member_id,
+            member: members
+                .iter()
+                .find(|m| m.id == a.member_id)
+                .map_or_else(|| format!("unknown-{:x}", a.member_id), |m| m.name.clone()),
+            kind: match a.kind {
+                AlarmName::NoSpace => AlarmKind::NoSpace,
+                AlarmName::Corrupt => AlarmKind::Corrupt,
+            },
+        })
+        .collect();
+    alarms.sort();
+    alarms.dedup();
+    alarms
 }
 
 /// The client endpoint of a pod IP.
@@ -262,17 +321,18 @@ pub async fn observe(
     let claims = cache::select(&caches.claims, &view.namespace, &claim_selector);
     let tls = operator_tls(client, view).await?;
     let pods: Vec<PodState> = pods.iter().filter_map(|p| pod_state(p, now)).collect();
-    let claims: Vec<String> = claims
+    let member_of = |c: &crate::cache::CachedClaim| {
+        c.metadata
+            .labels
+            .as_ref()?
+            .get(names::LABEL_MEMBER)
+            .cloned()
+    };
+    let (deleting, claims): (Vec<_>, Vec<_>) = claims
         .iter()
-        .filter(|c| c.metadata.deletion_timestamp.is_none())
-        .filter_map(|c| {
-            c.metadata
-                .labels
-                .as_ref()?
-                .get(names::LABEL_MEMBER)
-                .cloned()
-        })
-        .collect();
+        .partition(|c| c.metadata.deletion_timestamp.is_some());
+    let claims: Vec<String> = claims.into_iter().filter_map(|c| member_of(c)).collect();
+    let deleting_claims: Vec<String> = deleting.into_iter().filter_map(|c| member_of(c)).collect();
 
     let (tls, tls_id) = match tls {
         Some((tls, id)) => (Some(tls), id),
@@ -316,11 +376,11 @@ pub async fn observe(
                 for m in &listed {
                     let name = member_name(view, m);
                     let health = health_of(&name, &statuses);
-                    let applied_index = statuses
+                    let own = statuses
                         .iter()
                         .find(|p| p.pod == name)
-                        .and_then(|p| p.status.as_ref().ok())
-                        .map_or(0, |s| s.applied_index);
+                        .and_then(|p| p.status.as_ref().ok());
+                    let applied_index = own.map_or(0, |s| s.applied_index);
                     if let Health::Unhealthy(why) = &health
                         && !m.name.is_empty()
                     {
@@ -333,18 +393,49 @@ pub async fn observe(
                         started: !m.name.is_empty(),
                         health,
                         applied_index,
+                        db: own.map_or(DbSize::default(), |s| DbSize {
+                            total: u64::try_from(s.db_size).unwrap_or(0),
+                            in_use: u64::try_from(s.db_size_in_use).unwrap_or(0),
+                        }),
+                        revision: own.map_or(0, |s| s.revision),
                     });
                 }
                 Ok(states)
             }
         }
     };
+    // Alarms: the members list them in their Status (3.4+); older lines are asked through the
+    // Alarm API, which needs quorum (a raft request).
+    let mut raised: Vec<RaisedAlarm> = statuses
+        .iter()
+        .filter_map(|p| p.status.as_ref().ok())
+        .flat_map(|s| s.alarms.iter().copied())
+        .collect();
+    let lists_alarms = statuses
+        .iter()
+        .filter_map(|p| p.status.as_ref().ok())
+        .filter_map(|s| s.version.parse::<EtcdVersion>().ok())
+        .min()
+        .and_then(|v| v.capabilities())
+        .is_some_and(|c| c.status_lists_alarms);
+    if !lists_alarms && members.is_ok() {
+        match access.alarms(&member_api).await {
+            Ok(listed) => raised.extend(listed),
+            Err(e) => tracing::debug!(cluster = %view.name, error = %e, "alarm list failed"),
+        }
+    }
+    let alarms = named_alarms(&raised, members.as_deref().unwrap_or(&[]));
+    let quota_bytes = quota_bytes(view, &statuses);
     Ok(Observation {
         model: Observed {
             pods,
             claims,
             members,
             bootstrapped,
+            deleting_claims,
+            alarms,
+            quota_bytes,
+            maintenance: crate::planner::Maintenance::default(),
         },
         member_endpoints: by_ip,
         member_api,
@@ -366,10 +457,13 @@ mod tests {
                 leader,
                 version: "3.6.16".into(),
                 errors: vec![],
+                alarms: vec![],
                 is_learner,
                 applied_index: 0,
                 revision: 1,
                 db_size: 0,
+                db_size_in_use: 0,
+                db_size_quota: 0,
             }),
         }
     }

@@ -17,7 +17,9 @@ use etcd_shared::version::EtcdVersion;
 
 use crate::conditions;
 
-use crate::planner::{Blocked, Health, MemberState, Observed, RemovalReason, Step, Waiting};
+use crate::planner::{
+    Blocked, DefragReason, Health, MemberState, Observed, RemovalReason, Step, Waiting,
+};
 use crate::view::{ClusterView, InvalidCluster};
 
 /// Condition types.
@@ -30,6 +32,8 @@ pub const DEGRADED: &str = "Degraded";
 pub const PAUSED: &str = "Paused";
 /// Degraded reason (and status `reason`): member pods are Ready but etcd cannot be reached.
 const MEMBERS_UNREACHABLE: &str = "MembersUnreachable";
+/// A member pod this long past its deletion deadline is reported as stuck terminating.
+const STUCK_REPORT_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A short description of a step, for the status and events.
 pub fn describe(step: &Step) -> String {
@@ -53,6 +57,37 @@ pub fn describe(step: &Step) -> String {
             reason: RemovalReason::Replace,
             ..
         } => format!("remove member {name} to replace it"),
+        Step::RemoveMember {
+            name,
+            reason: RemovalReason::StuckTerminating,
+            ..
+        } => format!(
+            "remove member {name}, whose pod is stuck terminating past its grace period, to replace it under a new name"
+        ),
+        Step::RestartBootstrap(name) => format!(
+            "start the cluster over: the first member {name} never became ready; its pod and data claim are deleted and a new first member is created"
+        ),
+        Step::Compact { revision } => {
+            format!("compact the key-value history to revision {revision} to make room (NOSPACE)")
+        }
+        Step::Defragment {
+            name,
+            reason: DefragReason::NoSpace,
+        } => format!("defragment member {name} to make room (NOSPACE)"),
+        Step::Defragment {
+            name,
+            reason: DefragReason::Fragmented,
+        } => format!(
+            "defragment member {name}: its database file is much larger than the data it holds"
+        ),
+        Step::DisarmAlarm(alarms) => format!(
+            "disarm the NOSPACE alarm ({}): the members have room again",
+            alarms
+                .iter()
+                .map(|a| a.member.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
         Step::DeletePod(n) => format!("delete pod {n}"),
         Step::DeleteClaim(n) => format!("delete the data claim of {n}"),
         Step::UpgradeMember { name, version, .. } => format!("upgrade member {name} to {version}"),
@@ -60,6 +95,10 @@ pub fn describe(step: &Step) -> String {
             format!("hand leadership from {from} to {to} before upgrading {from}")
         }
         Step::Wait(Waiting::MemberStarting(n)) => format!("wait for member {n} to start"),
+        Step::Wait(Waiting::MemberPending(n)) => format!(
+            "wait for the pod of member {n}, which is Pending (being scheduled, pulling its image or running its init containers)"
+        ),
+        Step::Wait(Waiting::PodTerminating(n)) => format!("wait for pod {n} to terminate"),
         Step::Wait(Waiting::Unhealthy(ns)) => {
             format!("wait for unhealthy members {} to recover", ns.join(", "))
         }
@@ -95,7 +134,95 @@ fn blocked_message(b: &Blocked) -> String {
         Blocked::SafetyBackupFailed { change, reason } => format!(
             "{change} waits for its safety backup (spec.safetyBackup), which failed: {reason}"
         ),
+        Blocked::DataCorrupted { members } => format!(
+            "etcd raised the CORRUPT alarm for {}: that member's data differs from the others' (the corruption check found a different hash); the operator changes nothing and never disarms it: find the member whose data is wrong (etcdctl endpoint hashkv), remove and replace it, then disarm the alarm (etcdctl alarm disarm)",
+            members.join(", ")
+        ),
+        Blocked::SpaceExhausted { in_use, quota } => format!(
+            "NOSPACE: after compaction the data in use ({}) is still {}% of the quota ({}), so defragmenting cannot make room; raise ETCD_QUOTA_BACKEND_BYTES in spec.pod.etcdEnv (the members pick it up as they are replaced) or delete keys, then the operator defragments and disarms the alarm",
+            mib(*in_use),
+            in_use.saturating_mul(100) / (*quota).max(1),
+            mib(*quota)
+        ),
     }
+}
+
+/// Bytes as MiB, for messages.
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
+
+/// What the status says of raised alarms, with the database sizes: `None` without alarms.
+fn alarm_report(obs: &Observed) -> Option<(&'static str, String)> {
+    use crate::planner::AlarmKind;
+    let members = |kind: AlarmKind| -> Vec<&str> {
+        obs.alarms
+            .iter()
+            .filter(|a| a.kind == kind)
+            .map(|a| a.member.as_str())
+            .collect()
+    };
+    let corrupt = members(AlarmKind::Corrupt);
+    if !corrupt.is_empty() {
+        return Some((
+            "CorruptAlarm",
+            format!(
+                "etcd raised CORRUPT for {}: that member's data differs from the others'",
+                corrupt.join(", ")
+            ),
+        ));
+    }
+    let full = members(AlarmKind::NoSpace);
+    if full.is_empty() {
+        return None;
+    }
+    let sizes = obs.members.as_ref().ok().map(|m| {
+        let total = m.iter().map(|m| m.db.total).max().unwrap_or(0);
+        let in_use = m
+            .iter()
+            .map(|m| m.db.in_use)
+            .filter(|u| *u > 0)
+            .min()
+            .unwrap_or(0);
+        (total, in_use)
+    });
+    let sizes = match sizes {
+        Some((total, in_use)) if in_use > 0 => {
+            format!("database {} on disk, {} in use", mib(total), mib(in_use))
+        }
+        Some((total, _)) => format!("database {} on disk", mib(total)),
+        None => "database size unknown".into(),
+    };
+    Some((
+        "NoSpaceAlarm",
+        format!(
+            "etcd raised NOSPACE for {} ({sizes}, quota {}): writes are refused, reads and deletes are served",
+            full.join(", "),
+            mib(obs.quota_bytes)
+        ),
+    ))
+}
+
+/// Member pods stuck terminating past their deletion deadline, in words.
+fn stuck_report(obs: &Observed, stuck_after: std::time::Duration) -> Option<String> {
+    let stuck: Vec<String> = obs
+        .pods
+        .iter()
+        .filter(|p| p.terminating && p.overdue > stuck_after)
+        .map(|p| {
+            format!(
+                "{} ({} s past its grace period)",
+                p.name,
+                p.overdue.as_secs()
+            )
+        })
+        .collect();
+    (!stuck.is_empty()).then(|| {
+        format!(
+            "pods stuck terminating (their node is gone or a finalizer holds them): {}",
+            stuck.join(", ")
+        )
+    })
 }
 
 fn members_status(members: &[MemberState], expected: &[String]) -> MembersStatus {
@@ -136,11 +263,20 @@ fn phase(obs: &Observed, step: &Step, previous: Option<ClusterPhase>) -> Cluster
         Step::Blocked(Blocked::QuorumLost { .. } | Blocked::AllMembersLost) if obs.bootstrapped => {
             ClusterPhase::QuorumLost
         }
-        Step::Blocked(Blocked::UpgradeNotSupported(_) | Blocked::SafetyBackupFailed { .. }) => {
-            ClusterPhase::Degraded
-        }
+        Step::Blocked(
+            Blocked::UpgradeNotSupported(_)
+            | Blocked::SafetyBackupFailed { .. }
+            | Blocked::DataCorrupted { .. }
+            | Blocked::SpaceExhausted { .. },
+        ) => ClusterPhase::Degraded,
+        // An alarm refuses writes (NOSPACE) or everything (CORRUPT) while quorum holds.
+        _ if !obs.alarms.is_empty() && obs.bootstrapped => ClusterPhase::Degraded,
         Step::Done => ClusterPhase::Running,
         _ if creating => ClusterPhase::Creating,
+        Step::Defragment {
+            reason: DefragReason::Fragmented,
+            ..
+        } => ClusterPhase::Running,
         // The snapshot barrier and the wait for the snapshots past it come before an
         // upgrade's first member moves: part of the upgrade, as Progressing says.
         Step::UpgradeMember { .. }
@@ -150,7 +286,7 @@ fn phase(obs: &Observed, step: &Step, previous: Option<ClusterPhase>) -> Cluster
             ClusterPhase::Upgrading
         }
         Step::RemoveMember {
-            reason: RemovalReason::Replace,
+            reason: RemovalReason::Replace | RemovalReason::StuckTerminating,
             ..
         } => ClusterPhase::Recovering,
         Step::Wait(Waiting::Unhealthy(_)) => ClusterPhase::Degraded,
@@ -160,7 +296,7 @@ fn phase(obs: &Observed, step: &Step, previous: Option<ClusterPhase>) -> Cluster
 
 /// Why a failure phase (QuorumLost, Degraded) is one: the step that the failure blocks or waits
 /// on, in a word.
-fn failure_reason(phase: ClusterPhase, step: &Step) -> Option<String> {
+fn failure_reason(phase: ClusterPhase, step: &Step, obs: &Observed) -> Option<String> {
     if !phase.is_failure() {
         return None;
     }
@@ -169,6 +305,8 @@ fn failure_reason(phase: ClusterPhase, step: &Step) -> Option<String> {
         Step::Blocked(Blocked::AllMembersLost) => "AllMembersLost",
         Step::Blocked(Blocked::UpgradeNotSupported(_)) => "UpgradeNotSupported",
         Step::Blocked(Blocked::SafetyBackupFailed { .. }) => "SafetyBackupFailed",
+        Step::Blocked(Blocked::SpaceExhausted { .. }) => "SpaceExhausted",
+        _ if !obs.alarms.is_empty() => alarm_report(obs).map_or("Alarm", |(reason, _)| reason),
         Step::Wait(Waiting::Unhealthy(_)) => "MembersUnhealthy",
         _ => phase.as_str(),
     };
@@ -252,11 +390,18 @@ pub fn compute(
         )),
         _ => None,
     };
+    let alarm = alarm_report(obs);
+    let stuck = stuck_report(obs, STUCK_REPORT_AFTER);
     let (degraded, degraded_reason, degraded_message) = match step {
         Step::Blocked(Blocked::QuorumLost { .. }) if obs.bootstrapped => {
             (true, "QuorumLost", describe(step))
         }
         Step::Blocked(Blocked::AllMembersLost) => (true, "AllMembersLost", describe(step)),
+        Step::Blocked(Blocked::SpaceExhausted { .. }) => (true, "SpaceExhausted", describe(step)),
+        _ if alarm.is_some() => {
+            let (reason, message) = alarm.clone().unwrap_or_default();
+            (true, reason, message)
+        }
         Step::Blocked(Blocked::UpgradeNotSupported(_)) => {
             (true, "UpgradeNotSupported", describe(step))
         }
@@ -268,6 +413,7 @@ pub fn compute(
             MEMBERS_UNREACHABLE,
             unreachable.clone().unwrap_or_default(),
         ),
+        _ if stuck.is_some() => (true, "PodsStuckTerminating", stuck.unwrap_or_default()),
         _ if !unhealthy.is_empty() => (
             true,
             "MembersUnhealthy",
@@ -286,9 +432,20 @@ pub fn compute(
         | Step::DeletePod(_)
         | Step::DeleteClaim(_) => "ScalingDown",
         Step::RemoveMember {
-            reason: RemovalReason::Replace,
+            reason: RemovalReason::Replace | RemovalReason::StuckTerminating,
             ..
         } => "ReplacingMember",
+        Step::RestartBootstrap(_) => "Bootstrapping",
+        Step::Compact { .. }
+        | Step::DisarmAlarm(_)
+        | Step::Defragment {
+            reason: DefragReason::NoSpace,
+            ..
+        } => "HealingNoSpace",
+        Step::Defragment {
+            reason: DefragReason::Fragmented,
+            ..
+        } => "Defragmenting",
         Step::UpgradeMember { .. }
         | Step::TransferLeadership { .. }
         | Step::RecordSnapshotBarrier { .. }
@@ -358,7 +515,7 @@ pub fn compute(
         upgrading(view, step, current_version.as_deref()).then(|| view.version.to_string());
     EtcdClusterStatus {
         phase: Some(phase),
-        reason: failure_reason(phase, step)
+        reason: failure_reason(phase, step, obs)
             .or_else(|| (degraded_reason == MEMBERS_UNREACHABLE).then(|| degraded_reason.into())),
         control_paused: view.paused,
         conditions,
@@ -388,6 +545,9 @@ pub fn compute(
         }),
         // Written by the pipeline when it takes one; kept until the next.
         last_safety_backup: previous.and_then(|p| p.last_safety_backup.clone()),
+        // Written by the pipeline once the step is carried out (see
+        // `planner::maintenance::record_after`).
+        maintenance: previous.and_then(|p| p.maintenance.clone()),
     }
 }
 
@@ -426,6 +586,59 @@ pub fn invalid(
     status.conditions.extend(conditions);
     status.observed_generation = generation;
     status.reason = Some("InvalidSpec".into());
+    status
+}
+
+/// The status of a cluster the operator cannot observe (its TLS Secret is broken, the API
+/// server refused a read): phase Degraded with the error's reason, `Degraded` True with the
+/// error, `Available` Unknown (nobody can tell), `Progressing` False; the rest as it was. The
+/// status never keeps saying `Running` while the operator is blind.
+pub fn observation_failed(
+    error: &crate::error::Error,
+    view: &ClusterView,
+    previous: Option<&EtcdClusterStatus>,
+    now: Timestamp,
+) -> EtcdClusterStatus {
+    let now = Time(now);
+    let generation = view.generation;
+    let reason = match error {
+        crate::error::Error::OperatorTls { .. } => "OperatorTLSSecretInvalid",
+        _ => "ObservationFailed",
+    };
+    let message = format!("the operator cannot observe the cluster: {error}");
+    let mut status = previous.cloned().unwrap_or_default();
+    let mut available =
+        conditions::new(AVAILABLE, false, reason, message.clone(), generation, &now);
+    available.status = "Unknown".into();
+    let mut conditions = vec![
+        available,
+        conditions::new(
+            PROGRESSING,
+            false,
+            reason,
+            "the operator makes no change until it can observe the cluster".into(),
+            generation,
+            &now,
+        ),
+        conditions::new(DEGRADED, true, reason, message, generation, &now),
+    ];
+    conditions::carry_transition_times(&mut conditions, &status.conditions);
+    status
+        .conditions
+        .retain(|c| ![AVAILABLE, PROGRESSING, DEGRADED].contains(&c.type_.as_str()));
+    status.conditions.extend(conditions);
+    status.conditions.sort_by_key(|c| {
+        [AVAILABLE, PROGRESSING, DEGRADED, PAUSED]
+            .iter()
+            .position(|t| *t == c.type_)
+            .unwrap_or(usize::MAX)
+    });
+    status.phase = Some(ClusterPhase::Degraded);
+    status.reason = Some(reason.into());
+    status.observed_generation = generation;
+    status.service_name = Some(names::client_service_name(&view.name));
+    status.client_port = Some(CLIENT_PORT);
+    status.next_step = None;
     status
 }
 

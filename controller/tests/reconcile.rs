@@ -46,6 +46,9 @@ fn main() -> std::process::ExitCode {
         each_kind_is_listed_and_watched_once,
         readiness_follows_the_cluster_watch,
         a_repeated_event_becomes_a_series,
+        a_selector_with_a_key_added_by_hand_is_reverted,
+        a_broken_operator_tls_secret_is_reported_not_frozen,
+        nothing_is_decided_before_every_cache_has_synced,
     ])
 }
 
@@ -938,46 +941,11 @@ async fn each_kind_is_listed_and_watched_once(ctx: TestContext) -> anyhow::Resul
 /// controller whose user may read pods, claims, Services and budgets but not EtcdClusters is
 /// not ready; once it may, it turns ready. (Before, readiness waited for the caches alone.)
 async fn readiness_follows_the_cluster_watch(ctx: TestContext) -> anyhow::Result<()> {
-    use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
     let user = format!("reader-{}", ctx.ns());
-    let rule = |group: &str, resources: &[&str], verbs: &[&str]| PolicyRule {
-        api_groups: Some(vec![group.to_string()]),
-        resources: Some(resources.iter().map(|r| r.to_string()).collect()),
-        verbs: verbs.iter().map(|v| v.to_string()).collect(),
-        ..PolicyRule::default()
-    };
     let read = ["get", "list", "watch"];
-    let grant = |name: &str, rules: Vec<PolicyRule>| {
-        let (roles, bindings): (Api<Role>, Api<RoleBinding>) = (ctx.api(), ctx.api());
-        let user = user.clone();
-        let name = name.to_string();
-        async move {
-            let mut role = Role {
-                rules: Some(rules),
-                ..Role::default()
-            };
-            role.metadata.name = Some(name.clone());
-            roles.create(&PostParams::default(), &role).await?;
-            let mut binding = RoleBinding {
-                role_ref: RoleRef {
-                    api_group: Some("rbac.authorization.k8s.io".into()),
-                    kind: "Role".into(),
-                    name: name.clone(),
-                },
-                subjects: Some(vec![Subject {
-                    kind: "User".into(),
-                    name: user,
-                    api_group: Some("rbac.authorization.k8s.io".into()),
-                    ..Subject::default()
-                }]),
-                ..RoleBinding::default()
-            };
-            binding.metadata.name = Some(name);
-            bindings.create(&PostParams::default(), &binding).await?;
-            anyhow::Ok(())
-        }
-    };
     grant(
+        &ctx,
+        &user,
         "derived",
         vec![
             rule("", &["pods", "services", "persistentvolumeclaims"], &read),
@@ -1001,6 +969,8 @@ async fn readiness_follows_the_cluster_watch(ctx: TestContext) -> anyhow::Result
         );
     }
     grant(
+        &ctx,
+        &user,
         "clusters",
         vec![rule("etcd.database.coreos.com", &["etcdclusters"], &read)],
     )
@@ -1016,6 +986,287 @@ async fn readiness_follows_the_cluster_watch(ctx: TestContext) -> anyhow::Result
         },
     )
     .await?;
+    controller.stop().await
+}
+
+/// An RBAC rule of `verbs` on `resources` of `group`.
+fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> k8s_openapi::api::rbac::v1::PolicyRule {
+    k8s_openapi::api::rbac::v1::PolicyRule {
+        api_groups: Some(vec![group.to_string()]),
+        resources: Some(resources.iter().map(|r| r.to_string()).collect()),
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+/// Grants `rules` to `user` in the test's namespace (a Role `name` and its binding).
+async fn grant(
+    ctx: &TestContext,
+    user: &str,
+    name: &str,
+    rules: Vec<k8s_openapi::api::rbac::v1::PolicyRule>,
+) -> anyhow::Result<()> {
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding, RoleRef, Subject};
+    let (roles, bindings): (Api<Role>, Api<RoleBinding>) = (ctx.api(), ctx.api());
+    let mut role = Role {
+        rules: Some(rules),
+        ..Role::default()
+    };
+    role.metadata.name = Some(name.to_string());
+    roles.create(&PostParams::default(), &role).await?;
+    let mut binding = RoleBinding {
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "Role".into(),
+            name: name.to_string(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "User".into(),
+            name: user.to_string(),
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            ..Subject::default()
+        }]),
+        ..RoleBinding::default()
+    };
+    binding.metadata.name = Some(name.to_string());
+    bindings.create(&PostParams::default(), &binding).await?;
+    Ok(())
+}
+
+/// Writes `status` on a cluster as another writer would (the status subresource).
+async fn set_status(
+    ctx: &TestContext,
+    name: &str,
+    status: serde_json::Value,
+) -> anyhow::Result<EtcdCluster> {
+    let api: Api<EtcdCluster> = ctx.api();
+    Ok(api
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "status": status })),
+        )
+        .await?)
+}
+
+/// Issue 23, item 10: a Service's and a budget's selectors are atomic for the API server; a
+/// key added by hand (the client Service then selects no member) is drift, reverted like any
+/// other edit. Before, the live selector "contained" the operator's and was left alone.
+async fn a_selector_with_a_key_added_by_hand_is_reverted(ctx: TestContext) -> anyhow::Result<()> {
+    let controller = RunningController::start(&ctx).await?;
+    create(&ctx, &cluster("atomic", "size: 3\nversion: 3.6.16")?).await?;
+    let services: Api<Service> = ctx.api();
+    let budgets: Api<PodDisruptionBudget> = ctx.api();
+    let service_selector = wait_for("the client Service", || {
+        let services = services.clone();
+        async move {
+            services
+                .get_opt("atomic-client")
+                .await
+                .ok()
+                .flatten()
+                .and_then(|s| s.spec?.selector)
+        }
+    })
+    .await?;
+    let budget_selector = wait_for("the budget", || {
+        let budgets = budgets.clone();
+        async move {
+            budgets
+                .get_opt("atomic")
+                .await
+                .ok()
+                .flatten()
+                .and_then(|b| b.spec?.selector)
+        }
+    })
+    .await?;
+    let editor = PatchParams::default();
+    let edited = services
+        .patch(
+            "atomic-client",
+            &editor,
+            &Patch::Merge(serde_json::json!({"spec": {"selector": {"hand-edit": "x"}}})),
+        )
+        .await?;
+    budgets
+        .patch(
+            "atomic",
+            &editor,
+            &Patch::Merge(
+                serde_json::json!({"spec": {"selector": {"matchLabels": {"hand-edit": "x"}}}}),
+            ),
+        )
+        .await?;
+    ensure!(
+        edited
+            .spec
+            .and_then(|s| s.selector)
+            .is_some_and(|s| s.contains_key("hand-edit")),
+        "the hand edit did not land"
+    );
+    wait_for("both selectors restored whole", || {
+        let (services, budgets) = (services.clone(), budgets.clone());
+        let (service_want, budget_want) = (service_selector.clone(), budget_selector.clone());
+        async move {
+            let s = services.get("atomic-client").await.ok()?.spec?.selector;
+            let b = budgets.get("atomic").await.ok()?.spec?.selector;
+            (s == Some(service_want) && b == Some(budget_want)).then_some(())
+        }
+    })
+    .await?;
+    controller.stop().await
+}
+
+/// Issue 23, item 9: when the operator cannot observe a cluster (here its client TLS Secret
+/// is missing, then incomplete), the status says so (phase Degraded, the reason, Available
+/// Unknown) instead of keeping what it said before (`Running`).
+async fn a_broken_operator_tls_secret_is_reported_not_frozen(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    install_crd(&ctx).await?;
+    let spec = "size: 3\nversion: 3.6.16\nTLS:\n  static:\n    member:\n      peerSecret: peer\n      serverSecret: server\n    operatorSecret: operator";
+    create(&ctx, &cluster("blind", spec)?).await?;
+    // What an earlier, working reconcile had written.
+    set_status(
+        &ctx,
+        "blind",
+        serde_json::json!({"phase": "Running", "size": 3, "readyMembers": 3,
+            "conditions": [{"type": "Available", "status": "True", "reason": "QuorumHealthy",
+                "message": "3 of 3 voting members are healthy", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}),
+    )
+    .await?;
+    let controller = RunningController::start(&ctx).await?;
+    let blind = await_status(&ctx, "blind", "Degraded: operator TLS secret", |c| {
+        c.status.as_ref().is_some_and(|s| {
+            s.phase == Some(ClusterPhase::Degraded)
+                && s.reason.as_deref() == Some("OperatorTLSSecretInvalid")
+        })
+    })
+    .await?;
+    let degraded = condition(&blind, "Degraded").context("Degraded")?;
+    ensure!(
+        degraded.status == "True" && degraded.message.contains("operator"),
+        "{degraded:?}"
+    );
+    let available = condition(&blind, "Available").context("Available")?;
+    ensure!(available.status == "Unknown", "{available:?}");
+    // A Secret without the keys: still reported, now with what is wrong.
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = ctx.api();
+    let mut secret = k8s_openapi::api::core::v1::Secret::default();
+    secret.metadata.name = Some("operator".into());
+    secrets.create(&PostParams::default(), &secret).await?;
+    await_status(&ctx, "blind", "the missing key named", |c| {
+        condition(c, "Degraded").is_some_and(|d| d.message.contains("has no key etcd-client.crt"))
+    })
+    .await?;
+    controller.stop().await
+}
+
+/// Issue 23, item 7: until every cache the planner reads has listed its objects, nothing is
+/// decided: a controller that may not list pods (yet) sees no member pod, and before the fix
+/// reported a bootstrapped cluster as having lost every member. It now writes nothing until the
+/// pod cache syncs, and then acts on what is there.
+async fn nothing_is_decided_before_every_cache_has_synced(ctx: TestContext) -> anyhow::Result<()> {
+    install_crd(&ctx).await?;
+    let user = format!("unsynced-{}", ctx.ns());
+    let all = [
+        "get", "list", "watch", "create", "update", "patch", "delete",
+    ];
+    grant(
+        &ctx,
+        &user,
+        "all-but-pods",
+        vec![
+            rule(
+                "etcd.database.coreos.com",
+                &["etcdclusters", "etcdclusters/status"],
+                &all,
+            ),
+            rule(
+                "",
+                &["services", "persistentvolumeclaims", "secrets", "events"],
+                &all,
+            ),
+            rule("events.k8s.io", &["events"], &all),
+            rule("policy", &["poddisruptionbudgets"], &all),
+        ],
+    )
+    .await?;
+    create(&ctx, &cluster("unsynced", "size: 3\nversion: 3.6.16")?).await?;
+    let running = set_status(
+        &ctx,
+        "unsynced",
+        serde_json::json!({"phase": "Running", "size": 3, "readyMembers": 3}),
+    )
+    .await?;
+    // The three member pods exist (no kubelet runs them here: they stay Pending).
+    let pods: Api<Pod> = ctx.api();
+    let owner = {
+        use kube::Resource as _;
+        running.controller_owner_ref(&()).context("owner")?
+    };
+    for i in 0..3 {
+        let name = format!("unsynced-{i}");
+        let mut pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {
+                "app.kubernetes.io/name": "etcd",
+                "app.kubernetes.io/instance": "unsynced",
+                "app.kubernetes.io/managed-by": "etcd-operator",
+                "app.kubernetes.io/component": "member",
+                "etcd.database.coreos.com/member": name,
+            }},
+            "spec": {"containers": [{"name": "etcd", "image": "quay.io/coreos/etcd:v3.6.16"}]},
+        }))?;
+        pod.metadata.owner_references = Some(vec![owner.clone()]);
+        pods.create(&PostParams::default(), &pod).await?;
+    }
+    let mut config = admin_config(&ctx).await?;
+    config.auth_info.impersonate = Some(user.clone());
+    let controller =
+        RunningController::start_with(&ctx, kube::Client::try_from(config)?, Readiness::new())
+            .await?;
+    let api: Api<EtcdCluster> = ctx.api();
+    // Several of the controller's requeues (2 s idle, 0.5 s while unsynced): nothing written.
+    for _ in 0..12 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let c = api.get("unsynced").await?;
+        let status = c.status.as_ref().context("status")?;
+        ensure!(
+            status.phase == Some(ClusterPhase::Running) && status.reason.is_none(),
+            "a decision before the pod cache synced: {status:?}"
+        );
+    }
+    grant(
+        &ctx,
+        &user,
+        "pods",
+        vec![rule("", &["pods"], &["get", "list", "watch"])],
+    )
+    .await?;
+    // The pod watch retries with backoff; once it lists, the pods are seen (Pending: waited
+    // for, never "every member lost").
+    let seen = await_status(
+        &ctx,
+        "unsynced",
+        "a status written from the synced caches",
+        |c| {
+            c.status.as_ref().is_some_and(|s| {
+                s.next_step
+                    .as_deref()
+                    .is_some_and(|n| n.contains("Pending"))
+                    && s.members.as_ref().is_some_and(|m| m.unready.len() == 3)
+            })
+        },
+    )
+    .await;
+    let last = api.get("unsynced").await?.status;
+    let seen = seen.with_context(|| format!("last status: {last:?}"))?;
+    let status = seen.status.context("status")?;
+    ensure!(
+        status.reason.as_deref() != Some("AllMembersLost"),
+        "{status:?}"
+    );
     controller.stop().await
 }
 

@@ -30,7 +30,10 @@ pub use backup::{
 pub use restore::{
     ClusterTemplate, EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus, RestoreSeed,
 };
-pub use status::{ClusterPhase, EtcdClusterStatus, MembersStatus, RestoredFrom};
+pub use status::{
+    ClusterPhase, CompactionRecord, DefragmentationRecord, EtcdClusterStatus, MaintenanceStatus,
+    MembersStatus, RestoredFrom,
+};
 pub use storage::{PvcSource, S3Source, StorageSource};
 
 /// The desired state of an etcd cluster.

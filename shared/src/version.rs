@@ -127,6 +127,14 @@ pub struct LineCapabilities {
     /// The offline snapshot restore is `etcdutl snapshot restore` (3.5+; the images ship
     /// `/usr/local/bin/etcdutl`); older lines have `ETCDCTL_API=3 etcdctl snapshot restore`.
     pub etcdutl: bool,
+    /// `/health?exclude=NOSPACE` answers healthy while the cluster-wide NOSPACE alarm is
+    /// raised (3.4+; checked on the real binaries by `controller/tests/etcd_lines.rs`), so a
+    /// full database does not take every member out of its Services. 3.2 and 3.3 are probed
+    /// over TCP, which no alarm touches.
+    pub health_excludes_alarms: bool,
+    /// The maintenance API's Status lists raised alarms in its `errors` (3.4+); older lines
+    /// are asked through the Alarm API.
+    pub status_lists_alarms: bool,
     /// What etcd requires of the previous line before an upgrade to this one.
     pub upgrade_prerequisite: Option<UpgradePrerequisite>,
 }
@@ -146,6 +154,8 @@ pub const LINES: &[LineCapabilities] = &[
         replays_v2_entries: true,
         move_leader: false,
         etcdutl: false,
+        health_excludes_alarms: false,
+        status_lists_alarms: false,
         upgrade_prerequisite: None,
     },
     LineCapabilities {
@@ -161,6 +171,8 @@ pub const LINES: &[LineCapabilities] = &[
         replays_v2_entries: true,
         move_leader: true,
         etcdutl: false,
+        health_excludes_alarms: false,
+        status_lists_alarms: false,
         upgrade_prerequisite: None,
     },
     LineCapabilities {
@@ -176,6 +188,8 @@ pub const LINES: &[LineCapabilities] = &[
         replays_v2_entries: true,
         move_leader: true,
         etcdutl: false,
+        health_excludes_alarms: true,
+        status_lists_alarms: true,
         upgrade_prerequisite: None,
     },
     LineCapabilities {
@@ -191,6 +205,8 @@ pub const LINES: &[LineCapabilities] = &[
         replays_v2_entries: true,
         move_leader: true,
         etcdutl: true,
+        health_excludes_alarms: true,
+        status_lists_alarms: true,
         upgrade_prerequisite: None,
     },
     LineCapabilities {
@@ -206,6 +222,8 @@ pub const LINES: &[LineCapabilities] = &[
         replays_v2_entries: true,
         move_leader: true,
         etcdutl: true,
+        health_excludes_alarms: true,
+        status_lists_alarms: true,
         upgrade_prerequisite: Some(UpgradePrerequisite {
             minimum_from: EtcdVersion::new(3, 5, 26),
             reason: "etcd's 3.6 upgrade guide requires every 3.5 member to run 3.5.26 or later first (3.5.24 to 3.5.26 fix upgrade blockers)",
@@ -224,6 +242,8 @@ pub const LINES: &[LineCapabilities] = &[
         replays_v2_entries: false,
         move_leader: true,
         etcdutl: true,
+        health_excludes_alarms: true,
+        status_lists_alarms: true,
         upgrade_prerequisite: Some(UpgradePrerequisite {
             minimum_from: EtcdVersion::new(3, 6, 11),
             reason: "etcd's 3.7 upgrade guide requires every 3.6 member to run 3.6.11 or later first (earlier 3.6 patches may not roll to 3.7)",
@@ -234,6 +254,10 @@ pub const LINES: &[LineCapabilities] = &[
 /// etcd's default `--snapshot-count` on 3.6 and later: a member takes a raft snapshot after
 /// this many applied entries.
 pub const DEFAULT_SNAPSHOT_COUNT: u64 = 10_000;
+
+/// etcd's default `--quota-backend-bytes` (2 GiB on every line 3.2-3.7): the backend size at
+/// which a member raises the NOSPACE alarm.
+pub const DEFAULT_QUOTA_BACKEND_BYTES: u64 = 2 * 1024 * 1024 * 1024;
 
 /// The oldest version the operator runs.
 pub const OLDEST_SUPPORTED: EtcdVersion = EtcdVersion::new(3, 2, 0);

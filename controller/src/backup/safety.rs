@@ -38,9 +38,22 @@ pub fn before(view: &ClusterView, model: &Observed, step: &Step) -> Option<Strin
     }
 }
 
-/// Whether a snapshot for `change` is still to be taken, given the one the status records.
-pub fn missing(change: &str, last: Option<&SafetyBackupRecord>) -> bool {
-    last.is_none_or(|r| r.before != change)
+/// How long a recorded snapshot stands for its change. An upgrade rolled back and asked for
+/// again weeks later (its change reads the same, `upgrade to 3.7`) gets a new snapshot; a
+/// change that takes longer (an idle cluster waiting for its raft snapshots before 3.7) gets a
+/// fresh one before it goes on.
+pub const RECORD_VALIDITY: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// Whether a snapshot for `change` is still to be taken at `now`, given the one the status
+/// records: none for this change, or one older than [`RECORD_VALIDITY`] (or of unknown age).
+pub fn missing(change: &str, last: Option<&SafetyBackupRecord>, now: Timestamp) -> bool {
+    last.is_none_or(|r| {
+        let fresh = r.time.as_ref().is_some_and(|t| {
+            let age = now.as_second().saturating_sub(t.0.as_second());
+            u64::try_from(age).is_ok_and(|age| age < RECORD_VALIDITY.as_secs())
+        });
+        r.before != change || !fresh
+    })
 }
 
 /// The part of the object key that names the change: `upgrade-3.7`, `scale-down-3`.
@@ -166,6 +179,7 @@ mod tests {
                     initial_cluster: vec![],
                     state: crate::planner::InitialState::Existing,
                     version: "3.7.3".parse().expect("v"),
+                    token: "demo-uid-1".into(),
                 }),
                 None,
             ),
@@ -183,14 +197,30 @@ mod tests {
 
     #[test]
     fn one_snapshot_per_change_with_a_readable_key() {
+        let at: Timestamp = "2026-01-02T15:04:05Z".parse().expect("t");
         let record = SafetyBackupRecord {
             before: "upgrade to 3.7".into(),
+            time: Some(Time(at)),
             ..SafetyBackupRecord::default()
         };
-        assert!(missing("upgrade to 3.7", None));
-        assert!(!missing("upgrade to 3.7", Some(&record)));
-        assert!(missing("scale down to 3 (generation 4)", Some(&record)));
-        let at: Timestamp = "2026-01-02T15:04:05Z".parse().expect("t");
+        let later = |hours: i64| {
+            at.checked_add(k8s_openapi::jiff::SignedDuration::from_hours(hours))
+                .expect("time")
+        };
+        assert!(missing("upgrade to 3.7", None, at));
+        assert!(!missing("upgrade to 3.7", Some(&record), later(1)));
+        assert!(missing(
+            "scale down to 3 (generation 4)",
+            Some(&record),
+            later(1)
+        ));
+        // Issue 23, item 11: weeks later the same change needs a new snapshot.
+        assert!(missing("upgrade to 3.7", Some(&record), later(24 * 21)));
+        let undated = SafetyBackupRecord {
+            time: None,
+            ..record.clone()
+        };
+        assert!(missing("upgrade to 3.7", Some(&undated), later(1)));
         assert_eq!(
             snapshot_key("demo/snap.db", "upgrade to 3.7", 42, at),
             "demo/snap.db_before-upgrade-3.7_v42_2026-01-02-15:04:05"

@@ -1,5 +1,6 @@
 //! The PodDisruptionBudget that keeps a voluntary disruption (a node drain) from taking
-//! the cluster below quorum.
+//! the cluster below quorum: it counts the voting members that exist, not the size the spec
+//! asks for (a scale-down that waits, paused or blocked, leaves more voters running).
 
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -7,15 +8,43 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use etcd_shared::names;
 
+use crate::planner::Observed;
 use crate::view::ClusterView;
 
-/// A budget with `minAvailable` = a majority of the desired size. For one member this
-/// blocks voluntary evictions altogether: a single member cannot be moved without an outage.
-pub fn disruption_budget(view: &ClusterView) -> PodDisruptionBudget {
+/// The budget's `minAvailable`: a majority of the voting members in the member list, plus
+/// every other member pod the budget's selector counts (learners, pods of removed members), so
+/// that however the evictions fall, a majority of the voters stays. While the member list
+/// cannot be read, every member pod (no voluntary eviction while the operator is blind); with
+/// no pod at all, a majority of the spec's size. For one voter this blocks voluntary evictions
+/// altogether: a single member cannot be moved without an outage.
+pub fn min_available(view: &ClusterView, obs: &Observed) -> usize {
+    let pods: Vec<&str> = obs
+        .pods
+        .iter()
+        .filter(|p| !p.terminating)
+        .map(|p| p.name.as_str())
+        .collect();
+    match &obs.members {
+        Ok(members) => {
+            let voters: Vec<&str> = members
+                .iter()
+                .filter(|m| !m.learner)
+                .map(|m| m.name.as_str())
+                .collect();
+            let others = pods.iter().filter(|p| !voters.contains(p)).count();
+            ClusterView::quorum(voters.len()) + others
+        }
+        Err(_) if pods.is_empty() => ClusterView::quorum(view.size),
+        Err(_) => pods.len(),
+    }
+}
+
+/// The cluster's budget (see [`min_available`]).
+pub fn disruption_budget(view: &ClusterView, obs: &Observed) -> PodDisruptionBudget {
     let mut selector = names::selector_labels(&view.name);
     selector.insert(names::LABEL_COMPONENT.into(), "member".into());
     let labels = names::object_labels(&view.name, "disruption-budget");
-    let quorum = i32::try_from(ClusterView::quorum(view.size)).unwrap_or(i32::MAX);
+    let quorum = i32::try_from(min_available(view, obs)).unwrap_or(i32::MAX);
     PodDisruptionBudget {
         metadata: ObjectMeta {
             name: Some(names::pdb_name(&view.name)),
@@ -39,17 +68,95 @@ pub fn disruption_budget(view: &ClusterView) -> PodDisruptionBudget {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::planner::fixtures::ready_pod;
+    use crate::planner::{Health, MemberState};
     use crate::view::fixtures::view_of;
 
+    fn member(i: u32, learner: bool) -> MemberState {
+        MemberState {
+            id: u64::from(i) + 1,
+            name: format!("demo-{i}"),
+            learner,
+            started: true,
+            health: Health::Healthy {
+                version: None,
+                leader: i == 0,
+            },
+            applied_index: 0,
+            db: Default::default(),
+            revision: 0,
+        }
+    }
+
+    fn observed(voters: u32, learners: u32, extra_pods: u32) -> Observed {
+        let n = voters + learners;
+        Observed {
+            pods: (0..n + extra_pods)
+                .map(|i| ready_pod(i, "3.6.16"))
+                .collect(),
+            members: Ok((0..n).map(|i| member(i, i >= voters)).collect()),
+            bootstrapped: true,
+            ..Observed::default()
+        }
+    }
+
+    fn min(spec: &str, obs: &Observed) -> Option<IntOrString> {
+        disruption_budget(&view_of(spec), obs)
+            .spec
+            .and_then(|s| s.min_available)
+    }
+
+    /// Issue 23, item 1: the budget keeps a majority of the voters that run, whatever the
+    /// spec says; learners and leftover pods never count towards it.
     #[test]
-    fn budget_keeps_a_majority() {
-        for (size, min) in [(1, 1), (3, 2), (4, 3), (5, 3), (7, 4)] {
-            let pdb = disruption_budget(&view_of(&format!("size: {size}")));
-            assert_eq!(
-                pdb.spec.unwrap().min_available,
-                Some(IntOrString::Int(min)),
-                "size {size}"
-            );
+    fn budget_keeps_a_majority_of_the_voters_that_exist() {
+        for (what, spec, obs, want) in [
+            ("1 voter", "size: 1", observed(1, 0, 0), 1),
+            ("3 voters", "size: 3", observed(3, 0, 0), 2),
+            ("4 voters", "size: 4", observed(4, 0, 0), 3),
+            ("5 voters", "size: 5", observed(5, 0, 0), 3),
+            ("7 voters", "size: 7", observed(7, 0, 0), 4),
+            (
+                "5 voters, spec 3 (a paused or blocked scale-down)",
+                "size: 3\npaused: true",
+                observed(5, 0, 0),
+                3,
+            ),
+            (
+                "3 voters, spec 5 (scaling up)",
+                "size: 5",
+                observed(3, 0, 0),
+                2,
+            ),
+            (
+                "3 voters and a learner: the learner's pod may not stand in for a voter",
+                "size: 5",
+                observed(3, 1, 0),
+                3,
+            ),
+            (
+                "a removed member's pod still running counts as other",
+                "size: 3",
+                observed(3, 0, 1),
+                3,
+            ),
+            (
+                "member list unreadable: every pod stays",
+                "size: 3",
+                Observed {
+                    pods: (0..3).map(|i| ready_pod(i, "3.6.16")).collect(),
+                    ..Observed::default()
+                },
+                3,
+            ),
+            (
+                "nothing yet: a majority of the spec",
+                "size: 3",
+                Observed::default(),
+                2,
+            ),
+        ] {
+            assert_eq!(min(spec, &obs), Some(IntOrString::Int(want)), "{what}");
         }
     }
 }

@@ -73,7 +73,7 @@ pub fn member_pod(view: &ClusterView, plan: &MemberPlan) -> Pod {
             InitialState::New => "new",
             InitialState::Existing => "existing",
         }),
-        MemberFlag::InitialClusterToken.arg(view.token()),
+        MemberFlag::InitialClusterToken.arg(&plan.token),
     ];
     if caps.metrics_urls {
         args.push(
@@ -238,12 +238,20 @@ fn member_annotations(
     annotations
 }
 
+/// The readiness path of lines whose `/health` can leave the NOSPACE alarm out.
+pub const HEALTH_EXCLUDING_NOSPACE: &str = "/health?exclude=NOSPACE";
+
 /// Readiness: etcd's `/health` (which fails without a leader), on the plain metrics port
 /// where the line has one, else on the client port when it is plain HTTP. A TCP check of the
 /// client port instead where `/health` cannot be asked without a client certificate, and on
 /// 3.2 and 3.3, whose `/health` writes a v2 entry to the raft log that etcd 3.6 cannot
 /// replay (see [`LineCapabilities::v3_health`]); the controller checks those members' health
 /// itself through the maintenance API.
+///
+/// Where the line can, the probe asks `/health?exclude=NOSPACE`: NOSPACE is a cluster-wide
+/// alarm that fails every member's plain `/health`, which would take every member out of the
+/// client Service while reads still work (and the operator heals the alarm). A CORRUPT alarm
+/// still fails the probe.
 ///
 /// There is deliberately no liveness probe: a probe that kills a busy member turns load into
 /// an outage (CoreOS #2110); a crashed etcd exits and is restarted by the kubelet.
@@ -255,9 +263,14 @@ fn readiness_probe(caps: &LineCapabilities, client_tls: bool) -> Probe {
         failure_threshold: Some(3),
         ..Probe::default()
     };
+    let path = if caps.health_excludes_alarms {
+        HEALTH_EXCLUDING_NOSPACE
+    } else {
+        "/health"
+    };
     let health_on = |port: i32| Probe {
         http_get: Some(HTTPGetAction {
-            path: Some("/health".into()),
+            path: Some(path.into()),
             port: IntOrString::Int(port),
             scheme: Some("HTTP".into()),
             ..HTTPGetAction::default()
@@ -378,6 +391,7 @@ mod tests {
             name,
             state,
             version: view.version,
+            token: view.token(),
         }
     }
 
@@ -573,10 +587,11 @@ mod tests {
             ("3.2.13", true, "tcp 2379"),
             ("3.3.27", false, "tcp 2379"),
             ("3.3.27", true, "tcp 2379"),
-            ("3.4.45", false, "http 2381"),
-            ("3.4.45", true, "http 2381"),
-            ("3.6.16", false, "http 2381"),
-            ("3.7.3", true, "http 2381"),
+            ("3.4.45", false, "http 2381/health?exclude=NOSPACE"),
+            ("3.4.45", true, "http 2381/health?exclude=NOSPACE"),
+            ("3.5.35", false, "http 2381/health?exclude=NOSPACE"),
+            ("3.6.16", false, "http 2381/health?exclude=NOSPACE"),
+            ("3.7.3", true, "http 2381/health?exclude=NOSPACE"),
         ] {
             let tls_spec = if tls {
                 "\nTLS:\n  static:\n    member:\n      peerSecret: p\n      serverSecret: s\n    operatorSecret: o"
@@ -591,11 +606,12 @@ mod tests {
                 .unwrap();
             let got = match (probe.http_get, probe.tcp_socket) {
                 (Some(h), None) => format!(
-                    "http {}",
+                    "http {}{}",
                     match h.port {
                         IntOrString::Int(p) => p,
                         _ => 0,
-                    }
+                    },
+                    h.path.unwrap_or_default()
                 ),
                 (None, Some(t)) => format!(
                     "tcp {}",

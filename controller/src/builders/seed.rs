@@ -154,7 +154,7 @@ pub fn seed_member(
                 crate::backup::seed::RESTORED_DIR
             ),
             format!("--initial-cluster={}={peer_url}", plan.name),
-            format!("--initial-cluster-token={}", view.token()),
+            format!("--initial-cluster-token={}", plan.token),
             format!("--initial-advertise-peer-urls={peer_url}"),
         ]),
         env,
@@ -222,6 +222,7 @@ mod tests {
             initial_cluster: vec![("demo-0".into(), view.peer_url("demo-0"))],
             state: InitialState::New,
             version: view.version,
+            token: view.token(),
         };
         let mut pod = member_pod(&view, &plan);
         seed_member(
@@ -295,6 +296,7 @@ mod tests {
             initial_cluster: vec![("demo-0".into(), view.peer_url("demo-0"))],
             state: InitialState::New,
             version: view.version,
+            token: view.token(),
         };
         let mut pod = member_pod(&view, &plan);
         let pvc_seed = RestoreSeed {

@@ -101,6 +101,9 @@ pub struct CachedPodStatus {
     /// `Pending`, `Running`, ...
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
+    /// Why the pod is in its phase (`Terminated` after a graceful node shutdown, `Evicted`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// The pod's IP once it has one.
     #[serde(default, rename = "podIP", skip_serializing_if = "Option::is_none")]
     pub pod_ip: Option<String>,
@@ -123,7 +126,7 @@ pub struct CachedCondition {
     pub status: String,
 }
 
-/// A container's name and restart count.
+/// A container's name, restart count and when it started.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct CachedContainerStatus {
@@ -133,6 +136,43 @@ pub struct CachedContainerStatus {
     /// How often the kubelet restarted it.
     #[serde(default)]
     pub restart_count: i32,
+    /// Its current state's start, while it runs.
+    #[serde(default)]
+    pub state: CachedContainerState,
+    /// Its previous run's start, after a restart.
+    #[serde(default)]
+    pub last_state: CachedContainerState,
+}
+
+/// When a container's run started (`state.running.startedAt` or `terminated.startedAt`).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+pub struct CachedContainerState {
+    /// The container runs, since then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<CachedStart>,
+    /// The container ended; it had started then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terminated: Option<CachedStart>,
+}
+
+/// A start time.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CachedStart {
+    /// When the run started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+}
+
+impl CachedContainerStatus {
+    /// The earliest start the kubelet still reports: this run's, or the previous run's.
+    pub fn earliest_start(&self) -> Option<k8s_openapi::jiff::Timestamp> {
+        [&self.state, &self.last_state]
+            .into_iter()
+            .flat_map(|s| [&s.running, &s.terminated])
+            .filter_map(|run| run.as_ref()?.started_at.as_ref().map(|t| t.0))
+            .min()
+    }
 }
 
 impl CachedPod {
@@ -270,6 +310,12 @@ mod tests {
         assert!(pod.condition_is_true("Ready"));
         assert!(!pod.condition_is_true("ContainersReady"));
         assert_eq!(pod.status.container_statuses[0].restart_count, 2);
+        assert_eq!(
+            pod.status.container_statuses[0]
+                .earliest_start()
+                .map(|t| t.to_string()),
+            Some("2026-12-05T00:00:00Z".to_string())
+        );
         assert_eq!(pod.metadata.managed_fields, None);
         let annotations = pod.metadata.annotations.expect("ours are kept");
         assert_eq!(

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use std::borrow::Cow;
 
@@ -34,6 +35,8 @@ pub use compact::{CachedClaim, CachedPdb, CachedPod, CachedService, trim_meta};
 /// The caches of derived objects.
 #[derive(Clone)]
 pub struct Caches {
+    /// Set by each cache's stream once its first list is in the store.
+    synced: [Arc<AtomicBool>; 4],
     /// Member pods.
     pub pods: Store<CachedPod>,
     /// Data claims.
@@ -62,7 +65,7 @@ pub struct Triggers {
     pub pdbs: Trigger<CachedPdb>,
 }
 
-fn cached<K>(api: Api<K>, config: watcher::Config) -> (Store<K>, Trigger<K>)
+fn cached<K>(api: Api<K>, config: watcher::Config) -> (Store<K>, Trigger<K>, Arc<AtomicBool>)
 where
     K: Resource<DynamicType = ()>
         + Clone
@@ -73,15 +76,22 @@ where
         + 'static,
 {
     let (store, writer) = reflector::store();
+    let synced = Arc::new(AtomicBool::new(false));
+    let flag = synced.clone();
     // Only what the operator reads is kept (the cached types decode no more; `trim_meta`
     // drops the rest of the metadata). A failed watch is retried with the Controller's
     // trigger backoff, as `.owns()` would be.
     let stream = watcher(api, config)
         .modify(|o: &mut K| compact::trim_meta(o.meta_mut()))
         .reflect(writer)
+        .inspect(move |event| {
+            if let Ok(watcher::Event::InitDone) = event {
+                flag.store(true, Ordering::Release);
+            }
+        })
         .touched_objects()
         .boxed();
-    (store, stream)
+    (store, stream, synced)
 }
 
 impl Caches {
@@ -95,12 +105,13 @@ impl Caches {
         pdbs: Api<CachedPdb>,
         config: &watcher::Config,
     ) -> (Self, Triggers) {
-        let (pods, p) = cached(pods, config.clone());
-        let (claims, c) = cached(claims, config.clone());
-        let (services, s) = cached(services, config.clone());
-        let (pdbs, b) = cached(pdbs, config.clone());
+        let (pods, p, pods_synced) = cached(pods, config.clone());
+        let (claims, c, claims_synced) = cached(claims, config.clone());
+        let (services, s, services_synced) = cached(services, config.clone());
+        let (pdbs, b, pdbs_synced) = cached(pdbs, config.clone());
         (
             Caches {
+                synced: [pods_synced, claims_synced, services_synced, pdbs_synced],
                 pods,
                 claims,
                 services,
@@ -113,6 +124,13 @@ impl Caches {
                 pdbs: b,
             },
         )
+    }
+
+    /// Whether every cache has listed its objects once. Read from flags the caches' streams
+    /// set, not from the stores' readiness futures: polling one of those from here would take
+    /// its single waker from the task that awaits it ([`Self::wait_until_ready`]).
+    pub fn is_ready(&self) -> bool {
+        self.synced.iter().all(|s| s.load(Ordering::Acquire))
     }
 
     /// Waits until every cache has listed its objects once.
@@ -148,8 +166,9 @@ where
 
 /// Whether the cached object `name` already is what the operator applies: it carries the
 /// content hash of `desired` (nothing changed on our side) and still holds every label and
-/// spec field `desired` sets (nobody edited a field the operator owns). Fields the API server
-/// or others added are ignored.
+/// spec field `desired` sets (nobody edited a field the operator owns), with the atomic
+/// fields ([`ATOMIC_FIELDS`]) exactly as desired. Other fields the API server or others added
+/// are ignored.
 pub fn is_current<K>(
     store: &Store<K>,
     namespace: &str,
@@ -171,16 +190,28 @@ where
         .is_some_and(|h| h == hash);
     hashed
         && serde_json::to_value(live.as_ref()).is_ok_and(|live| {
-            ["spec", "metadata/labels"].iter().all(|path| {
-                let pointer = format!("/{path}");
-                match (desired.pointer(&pointer), live.pointer(&pointer)) {
+            let holds = ["/spec", "/metadata/labels"].iter().all(|pointer| {
+                match (desired.pointer(pointer), live.pointer(pointer)) {
                     (None, _) => true,
                     (Some(want), Some(have)) => contains(have, want),
                     (Some(_), None) => false,
                 }
-            })
+            });
+            let atomic_equal = ATOMIC_FIELDS.iter().all(|pointer| {
+                match (desired.pointer(pointer), live.pointer(pointer)) {
+                    (None, _) => true,
+                    (Some(want), have) => have == Some(want),
+                }
+            });
+            holds && atomic_equal
         })
 }
+
+/// Fields the API server treats as atomic (`x-kubernetes-map-type: atomic`): a Service's
+/// `spec.selector` and a budget's `spec.selector`. One key added by hand changes what they
+/// select (the client Service would select no member), and an apply replaces them whole, so
+/// they are compared whole: a live value with an extra key is drift.
+pub const ATOMIC_FIELDS: &[&str] = &["/spec/selector"];
 
 /// Whether `have` holds everything `want` sets: objects key by key (extra keys allowed),
 /// arrays element by element (same length), other values equal.

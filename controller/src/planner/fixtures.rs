@@ -16,5 +16,8 @@ pub(crate) fn ready_pod(i: u32, version: &str) -> super::PodState {
         age: std::time::Duration::from_secs(3600),
         created_on: parsed,
         snapshot_barrier: None,
+        overdue: std::time::Duration::ZERO,
+        running_for: Some(std::time::Duration::from_secs(3600)),
+        reason: None,
     }
 }

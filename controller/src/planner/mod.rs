@@ -4,8 +4,14 @@
 //! Safety rules it never breaks:
 //! - one membership change at a time, and none while a majority of voters is unhealthy;
 //! - a member is only replaced when its data is provably gone (its pod vanished and it had
-//!   no claim, or its pod ended) or it never started; a slow or crashing member that still
-//!   has its data is waited for, not replaced;
+//!   no claim, or its pod ended) or it never started, or when its pod is stuck terminating
+//!   past its grace period; a slow or crashing member that still has its data is waited for,
+//!   not replaced; a member whose pod ended but whose data is on a claim gets its pod back,
+//!   with or without quorum;
+//! - a pod that is still Pending (unscheduled, pulling its image, restoring a snapshot in its
+//!   init containers) is never taken for a failed member;
+//! - an alarm is not quorum loss: NOSPACE is healed (compaction, one defragmentation at a
+//!   time, disarm), CORRUPT is reported and left to a human;
 //! - scale-up only when every member is healthy; new members join as learners where the
 //!   line supports it and are promoted once they have caught up;
 //! - upgrades move one member at a time, followers first, only while every member is
@@ -14,6 +20,7 @@
 /// Test fixtures: pods as the planner sees them.
 #[cfg(test)]
 pub(crate) mod fixtures;
+pub mod maintenance;
 pub mod model;
 #[cfg(test)]
 mod tests;
@@ -24,7 +31,10 @@ use etcd_shared::names;
 use etcd_shared::version::{DEFAULT_SNAPSHOT_COUNT, EtcdVersion, LineCapabilities, check_upgrade};
 
 use crate::view::ClusterView;
-pub use model::{Health, MemberState, Observed, PodPhase, PodState};
+pub use maintenance::{DefragReason, DefragmentationPolicy};
+pub use model::{
+    Alarm, AlarmKind, DbSize, Health, Maintenance, MemberState, Observed, PodPhase, PodState,
+};
 
 /// Whether a member founds a new cluster or joins an existing one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,23 +56,35 @@ pub struct MemberPlan {
     pub state: InitialState,
     /// Version the member starts with.
     pub version: EtcdVersion,
+    /// `--initial-cluster-token`: the cluster's token, with the seed's index appended when a
+    /// bootstrap started over under a new name (so nothing of the first attempt can join).
+    pub token: String,
 }
 
-/// How long the planner waits before it gives up on a member.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timeouts {
-    /// A new member (or the seed) that has not become healthy this long after its pod was
-    /// created is removed and added anew.
+/// How long the planner waits before it gives up on a member, and its maintenance policy.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PlannerSettings {
+    /// A new member (or the seed) whose etcd container has run this long without becoming
+    /// healthy is removed and added anew (the seed: started over). Time spent Pending
+    /// (scheduling, image pulls, a restore's download) does not count.
     pub member_start: Duration,
     /// A learner that has not caught up this long after its pod was created is removed.
     pub learner_catch_up: Duration,
+    /// A member pod still terminating this long after its deletion deadline (the delete's
+    /// time plus its grace period) is taken as gone: its member is removed when quorum allows
+    /// and replaced under a new name.
+    pub stuck_terminating: Duration,
+    /// When members are defragmented without an alarm.
+    pub defragmentation: DefragmentationPolicy,
 }
 
-impl Default for Timeouts {
+impl Default for PlannerSettings {
     fn default() -> Self {
-        Timeouts {
+        PlannerSettings {
             member_start: Duration::from_secs(300),
             learner_catch_up: Duration::from_secs(600),
+            stuck_terminating: Duration::from_secs(60),
+            defragmentation: DefragmentationPolicy::default(),
         }
     }
 }
@@ -74,6 +96,9 @@ pub enum RemovalReason {
     ScaleDown,
     /// The member lost its data or never started; it is added anew afterwards.
     Replace,
+    /// Its pod is stuck terminating past its grace period (its node is gone, or a finalizer
+    /// holds it); it is replaced under a new name.
+    StuckTerminating,
 }
 
 /// Why the planner makes no change.
@@ -100,13 +125,32 @@ pub enum Blocked {
         /// Why the snapshot failed.
         reason: String,
     },
+    /// etcd raised CORRUPT: a member's data differs from the others'. Nothing is changed or
+    /// disarmed; a human decides which data is right.
+    DataCorrupted {
+        /// The members the alarm names.
+        members: Vec<String>,
+    },
+    /// NOSPACE is raised and, compacted, the data in use still fills the quota: defragmenting
+    /// cannot make room; the quota must be raised (or data deleted).
+    SpaceExhausted {
+        /// Bytes in use on the fullest member after the compaction.
+        in_use: u64,
+        /// The quota, bytes.
+        quota: u64,
+    },
 }
 
 /// What the planner is waiting for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Waiting {
-    /// A member's pod is being created, started or terminated.
+    /// A member's pod is being created or started.
     MemberStarting(String),
+    /// A member's pod is Pending: not scheduled yet, pulling its image, or running its init
+    /// containers (a restore's download). Never a reason to give up on it.
+    MemberPending(String),
+    /// A member's pod is terminating (within its grace period).
+    PodTerminating(String),
     /// Members are unhealthy but still have their data; the kubelet restarts them.
     Unhealthy(Vec<String>),
     /// A learner is catching up with the leader.
@@ -184,6 +228,23 @@ pub enum Step {
         /// The highest index any member has applied.
         index: u64,
     },
+    /// The first member of a cluster that never formed did not come up: delete its pod and
+    /// its claim together, so the bootstrap starts over clean under a new name and token.
+    RestartBootstrap(String),
+    /// Compact the key-value history to `revision` (to heal NOSPACE).
+    Compact {
+        /// The revision compacted to.
+        revision: i64,
+    },
+    /// Defragment one member's backend (it blocks that member while it runs).
+    Defragment {
+        /// The member.
+        name: String,
+        /// Why.
+        reason: DefragReason,
+    },
+    /// Disarm NOSPACE alarms, once the members have room again.
+    DisarmAlarm(Vec<Alarm>),
     /// Nothing to change now; check again soon.
     Wait(Waiting),
     /// Nothing the operator may safely change.
@@ -208,6 +269,7 @@ fn next_index(view: &ClusterView, obs: &Observed) -> u32 {
         .iter()
         .map(|p| p.name.as_str())
         .chain(obs.claims.iter().map(String::as_str))
+        .chain(obs.deleting_claims.iter().map(String::as_str))
         .chain(members.iter().map(|m| m.name.as_str()))
         .filter_map(|n| names::member_index(&view.name, n))
         .max()
@@ -236,8 +298,18 @@ fn member_plan(
     MemberPlan {
         name: name.to_string(),
         initial_cluster: initial,
+        token: cluster_token(view, name, state),
         state,
         version,
+    }
+}
+
+/// The `--initial-cluster-token` of a member: the cluster's, except for a seed that is not
+/// the cluster's first member (a bootstrap that started over), whose index is appended.
+fn cluster_token(view: &ClusterView, name: &str, state: InitialState) -> String {
+    match (state, names::member_index(&view.name, name)) {
+        (InitialState::New, Some(index)) if index > 0 => format!("{}-{index}", view.token()),
+        _ => view.token(),
     }
 }
 
@@ -268,22 +340,139 @@ fn member_capabilities(
         .unwrap_or(view.capabilities)
 }
 
+/// Whether the planner gives up on a member pod that is not healthy: it is past Pending and
+/// its etcd has run for `member_start` (time spent Pending, pulling or restoring, does not
+/// count), or it keeps crashing and is older than that.
+fn gave_up(pod: &PodState, settings: &PlannerSettings) -> bool {
+    pod.phase != PodPhase::Pending
+        && (pod.running_for.is_some_and(|t| t > settings.member_start)
+            || (pod.restarts > 0 && pod.age > settings.member_start))
+}
+
+/// Whether a pod is stuck terminating: past its deletion deadline by more than
+/// `settings.stuck_terminating` (its kubelet is gone, or a finalizer holds it).
+fn is_stuck(pod: &PodState, settings: &PlannerSettings) -> bool {
+    pod.terminating && pod.overdue > settings.stuck_terminating
+}
+
 /// The single next step for a cluster.
-pub fn plan(view: &ClusterView, obs: &Observed, timeouts: &Timeouts) -> Step {
+pub fn plan(view: &ClusterView, obs: &Observed, settings: &PlannerSettings) -> Step {
     if view.paused {
         return Step::Blocked(Blocked::Paused);
     }
-    if let Some(p) = obs.pods.iter().find(|p| p.terminating) {
-        return Step::Wait(Waiting::MemberStarting(p.name.clone()));
+    if !obs.bootstrapped
+        && let Some(step) = plan_bootstrap(view, obs, settings)
+    {
+        return step;
+    }
+    // A durable member whose pod ended (a graceful node shutdown, an eviction) keeps its data
+    // on its claim: its pod is deleted, then created again on the claim. Safe with or without
+    // quorum, and the only way back when every member's pod ended.
+    if is_durable(view)
+        && let Some(p) = obs
+            .pods
+            .iter()
+            .find(|p| p.phase == PodPhase::Ended && !p.terminating && obs.has_claim(&p.name))
+    {
+        return Step::DeletePod(p.name.clone());
+    }
+    if let Some(p) = obs
+        .pods
+        .iter()
+        .find(|p| p.terminating && !is_stuck(p, settings))
+    {
+        return Step::Wait(Waiting::PodTerminating(p.name.clone()));
+    }
+    let corrupt: Vec<String> = obs
+        .alarms
+        .iter()
+        .filter(|a| a.kind == AlarmKind::Corrupt)
+        .map(|a| a.member.clone())
+        .collect();
+    if !corrupt.is_empty() {
+        return Step::Blocked(Blocked::DataCorrupted { members: corrupt });
     }
     match &obs.members {
-        Err(_) => plan_without_member_list(view, obs, timeouts),
-        Ok(members) => plan_with_members(view, obs, members, timeouts),
+        Err(_) => plan_without_member_list(view, obs, settings),
+        Ok(members) => plan_with_members(view, obs, members, settings),
     }
 }
 
-/// The member list cannot be read: bootstrap, restart durable members, or wait.
-fn plan_without_member_list(view: &ClusterView, obs: &Observed, timeouts: &Timeouts) -> Step {
+/// A cluster whose member list was never read (it has not formed yet): its first member is
+/// created, waited for while Pending or starting, and started over clean (pod and claim
+/// together, a new name and token) only when it ended or its etcd ran for
+/// `member_start` without becoming ready. A Ready seed the operator cannot reach is left
+/// running (the status says it is unreachable). `None` once there is more than one member.
+fn plan_bootstrap(view: &ClusterView, obs: &Observed, settings: &PlannerSettings) -> Option<Step> {
+    if obs.members.is_ok() {
+        return None;
+    }
+    let live: Vec<&PodState> = obs.pods.iter().filter(|p| !is_stuck(p, settings)).collect();
+    match (live.as_slice(), obs.claims.as_slice()) {
+        // A seed's claim without its pod (the pod was deleted): the seed again, on it. Its data
+        // (if it ever ran) makes etcd ignore the new-cluster flags; without data it founds the
+        // cluster as it would have.
+        ([], [claim]) => Some(Step::Bootstrap(member_plan(
+            view,
+            claim,
+            &[],
+            InitialState::New,
+            view.version,
+        ))),
+        ([], []) => {
+            let name = names::member_name(&view.name, next_index(view, obs));
+            Some(Step::Bootstrap(member_plan(
+                view,
+                &name,
+                &[],
+                InitialState::New,
+                view.version,
+            )))
+        }
+        ([seed], _) => {
+            let on_claim = is_durable(view) && obs.has_claim(&seed.name);
+            Some(if seed.terminating {
+                if on_claim {
+                    // Its data may be on the claim: it comes back on it once the pod is gone.
+                    Step::Wait(Waiting::PodTerminating(seed.name.clone()))
+                } else {
+                    // Its data goes with the pod: a new seed under a new name, now.
+                    let name = names::member_name(&view.name, next_index(view, obs));
+                    Step::Bootstrap(member_plan(
+                        view,
+                        &name,
+                        &[],
+                        InitialState::New,
+                        view.version,
+                    ))
+                }
+            } else if seed.phase == PodPhase::Ended {
+                // A pod with restartPolicy Always ends only when the node stops it (a graceful
+                // shutdown, an eviction): its claim keeps what it wrote.
+                if on_claim {
+                    Step::DeletePod(seed.name.clone())
+                } else {
+                    Step::RestartBootstrap(seed.name.clone())
+                }
+            } else if seed.phase == PodPhase::Pending {
+                Step::Wait(Waiting::MemberPending(seed.name.clone()))
+            } else if !seed.ready && gave_up(seed, settings) {
+                // etcd ran all that time and never became ready: it never served a write.
+                Step::RestartBootstrap(seed.name.clone())
+            } else {
+                Step::Wait(Waiting::MemberStarting(seed.name.clone()))
+            })
+        }
+        _ => None,
+    }
+}
+
+/// The member list cannot be read: restart durable members, or wait.
+fn plan_without_member_list(
+    view: &ClusterView,
+    obs: &Observed,
+    settings: &PlannerSettings,
+) -> Step {
     // Durable members whose pods are gone (a whole-cluster restart): bring them back first,
     // they hold the data.
     let claims_without_pods: Vec<&str> = obs
@@ -302,35 +491,20 @@ fn plan_without_member_list(view: &ClusterView, obs: &Observed, timeouts: &Timeo
             view.version,
         ));
     }
-    if obs.pods.is_empty() {
-        if obs.bootstrapped {
-            return Step::Blocked(Blocked::AllMembersLost);
-        }
-        let name = names::member_name(&view.name, next_index(view, obs));
-        return Step::Bootstrap(member_plan(
-            view,
-            &name,
-            &[],
-            InitialState::New,
-            view.version,
-        ));
+    let live: Vec<&PodState> = obs.pods.iter().filter(|p| !is_stuck(p, settings)).collect();
+    if live.is_empty() {
+        return Step::Blocked(Blocked::AllMembersLost);
     }
-    if !obs.bootstrapped && obs.pods.len() == 1 {
-        let seed = &obs.pods[0];
-        if seed.phase == PodPhase::Ended || seed.age > timeouts.member_start {
-            // The seed never came up: start over with a fresh member.
-            return Step::DeletePod(seed.name.clone());
-        }
-        return Step::Wait(Waiting::MemberStarting(seed.name.clone()));
+    if let Some(pending) = live.iter().find(|p| p.phase == PodPhase::Pending) {
+        return Step::Wait(Waiting::MemberPending(pending.name.clone()));
     }
-    if let Some(young) = obs
-        .pods
+    if let Some(young) = live
         .iter()
-        .find(|p| p.age < timeouts.member_start && !p.ready)
+        .find(|p| !p.ready && p.age < settings.member_start)
     {
         return Step::Wait(Waiting::MemberStarting(young.name.clone()));
     }
-    let missing: Vec<String> = obs.pods.iter().map(|p| p.name.clone()).collect();
+    let missing: Vec<String> = live.iter().map(|p| p.name.clone()).collect();
     Step::Blocked(Blocked::QuorumLost {
         voters: missing.len(),
         missing,
@@ -341,7 +515,7 @@ fn plan_with_members(
     view: &ClusterView,
     obs: &Observed,
     members: &[MemberState],
-    timeouts: &Timeouts,
+    settings: &PlannerSettings,
 ) -> Step {
     let durable = is_durable(view);
     let voters: Vec<&MemberState> = members.iter().filter(|m| !m.learner).collect();
@@ -372,7 +546,7 @@ fn plan_with_members(
             !m.started
                 && obs
                     .pod(&m.name)
-                    .is_some_and(|p| p.age < timeouts.member_start)
+                    .is_some_and(|p| p.phase == PodPhase::Pending || p.age < settings.member_start)
         }) {
             return Step::Wait(Waiting::MemberStarting(m.name.clone()));
         }
@@ -387,39 +561,44 @@ fn plan_with_members(
         });
     }
 
-    // 2. Members whose data is gone, or that never came up: remove, to be added anew.
-    //    Removing an unhealthy member never lowers the number of healthy voters.
+    // 2. Members whose data is gone, that never came up, or whose pod is stuck terminating:
+    //    remove, to be added anew. Removing an unhealthy member never lowers the number of
+    //    healthy voters; a healthy one goes only when quorum holds without it.
     for m in members {
         let pod = obs.pod(&m.name);
         let data_gone = match pod {
             None => m.started, // (unstarted ones were handled above)
-            Some(p) => p.phase == PodPhase::Ended && !durable,
+            Some(p) => p.phase == PodPhase::Ended && !(durable && obs.has_claim(&m.name)),
         };
-        let never_started = !m.health.is_healthy()
-            && pod.is_some_and(|p| p.age > timeouts.member_start)
-            && !m.started;
+        let never_started =
+            !m.health.is_healthy() && pod.is_some_and(|p| gave_up(p, settings)) && !m.started;
         let learner_stalled = m.learner
             && !m.health.is_healthy()
-            && pod.is_some_and(|p| p.age > timeouts.learner_catch_up);
-        if data_gone || never_started || learner_stalled {
+            && pod.is_some_and(|p| p.age > settings.learner_catch_up);
+        let stuck = pod.is_some_and(|p| is_stuck(p, settings));
+        let reason = if stuck {
+            RemovalReason::StuckTerminating
+        } else {
+            RemovalReason::Replace
+        };
+        let keeps_quorum = !m.health.is_healthy()
+            || m.learner
+            || healthy_voters > ClusterView::quorum(voters.len().saturating_sub(1));
+        if (data_gone || never_started || learner_stalled || stuck) && keeps_quorum {
             return Step::RemoveMember {
                 id: m.id,
                 name: m.name.clone(),
-                reason: RemovalReason::Replace,
+                reason,
             };
         }
     }
 
-    // 3. Leftovers of removed members: pods, then claims.
+    // 3. Leftovers of removed members: pods (not those already terminating), then claims.
     if let Some(p) = obs
         .pods
         .iter()
-        .find(|p| !member_names.contains(&p.name.as_str()))
+        .find(|p| !p.terminating && !member_names.contains(&p.name.as_str()))
     {
-        return Step::DeletePod(p.name.clone());
-    }
-    if let Some(p) = obs.pods.iter().find(|p| p.phase == PodPhase::Ended) {
-        // A durable member's pod that ended (evicted): delete it; it is recreated on its claim.
         return Step::DeletePod(p.name.clone());
     }
     if let Some(c) = obs
@@ -467,15 +646,23 @@ fn plan_with_members(
     if !unhealthy.is_empty() {
         let names: Vec<String> = unhealthy.iter().map(|m| m.name.clone()).collect();
         if let Some(young) = unhealthy.iter().find(|m| {
-            obs.pod(&m.name)
-                .is_some_and(|p| p.age < timeouts.member_start)
+            obs.pod(&m.name).is_some_and(|p| {
+                p.phase == PodPhase::Pending
+                    || p.age < settings.member_start
+                    || (!m.started && !gave_up(p, settings))
+            })
         }) {
             return Step::Wait(Waiting::MemberStarting(young.name.clone()));
         }
         return Step::Wait(Waiting::Unhealthy(names));
     }
 
-    // 6. Scale up, one member at a time.
+    // 6. A full database is healed before anything else changes the cluster.
+    if obs.has_alarm(AlarmKind::NoSpace) {
+        return maintenance::heal_no_space(view, obs, members);
+    }
+
+    // 7. Scale up, one member at a time.
     if members.len() < view.size {
         let name = names::member_name(&view.name, next_index(view, obs));
         return Step::AddMember {
@@ -485,8 +672,13 @@ fn plan_with_members(
         };
     }
 
-    // 7. Upgrade, one member at a time, followers first.
-    plan_upgrade(view, obs, members)
+    // 8. Upgrade, one member at a time, followers first; then, with nothing else to do,
+    //    defragment members whose files hold much more than their data.
+    match plan_upgrade(view, obs, members) {
+        Step::Done => maintenance::defragment_fragmented(obs, members, &settings.defragmentation)
+            .unwrap_or(Step::Done),
+        step => step,
+    }
 }
 
 fn plan_upgrade(view: &ClusterView, obs: &Observed, members: &[MemberState]) -> Step {

@@ -32,6 +32,17 @@ pub struct PodState {
     pub created_on: Option<EtcdVersion>,
     /// The raft index recorded as the cluster's snapshot barrier, if one was.
     pub snapshot_barrier: Option<u64>,
+    /// How long the pod has been past its deletion deadline (its `deletionTimestamp`, which
+    /// the API server sets to the time of the delete plus the grace period): zero unless it is
+    /// terminating and the kubelet has not removed it in time (a node that died, a
+    /// finalizer).
+    pub overdue: Duration,
+    /// How long the etcd container has been running since it last started (`None` while it
+    /// has not run: the pod is unscheduled, pulling its image or running init containers).
+    pub running_for: Option<Duration>,
+    /// Why the pod is in its phase, as the kubelet says (`Terminated` after a graceful node
+    /// shutdown, `Evicted`, ...).
+    pub reason: Option<String>,
 }
 
 impl PodState {
@@ -104,6 +115,71 @@ pub struct MemberState {
     pub health: Health,
     /// The raft index it has applied (0 when unknown: etcd 3.2/3.3 do not report it).
     pub applied_index: u64,
+    /// Its backend database: file size, and the part in use (what a defragmentation would
+    /// leave). Zero when unknown (the member did not answer; 3.2/3.3 do not report the part in
+    /// use).
+    pub db: DbSize,
+    /// The key-value store's revision as this member has applied it (0 when unknown).
+    pub revision: i64,
+}
+
+/// The size of a member's backend database, bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DbSize {
+    /// The file's size.
+    pub total: u64,
+    /// The part in use (pages holding data); 0 when the member does not report it.
+    pub in_use: u64,
+}
+
+/// An alarm etcd raised; alarms are cluster-wide (every member refuses what the alarm stops).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AlarmKind {
+    /// A member's database reached `--quota-backend-bytes`: writes are refused, reads and
+    /// deletes served.
+    NoSpace,
+    /// A member's data differs from the others' (the corruption check found a different hash).
+    Corrupt,
+}
+
+impl AlarmKind {
+    /// etcd's name of the alarm (`NOSPACE`, `CORRUPT`).
+    pub fn etcd_name(self) -> &'static str {
+        match self {
+            AlarmKind::NoSpace => "NOSPACE",
+            AlarmKind::Corrupt => "CORRUPT",
+        }
+    }
+}
+
+/// One raised alarm: which member it was raised for, and what.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Alarm {
+    /// The member's ID.
+    pub member_id: u64,
+    /// The member's name (`unknown-<id>` when not in the member list).
+    pub member: String,
+    /// Which alarm.
+    pub kind: AlarmKind,
+}
+
+/// What the operator recorded of its database maintenance, relative to now.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Maintenance {
+    /// The revision of the operator's last compaction, and how long ago it was made.
+    pub compacted: Option<(i64, Duration)>,
+    /// How long ago the operator last defragmented each member.
+    pub defragmented: Vec<(String, Duration)>,
+}
+
+impl Maintenance {
+    /// How long ago `member` was last defragmented by the operator.
+    pub fn defragmented_ago(&self, member: &str) -> Option<Duration> {
+        self.defragmented
+            .iter()
+            .find(|(m, _)| m == member)
+            .map(|(_, ago)| *ago)
+    }
 }
 
 /// Everything observed of one cluster.
@@ -117,6 +193,14 @@ pub struct Observed {
     pub members: Result<Vec<MemberState>, String>,
     /// The status records a member list read before: the cluster exists (or existed).
     pub bootstrapped: bool,
+    /// Members' data claims being deleted (their names stay taken until they are gone).
+    pub deleting_claims: Vec<String>,
+    /// Alarms raised in the cluster.
+    pub alarms: Vec<Alarm>,
+    /// The members' backend quota (`--quota-backend-bytes`), bytes.
+    pub quota_bytes: u64,
+    /// What the operator recorded of its compactions and defragmentations.
+    pub maintenance: Maintenance,
 }
 
 impl Default for Observed {
@@ -126,6 +210,10 @@ impl Default for Observed {
             claims: Vec::new(),
             members: Err("member list not read".into()),
             bootstrapped: false,
+            deleting_claims: Vec::new(),
+            alarms: Vec::new(),
+            quota_bytes: etcd_shared::version::DEFAULT_QUOTA_BACKEND_BYTES,
+            maintenance: Maintenance::default(),
         }
     }
 }
@@ -139,5 +227,10 @@ impl Observed {
     /// Whether a member has a data claim.
     pub fn has_claim(&self, name: &str) -> bool {
         self.claims.iter().any(|c| c == name)
+    }
+
+    /// Whether an alarm of `kind` is raised.
+    pub fn has_alarm(&self, kind: AlarmKind) -> bool {
+        self.alarms.iter().any(|a| a.kind == kind)
     }
 }

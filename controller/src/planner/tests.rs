@@ -29,6 +29,8 @@ fn member(i: u32, version: &str) -> MemberState {
             leader: i == 0,
         },
         applied_index: 0,
+        db: DbSize::default(),
+        revision: 0,
     }
 }
 
@@ -50,6 +52,7 @@ fn unstarted(mut m: MemberState) -> MemberState {
 
 fn young(mut p: PodState) -> PodState {
     p.age = YOUNG;
+    p.running_for = Some(YOUNG);
     p.ready = false;
     p
 }
@@ -61,11 +64,12 @@ fn healthy(n: u32, version: &str) -> Observed {
         claims: vec![],
         members: Ok((0..n).map(|i| member(i, version)).collect()),
         bootstrapped: true,
+        ..Observed::default()
     }
 }
 
 fn plan_for(spec: &str, obs: &Observed) -> Step {
-    plan(&view_of(spec), obs, &Timeouts::default())
+    plan(&view_of(spec), obs, &PlannerSettings::default())
 }
 
 fn peer(i: u32) -> (String, String) {
@@ -84,6 +88,7 @@ fn member_plan(
     MemberPlan {
         name: format!("demo-{i}"),
         initial_cluster: peers.map(peer).collect(),
+        token: "demo-uid-1".into(),
         state,
         version: v(version),
     }
@@ -256,7 +261,7 @@ fn single_decisions() {
             "terminating pods are waited for",
             "size: 3",
             edit(healthy(3, "3.6.16"), |o| o.pods[2].terminating = true),
-            Step::Wait(Waiting::MemberStarting("demo-2".into())),
+            Step::Wait(Waiting::PodTerminating("demo-2".into())),
         ),
         (
             "member names are never reused",
@@ -318,7 +323,11 @@ fn waits_for_the_seed_then_restarts_it_if_it_never_comes_up() {
         Step::Wait(Waiting::MemberStarting("demo-0".into()))
     );
     obs.pods[0].age = OLD;
-    assert_eq!(plan_for("size: 3", &obs), Step::DeletePod("demo-0".into()));
+    obs.pods[0].running_for = Some(OLD);
+    assert_eq!(
+        plan_for("size: 3", &obs),
+        Step::RestartBootstrap("demo-0".into())
+    );
 }
 
 #[test]
@@ -350,6 +359,12 @@ fn a_member_that_never_becomes_healthy_is_removed_after_the_timeout() {
         Step::Wait(Waiting::MemberStarting("demo-2".into()))
     );
     obs.pods[2].age = Duration::from_secs(301);
+    assert_eq!(
+        plan_for("size: 3", &obs),
+        Step::Wait(Waiting::MemberStarting("demo-2".into())),
+        "its etcd has run for 5 s only (it was pulling its image)"
+    );
+    obs.pods[2].running_for = Some(Duration::from_secs(301));
     assert_eq!(
         plan_for("size: 3", &obs),
         Step::RemoveMember {
@@ -714,4 +729,372 @@ fn a_cluster_born_before_3_5_snapshots_past_its_v2_entries_before_3_7() {
         p.created_on = Some(v("3.5.35"));
     }
     assert!(matches!(plan_for(spec, &obs), Step::UpgradeMember { .. }));
+}
+
+/// Issue 23, item 3: a durable member whose pod ended (a graceful node shutdown, an eviction)
+/// gets its pod back on its claim, also when every member's pod ended (no quorum, no member
+/// list); an ephemeral one is replaced (its data went with the pod).
+#[test]
+fn failed_pods_come_back_on_their_claims_with_or_without_quorum() {
+    let ended = |mut p: PodState| {
+        p.phase = PodPhase::Ended;
+        p.ready = false;
+        p.reason = Some("Terminated".into());
+        p
+    };
+    let claims: Vec<String> = (0..3).map(|i| format!("demo-{i}")).collect();
+    // Every node shut down gracefully: all three pods Failed, the member list unreadable.
+    let all_failed = Observed {
+        pods: (0..3).map(|i| ended(pod(i, "3.6.16"))).collect(),
+        claims: claims.clone(),
+        members: Err("no member pod is running".into()),
+        bootstrapped: true,
+        ..Observed::default()
+    };
+    assert_eq!(
+        plan_for(DURABLE, &all_failed),
+        Step::DeletePod("demo-0".into())
+    );
+    let deleted = Observed {
+        pods: vec![],
+        ..all_failed.clone()
+    };
+    assert_eq!(
+        plan_for(DURABLE, &deleted),
+        Step::CreatePod(member_plan(0, 0..3, InitialState::Existing, "3.6.16"))
+    );
+    // One evicted member while the others keep quorum.
+    let one = edit(healthy(3, "3.6.16"), |o| {
+        o.claims = claims.clone();
+        o.pods[1] = ended(pod(1, "3.6.16"));
+        members(o)[1] = unhealthy(member(1, "3.6.16"));
+    });
+    assert_eq!(plan_for(DURABLE, &one), Step::DeletePod("demo-1".into()));
+    // Without a claim the data is gone: replaced, not restarted.
+    let ephemeral = edit(one.clone(), |o| o.claims.clear());
+    assert_eq!(
+        plan_for("size: 3", &ephemeral),
+        Step::RemoveMember {
+            id: 101,
+            name: "demo-1".into(),
+            reason: RemovalReason::Replace
+        }
+    );
+    // Every ephemeral pod ended: nothing to restart, nothing silently recreated.
+    let all_ephemeral = Observed {
+        claims: vec![],
+        ..all_failed
+    };
+    assert!(
+        matches!(
+            plan_for("size: 3", &all_ephemeral),
+            Step::Blocked(Blocked::QuorumLost { .. })
+        ),
+        "{:?}",
+        plan_for("size: 3", &all_ephemeral)
+    );
+}
+
+/// Issue 23, item 4: a pod stuck terminating past its grace period (its node died, a
+/// finalizer) no longer freezes the cluster: its member is removed when quorum allows and a
+/// replacement joins under a new name; within the grace period it is waited for.
+#[test]
+fn a_pod_stuck_terminating_is_replaced_under_a_new_name() {
+    let stuck = |overdue: u64| {
+        edit(healthy(3, "3.6.16"), move |o| {
+            o.pods[1].terminating = true;
+            o.pods[1].ready = false;
+            o.pods[1].overdue = Duration::from_secs(overdue);
+            members(o)[1] = unhealthy(member(1, "3.6.16"));
+        })
+    };
+    assert_eq!(
+        plan_for("size: 5", &stuck(30)),
+        Step::Wait(Waiting::PodTerminating("demo-1".into())),
+        "within the stuck timeout"
+    );
+    assert_eq!(
+        plan_for("size: 5", &stuck(61)),
+        Step::RemoveMember {
+            id: 101,
+            name: "demo-1".into(),
+            reason: RemovalReason::StuckTerminating
+        }
+    );
+    // Removed: the stuck pod is left to its finalizer, and the scale-up goes on past it.
+    let removed = edit(stuck(61), |o| {
+        members(o).remove(1);
+    });
+    assert_eq!(plan_for("size: 5", &removed), add(3, true));
+    // A healthy member whose pod is stuck (an unreachable kubelet still running it) goes only
+    // when quorum holds without it.
+    let healthy_stuck = edit(healthy(3, "3.6.16"), |o| {
+        o.pods[1].terminating = true;
+        o.pods[1].overdue = Duration::from_secs(61);
+        members(o)[2] = unhealthy(member(2, "3.6.16"));
+    });
+    assert_eq!(
+        plan_for("size: 3", &healthy_stuck),
+        Step::Wait(Waiting::Unhealthy(vec!["demo-2".into()])),
+        "2 healthy of 3: removing the healthy stuck one would leave 1 of 2"
+    );
+    let only_stuck = edit(healthy(3, "3.6.16"), |o| {
+        o.pods[1].terminating = true;
+        o.pods[1].overdue = Duration::from_secs(61);
+    });
+    assert_eq!(
+        plan_for("size: 3", &only_stuck),
+        Step::RemoveMember {
+            id: 101,
+            name: "demo-1".into(),
+            reason: RemovalReason::StuckTerminating
+        }
+    );
+    // Quorum lost: nothing is removed, the loss is reported.
+    let lost = edit(stuck(61), |o| {
+        members(o)[2] = unhealthy(member(2, "3.6.16"));
+    });
+    assert!(
+        matches!(
+            plan_for("size: 3", &lost),
+            Step::Blocked(Blocked::QuorumLost { .. })
+        ),
+        "{:?}",
+        plan_for("size: 3", &lost)
+    );
+}
+
+/// Issue 23, item 5: the first member is never killed into a broken cluster: Pending (an
+/// image pull, a restore's download) and Ready-but-unreachable are waited for; one that ended
+/// or ran for `member_start` without becoming ready starts over clean, under a new name and
+/// token.
+#[test]
+fn a_slow_first_member_is_waited_for_and_a_failed_one_starts_over_clean() {
+    let seed = |f: fn(&mut PodState)| {
+        let mut p = pod(0, "3.6.16");
+        p.ready = false;
+        p.age = OLD;
+        f(&mut p);
+        Observed {
+            pods: vec![p],
+            ..Observed::default()
+        }
+    };
+    let pending = seed(|p| {
+        p.phase = PodPhase::Pending;
+        p.running_for = None;
+    });
+    assert_eq!(
+        plan_for("size: 3", &pending),
+        Step::Wait(Waiting::MemberPending("demo-0".into())),
+        "an hour Pending is not failing"
+    );
+    let restored_late = seed(|p| p.running_for = Some(YOUNG));
+    assert_eq!(
+        plan_for("size: 3", &restored_late),
+        Step::Wait(Waiting::MemberStarting("demo-0".into())),
+        "its etcd started 5 s ago, after a long restore"
+    );
+    let unreachable = seed(|p| p.ready = true);
+    assert_eq!(
+        plan_for("size: 3", &unreachable),
+        Step::Wait(Waiting::MemberStarting("demo-0".into())),
+        "a Ready seed the operator cannot reach keeps running"
+    );
+    let hung = seed(|_| {});
+    assert_eq!(
+        plan_for("size: 3", &hung),
+        Step::RestartBootstrap("demo-0".into())
+    );
+    let ended = seed(|p| p.phase = PodPhase::Ended);
+    assert_eq!(
+        plan_for("size: 3", &ended),
+        Step::RestartBootstrap("demo-0".into())
+    );
+    let mut on_claim = ended.clone();
+    on_claim.claims = vec!["demo-0".into()];
+    assert_eq!(
+        plan_for(DURABLE, &on_claim),
+        Step::DeletePod("demo-0".into()),
+        "a durable seed whose pod ended keeps its claim"
+    );
+    on_claim.pods.clear();
+    let again = plan_for(DURABLE, &on_claim);
+    assert!(
+        matches!(&again, Step::Bootstrap(p) if p.name == "demo-0" && p.token == "demo-uid-1"),
+        "{again:?}"
+    );
+    // Started over: the old pod terminating, its claim being deleted; the new seed gets the
+    // next name and its own token.
+    let restarting = seed(|p| p.terminating = true);
+    let next = plan_for("size: 3", &restarting);
+    assert!(
+        matches!(&next, Step::Bootstrap(p) if p.name == "demo-1" && p.token == "demo-uid-1-1" && p.state == InitialState::New),
+        "{next:?}"
+    );
+    let durable_restart = Observed {
+        pods: vec![],
+        deleting_claims: vec!["demo-0".into()],
+        ..Observed::default()
+    };
+    let next = plan_for(DURABLE, &durable_restart);
+    assert!(
+        matches!(&next, Step::Bootstrap(p) if p.name == "demo-1"),
+        "{next:?}"
+    );
+}
+
+fn with_db(mut o: Observed, total: u64, in_use: u64, revision: i64) -> Observed {
+    for m in members(&mut o) {
+        m.db = DbSize { total, in_use };
+        m.revision = revision;
+    }
+    o
+}
+
+fn alarm(i: u32, kind: AlarmKind) -> Alarm {
+    Alarm {
+        member_id: 100 + u64::from(i),
+        member: format!("demo-{i}"),
+        kind,
+    }
+}
+
+const MIB: u64 = 1024 * 1024;
+
+/// Issue 23, item 2: NOSPACE is healed without a human: compaction, then one member at a time
+/// (followers first, the leader last), then the alarm disarmed; a compacted database still
+/// over the quota is said, not looped on; CORRUPT blocks everything.
+#[test]
+fn no_space_is_healed_one_member_at_a_time_and_corrupt_is_left_to_a_human() {
+    let spec = "size: 3";
+    let full = |o: Observed| {
+        let mut o = with_db(o, 17 * MIB, 16 * MIB, 500);
+        o.alarms = vec![alarm(1, AlarmKind::NoSpace)];
+        o.quota_bytes = 16 * MIB;
+        o
+    };
+    let obs = full(healthy(3, "3.6.16"));
+    assert_eq!(plan_for(spec, &obs), Step::Compact { revision: 500 });
+    // Compacted 10 s ago: the history is gone, the files are not smaller yet.
+    let mut compacted = with_db(obs.clone(), 17 * MIB, MIB, 500);
+    compacted.maintenance.compacted = Some((500, Duration::from_secs(10)));
+    let defrag = |name: &str| Step::Defragment {
+        name: name.into(),
+        reason: DefragReason::NoSpace,
+    };
+    assert_eq!(plan_for(spec, &compacted), defrag("demo-1"));
+    compacted.maintenance.defragmented = vec![("demo-1".into(), Duration::from_secs(5))];
+    assert_eq!(plan_for(spec, &compacted), defrag("demo-2"));
+    // A defragmentation from before the compaction does not count.
+    compacted
+        .maintenance
+        .defragmented
+        .push(("demo-2".into(), Duration::from_secs(3600)));
+    assert_eq!(plan_for(spec, &compacted), defrag("demo-2"));
+    compacted.maintenance.defragmented = vec![
+        ("demo-1".into(), Duration::from_secs(5)),
+        ("demo-2".into(), Duration::from_secs(3)),
+    ];
+    assert_eq!(
+        plan_for(spec, &compacted),
+        defrag("demo-0"),
+        "the leader last"
+    );
+    compacted
+        .maintenance
+        .defragmented
+        .push(("demo-0".into(), Duration::from_secs(1)));
+    assert_eq!(
+        plan_for(spec, &compacted),
+        Step::DisarmAlarm(vec![alarm(1, AlarmKind::NoSpace)])
+    );
+    // Nothing else happens meanwhile (no scale-up while the database is full).
+    assert_eq!(plan_for("size: 5", &obs), Step::Compact { revision: 500 });
+    // Data that fills the quota after compaction: said, and nothing is defragmented.
+    let mut exhausted = with_db(obs.clone(), 17 * MIB, 15 * MIB, 500);
+    exhausted.maintenance.compacted = Some((500, Duration::from_secs(10)));
+    assert_eq!(
+        plan_for(spec, &exhausted),
+        Step::Blocked(Blocked::SpaceExhausted {
+            in_use: 15 * MIB,
+            quota: 16 * MIB
+        })
+    );
+    // Writes deleted since (the revision moved): compacted again.
+    let moved = with_db(exhausted.clone(), 17 * MIB, 15 * MIB, 520);
+    assert_eq!(plan_for(spec, &moved), Step::Compact { revision: 520 });
+    // The members' own revision retention is kept.
+    let retention = "size: 3\npod:\n  etcdEnv:\n  - name: ETCD_AUTO_COMPACTION_MODE\n    value: revision\n  - name: ETCD_AUTO_COMPACTION_RETENTION\n    value: \"100\"";
+    assert_eq!(plan_for(retention, &obs), Step::Compact { revision: 400 });
+    // CORRUPT: nothing is changed, nothing disarmed.
+    let mut corrupt = obs.clone();
+    corrupt.alarms.push(alarm(2, AlarmKind::Corrupt));
+    assert_eq!(
+        plan_for("size: 5", &corrupt),
+        Step::Blocked(Blocked::DataCorrupted {
+            members: vec!["demo-2".into()]
+        })
+    );
+    // A member unhealthy for another reason: the heal waits for it.
+    let mut sick = compacted.clone();
+    members(&mut sick)[2] = unhealthy(member(2, "3.6.16"));
+    assert_eq!(
+        plan_for(spec, &sick),
+        Step::Wait(Waiting::Unhealthy(vec!["demo-2".into()]))
+    );
+}
+
+/// Issue 23, item 2: members whose files hold much more than their data are defragmented one
+/// at a time, each at most once per interval, only when nothing else is to be done.
+#[test]
+fn fragmented_members_are_defragmented_once_per_interval() {
+    let settings = PlannerSettings::default();
+    let obs = with_db(healthy(3, "3.6.16"), 600 * MIB, 100 * MIB, 9);
+    let view = view_of("size: 3");
+    assert_eq!(
+        plan(&view, &obs, &settings),
+        Step::Defragment {
+            name: "demo-1".into(),
+            reason: DefragReason::Fragmented
+        }
+    );
+    let mut done = obs.clone();
+    done.maintenance.defragmented = vec![("demo-1".into(), Duration::from_secs(60))];
+    assert_eq!(
+        plan(&view, &done, &settings),
+        Step::Defragment {
+            name: "demo-2".into(),
+            reason: DefragReason::Fragmented
+        }
+    );
+    done.maintenance.defragmented = ["demo-0", "demo-1", "demo-2"]
+        .iter()
+        .map(|m| (m.to_string(), Duration::from_secs(3600)))
+        .collect();
+    assert_eq!(
+        plan(&view, &done, &settings),
+        Step::Done,
+        "within the interval"
+    );
+    let small = with_db(healthy(3, "3.6.16"), 60 * MIB, 10 * MIB, 9);
+    assert_eq!(
+        plan(&view, &small, &settings),
+        Step::Done,
+        "too little to reclaim"
+    );
+    let off = PlannerSettings {
+        defragmentation: DefragmentationPolicy {
+            interval: None,
+            ..DefragmentationPolicy::default()
+        },
+        ..settings
+    };
+    assert_eq!(plan(&view, &obs, &off), Step::Done, "turned off");
+    // Not while anything else is to be done, nor while a pod is not Ready.
+    assert_eq!(plan(&view_of("size: 5"), &obs, &settings), add(3, true));
+    let mut unready = obs.clone();
+    unready.pods[2].ready = false;
+    let step = plan(&view, &unready, &settings);
+    assert!(!matches!(step, Step::Defragment { .. }), "{step:?}");
 }

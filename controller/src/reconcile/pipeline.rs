@@ -21,6 +21,7 @@ use etcd_shared::types::ClusterPhase;
 use etcd_shared::{EtcdCluster, EtcdClusterStatus};
 
 use super::steps::execute;
+use crate::backoff::RetryGate;
 use crate::backup::safety;
 use crate::builders;
 use crate::cache::{self, Caches};
@@ -41,6 +42,7 @@ pub async fn reconcile(
     caches: &Caches,
     recorder: &Recorder,
     pool: &Arc<EtcdPool>,
+    safety_retries: &RetryGate,
 ) -> Result<Action, Error> {
     let name = cluster.name_any();
     let namespace = cluster.namespace().unwrap_or_default();
@@ -48,6 +50,7 @@ pub async fn reconcile(
         // Owner references garbage-collect pods, claims, Services and the budget.
         ctx.metrics.forget_cluster(&namespace, &name);
         pool.forget(&format!("{namespace}/{name}"));
+        safety_retries.succeeded(&format!("{namespace}/{name}"));
         return Ok(Action::await_change());
     }
     let api: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -70,51 +73,101 @@ pub async fn reconcile(
         }
     };
 
-    let (peer, client, pdb) = (
+    let (peer, client) = (
         builders::peer_service(&view),
         builders::client_service(&view),
-        builders::disruption_budget(&view),
     );
-    futures::try_join!(
-        apply(ctx, &view, &peer, &caches.services),
-        apply(ctx, &view, &client, &caches.services),
-        apply(ctx, &view, &pdb, &caches.pdbs)
-    )?;
-
-    let bootstrapped = previous.and_then(|s| s.size).is_some_and(|s| s > 0);
-    let obs = observe(
-        &ctx.client,
-        caches,
+    let observed = async {
+        futures::try_join!(
+            apply(ctx, &view, &peer, &caches.services),
+            apply(ctx, &view, &client, &caches.services),
+        )?;
+        let bootstrapped = previous.and_then(|s| s.size).is_some_and(|s| s > 0);
+        observe(
+            &ctx.client,
+            caches,
+            &view,
+            bootstrapped,
+            ctx.config.etcd_timeout,
+            Some(pool.clone()),
+        )
+        .await
+    }
+    .await;
+    let mut obs = match observed {
+        Ok(obs) => obs,
+        Err(e) => {
+            // The status must not keep saying what it said before: report why the operator
+            // cannot see the cluster, then retry with backoff.
+            warn!(%name, %namespace, error = %e, "cannot observe the cluster");
+            let new = status::observation_failed(&e, &view, previous, Timestamp::now());
+            if let Err(write) = write_status(&api, &name, &new, previous).await {
+                warn!(%name, %namespace, error = %write, "cannot write the status either");
+            }
+            return Err(e);
+        }
+    };
+    let now = Timestamp::now();
+    obs.model.maintenance = crate::planner::maintenance::observed(
+        previous.and_then(|s| s.maintenance.as_ref()),
+        &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
+    );
+    // The budget protects the voting members that exist, whatever the spec asks for.
+    apply(
+        ctx,
         &view,
-        bootstrapped,
-        ctx.config.etcd_timeout,
-        Some(pool.clone()),
+        &builders::disruption_budget(&view, &obs.model),
+        &caches.pdbs,
     )
     .await?;
     for (member, why) in &obs.health_failures {
         ctx.metrics.health_check_failed(&namespace, &name);
         tracing::debug!(%name, %member, %why, "member health check failed");
     }
-    let step = planner::plan(&view, &obs.model, &ctx.config.timeouts);
+    let step = planner::plan(&view, &obs.model, &ctx.config.planner);
     let stored_safety = stored_safety_record(&api, cluster, &view).await;
-    let (step, taken) = safety_backup(
+    let safety = safety_backup(
         ctx,
         recorder,
         cluster,
         &view,
         &obs,
-        step,
+        &step,
         stored_safety.as_ref(),
+        safety_retries,
     )
     .await;
-    let outcome = execute(ctx, recorder, cluster, &view, &obs, &step).await;
+    let (step, taken, safety_error) = match safety {
+        SafetyOutcome::NotNeeded => (step, None, None),
+        SafetyOutcome::Taken(record) => (step, Some(record), None),
+        SafetyOutcome::Failed(blocked, error) => (Step::Blocked(blocked), None, Some(error)),
+    };
+    // A snapshot takes as long as the database needs: the step it guarded is planned again
+    // on a fresh observation (a member may have failed meanwhile), in the next reconcile.
+    let outcome = if taken.is_some() {
+        Ok(())
+    } else {
+        execute(ctx, recorder, cluster, &view, &obs, &step).await
+    };
 
-    let mut new = status::compute(&view, &obs.model, &step, previous, Timestamp::now());
+    let mut new = status::compute(&view, &obs.model, &step, previous, now);
     if view.safety_backup.is_some() {
         // The status written below replaces the stored one: the record just taken, else the
         // stored one (not the cached one, which can predate the last reconcile's record).
-        new.last_safety_backup = taken.or(stored_safety);
+        new.last_safety_backup = taken.clone().or(stored_safety);
     }
+    let carried_out = outcome.is_ok() && taken.is_none();
+    new.maintenance = crate::planner::maintenance::record_after(
+        previous.and_then(|s| s.maintenance.as_ref()),
+        if carried_out { &step } else { &Step::Done },
+        obs.model
+            .members
+            .as_ref()
+            .ok()
+            .map(|m| m.iter().map(|m| m.name.clone()).collect::<Vec<_>>())
+            .as_deref(),
+        &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
+    );
     let phase = new.phase.unwrap_or(ClusterPhase::Creating);
     ctx.metrics.observe_cluster(
         &namespace,
@@ -130,6 +183,12 @@ pub async fn reconcile(
     }
     write_status(&api, &name, &new, previous).await?;
     outcome?;
+    if let Some(error) = safety_error {
+        return Err(error);
+    }
+    if taken.is_some() {
+        return Ok(Action::requeue(ctx.config.busy_requeue));
+    }
     Ok(Action::requeue(requeue_after(&step, &ctx.config)))
 }
 
@@ -152,30 +211,60 @@ async fn stored_safety_record(
     }
 }
 
+/// What became of the safety backup a step may need.
+enum SafetyOutcome {
+    /// The step needs none, or the stored record already covers it.
+    NotNeeded,
+    /// The snapshot was written; the record to keep.
+    Taken(etcd_shared::types::SafetyBackupRecord),
+    /// The snapshot failed (or its retry is not due yet): the step waits; the error makes the
+    /// cluster's reconciles back off.
+    Failed(Blocked, Error),
+}
+
 /// Before a minor upgrade or a scale-down of a cluster with `spec.safetyBackup`, the snapshot
-/// that `last` (the stored record) does not hold yet for that change: the step goes ahead once
-/// it is written (with the record to keep), and is blocked while it fails.
+/// that `last` (the stored record) does not hold yet for that change. A failed snapshot is
+/// retried with a growing delay (`retries`: 10 s doubling to 10 min), not on every reconcile:
+/// each try streams the whole database from a member.
+#[allow(clippy::too_many_arguments)]
 async fn safety_backup(
     ctx: &Context,
     recorder: &Recorder,
     cluster: &EtcdCluster,
     view: &ClusterView,
     obs: &crate::observe::Observation,
-    step: Step,
+    step: &Step,
     last: Option<&etcd_shared::types::SafetyBackupRecord>,
-) -> (Step, Option<etcd_shared::types::SafetyBackupRecord>) {
+    retries: &RetryGate,
+) -> SafetyOutcome {
     let (Some(change), Some(spec)) = (
-        safety::before(view, &obs.model, &step),
+        safety::before(view, &obs.model, step),
         view.safety_backup.as_ref(),
     ) else {
-        return (step, None);
+        return SafetyOutcome::NotNeeded;
     };
-    if !safety::missing(&change, last) {
-        return (step, None);
+    if !safety::missing(&change, last, Timestamp::now()) {
+        return SafetyOutcome::NotNeeded;
+    }
+    let key = format!("{}/{}", view.namespace, view.name);
+    if let Err(wait) = retries.due(&key) {
+        let reason = format!(
+            "{}; next attempt in {} s",
+            wait.last_error,
+            wait.remaining.as_secs().max(1)
+        );
+        return SafetyOutcome::Failed(
+            Blocked::SafetyBackupFailed {
+                change: change.clone(),
+                reason: reason.clone(),
+            },
+            Error::SafetyBackup { change, reason },
+        );
     }
     let reference = cluster.object_ref(&());
     match safety::take(&ctx.client, view, spec, &change, ctx.config.etcd_timeout).await {
         Ok(record) => {
+            retries.succeeded(&key);
             let note = format!(
                 "snapshot of revision {} written to {} before {change}",
                 record.revision.unwrap_or(0),
@@ -189,11 +278,12 @@ async fn safety_backup(
                 note,
             )
             .await;
-            (step, Some(record))
+            SafetyOutcome::Taken(record)
         }
         Err(e) => {
             let reason = e.to_string();
-            warn!(cluster = %view.name, namespace = %view.namespace, %change, error = %reason, "safety backup failed; the change waits");
+            let delay = retries.failed(&key, &reason);
+            warn!(cluster = %view.name, namespace = %view.namespace, %change, error = %reason, retry_in = ?delay, "safety backup failed; the change waits");
             publish(
                 recorder,
                 &reference,
@@ -202,9 +292,12 @@ async fn safety_backup(
                 format!("{change} waits: {reason}"),
             )
             .await;
-            (
-                Step::Blocked(Blocked::SafetyBackupFailed { change, reason }),
-                None,
+            SafetyOutcome::Failed(
+                Blocked::SafetyBackupFailed {
+                    change: change.clone(),
+                    reason: reason.clone(),
+                },
+                Error::SafetyBackup { change, reason },
             )
         }
     }

@@ -20,7 +20,7 @@ use etcd_shared::names;
 
 use super::pipeline::reconcile;
 use crate::admin::Readiness;
-use crate::backoff::Backoff;
+use crate::backoff::{Backoff, RetryGate};
 use crate::cache::{CachedClaim, CachedPdb, CachedPod, CachedService, Caches, StoredCluster};
 use crate::context::Context;
 use crate::error::Error;
@@ -31,6 +31,9 @@ use crate::events::publish;
 /// retries with kube-runtime's default backoff (at most 30 s apart, with jitter), so readiness
 /// stays off while it fails and comes back within this long once it works again.
 pub const WATCH_ERROR_HOLD: Duration = Duration::from_secs(45);
+
+/// How soon a cluster whose reconcile came before the caches synced is looked at again.
+const CACHE_SYNC_RETRY: Duration = Duration::from_millis(500);
 
 /// How often readiness is re-evaluated once the watches have synced.
 const READINESS_TICK: Duration = Duration::from_secs(1);
@@ -127,6 +130,7 @@ pub async fn run_controller(
         caches,
         pool: Arc::default(),
         backoff: Backoff::default(),
+        safety_retries: RetryGate::default(),
         reported: Mutex::default(),
     });
     let forgetting = reconciler.clone();
@@ -181,6 +185,8 @@ struct Reconciler {
     /// Connections to the members, reused across reconciles.
     pool: Arc<EtcdPool>,
     backoff: Backoff,
+    /// When a failed safety backup may be tried again, per cluster.
+    safety_retries: RetryGate,
     /// Undecodable clusters already reported, with the resourceVersion reported.
     reported: Mutex<HashMap<String, String>>,
 }
@@ -190,6 +196,8 @@ impl Reconciler {
     fn forget(&self, namespace: &str, name: &str) {
         self.ctx.metrics.forget_cluster(namespace, name);
         self.backoff.succeeded(&format!("{namespace}/{name}"));
+        self.safety_retries
+            .succeeded(&format!("{namespace}/{name}"));
         self.pool.forget(&format!("{namespace}/{name}"));
         self.reported().remove(&format!("{namespace}/{name}"));
     }
@@ -250,8 +258,23 @@ async fn reconcile_stored(stored: Arc<StoredCluster>, r: Arc<Reconciler>) -> Res
     };
     r.ctx.metrics.decodable(&namespace, &name);
     r.reported().remove(&key(cluster));
+    if !r.caches.is_ready() {
+        // Until every store the planner reads has listed its objects, a missing pod or claim
+        // means nothing: a durable member would look lost (its member removed, its claim
+        // deleted) and the status would say so. Nothing is decided or written before.
+        tracing::debug!(cluster = %key(cluster), "waiting for the caches to sync");
+        return Ok(Action::requeue(CACHE_SYNC_RETRY));
+    }
     let timer = r.ctx.metrics.reconcile_timer();
-    let result = reconcile(cluster, &r.ctx, &r.caches, &r.recorder, &r.pool).await;
+    let result = reconcile(
+        cluster,
+        &r.ctx,
+        &r.caches,
+        &r.recorder,
+        &r.pool,
+        &r.safety_retries,
+    )
+    .await;
     timer.observe();
     if result.is_ok() {
         r.ctx.metrics.reconcile_ok();

@@ -51,6 +51,15 @@ pub fn record_of(step: &Step) -> Option<StepRecord> {
             reason: RemovalReason::Replace,
             ..
         } => ("MemberReplaced", "replace", pod(name)),
+        Step::RemoveMember {
+            name,
+            reason: RemovalReason::StuckTerminating,
+            ..
+        } => ("StuckMemberReplaced", "replace_stuck", pod(name)),
+        Step::RestartBootstrap(name) => ("BootstrapRestarted", "restart_bootstrap", pod(name)),
+        Step::Compact { .. } => ("Compacted", "compact", None),
+        Step::Defragment { name, .. } => ("MemberDefragmented", "defragment", pod(name)),
+        Step::DisarmAlarm(_) => ("AlarmDisarmed", "disarm_alarm", None),
         Step::DeletePod(name) => ("MemberPodDeleted", "delete_pod", pod(name)),
         Step::DeleteClaim(member) => (
             "MemberClaimDeleted",
@@ -89,6 +98,11 @@ pub async fn execute(
     let note = status::describe(step);
     info!(cluster = %view.name, namespace = %view.namespace, step = %note, "member change");
     ctx.metrics.member_change(record.kind);
+    match step {
+        Step::Defragment { reason, .. } => ctx.metrics.defragmented(reason.label()),
+        Step::DisarmAlarm(_) => ctx.metrics.alarm_healed("NOSPACE"),
+        _ => {}
+    }
     let related = record.related.map(|(kind, name)| ObjectReference {
         api_version: Some("v1".into()),
         kind: Some(kind.into()),
@@ -143,19 +157,29 @@ async fn carry_out(
                 .remove_member(obs.member_change_endpoint()?, *id)
                 .await?;
         }
-        Step::DeletePod(name) => match pods.delete(name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(Error::kube(format!("delete pod {name}"))(e)),
-        },
-        Step::DeleteClaim(member) => {
-            let claims: Api<PersistentVolumeClaim> =
-                Api::namespaced(ctx.client.clone(), &view.namespace);
-            let claim = names::data_claim_name(member);
-            match claims.delete(&claim, &DeleteParams::default()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => return Err(Error::kube(format!("delete claim {claim}"))(e)),
+        Step::DeletePod(name) => delete_pod(&pods, name).await?,
+        Step::DeleteClaim(member) => delete_claim(ctx, view, member).await?,
+        Step::RestartBootstrap(name) => {
+            delete_pod(&pods, name).await?;
+            delete_claim(ctx, view, name).await?;
+        }
+        Step::Compact { revision } => {
+            obs.access
+                .compact(obs.member_change_endpoint()?, *revision)
+                .await?;
+        }
+        Step::Defragment { name, .. } => {
+            let endpoint = obs
+                .endpoint_of(name)
+                .ok_or_else(|| Error::NoEndpoint(name.clone()))?;
+            obs.access.defragment(endpoint, DEFRAGMENT_TIMEOUT).await?;
+        }
+        Step::DisarmAlarm(alarms) => {
+            let endpoint = obs.member_change_endpoint()?;
+            for alarm in alarms {
+                obs.access
+                    .disarm_no_space(endpoint, alarm.member_id)
+                    .await?;
             }
         }
         Step::UpgradeMember {
@@ -202,6 +226,30 @@ async fn carry_out(
         Step::Wait(_) | Step::Blocked(_) | Step::Done => return Ok(false),
     }
     Ok(true)
+}
+
+/// How long one member's defragmentation may take: it rewrites the whole database file (about
+/// 100 MB/s on a slow disk, so a full 8 GiB backend takes well under this).
+pub const DEFRAGMENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Deletes a pod; one already gone is fine.
+async fn delete_pod(pods: &Api<Pod>, name: &str) -> Result<(), Error> {
+    match pods.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(Error::kube(format!("delete pod {name}"))(e)),
+    }
+}
+
+/// Deletes a member's data claim; one already gone (or never made) is fine.
+async fn delete_claim(ctx: &Context, view: &ClusterView, member: &str) -> Result<(), Error> {
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &view.namespace);
+    let claim = names::data_claim_name(member);
+    match claims.delete(&claim, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(Error::kube(format!("delete claim {claim}"))(e)),
+    }
 }
 
 /// Creates a member's claim (when it keeps its data on one) and its pod; either already
@@ -251,6 +299,7 @@ mod tests {
             initial_cluster: vec![],
             state: InitialState::New,
             version: "3.6.16".parse().unwrap_or_else(|e| panic!("{e}")),
+            token: "demo-uid-1".into(),
         }
     }
 

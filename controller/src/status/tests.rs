@@ -10,7 +10,7 @@ use etcd_shared::admission::{Refusal, Violation};
 use etcd_shared::types::status::unknown_time;
 
 use super::*;
-use crate::planner::{MemberPlan, PodState};
+use crate::planner::{DbSize, MemberPlan, PodState};
 use crate::view::fixtures::view_of;
 
 fn v(s: &str) -> EtcdVersion {
@@ -40,6 +40,8 @@ fn member(i: u32, version: &str, healthy: bool) -> MemberState {
             Health::Unhealthy("connection refused".into())
         },
         applied_index: 0,
+        db: DbSize::default(),
+        revision: 0,
     }
 }
 
@@ -57,6 +59,7 @@ fn three(versions: [Option<&str>; 3]) -> Observed {
             })
             .collect()),
         bootstrapped: true,
+        ..Observed::default()
     }
 }
 
@@ -92,6 +95,7 @@ fn plan(name: &str) -> MemberPlan {
         initial_cluster: vec![],
         state: crate::planner::InitialState::New,
         version: v("3.6.16"),
+        token: "demo-uid-1".into(),
     }
 }
 
@@ -553,6 +557,7 @@ fn ready_pods_the_operator_cannot_reach_are_degraded_not_healthy() {
         claims: vec![],
         members: Err("etcd over TLS: invalid peer certificate: NotValidForName".into()),
         bootstrapped: false,
+        ..Observed::default()
     };
     let step = Step::Wait(Waiting::MemberStarting("demo-0".into()));
     let status = compute(&view, &obs, &step, None, now());

@@ -117,6 +117,45 @@ pub struct EtcdClusterStatus {
     /// The snapshot written before the latest minor upgrade or scale-down (`spec.safetyBackup`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_safety_backup: Option<super::backup::SafetyBackupRecord>,
+
+    /// What the operator last did to keep the members' databases in shape (an extension of
+    /// this operator): the compaction it made to heal a NOSPACE alarm and when it last
+    /// defragmented each member. Read back to go on with an interrupted heal and to space
+    /// defragmentations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<MaintenanceStatus>,
+}
+
+/// The operator's database maintenance of a cluster: compaction and defragmentations.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceStatus {
+    /// The last compaction the operator made (to heal a NOSPACE alarm).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compaction: Option<CompactionRecord>,
+    /// When the operator last defragmented each member, by member name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub defragmentations: Vec<DefragmentationRecord>,
+}
+
+/// A compaction made by the operator.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CompactionRecord {
+    /// The revision the key-value history was compacted to.
+    pub revision: i64,
+    /// When.
+    pub time: Time,
+}
+
+/// A defragmentation of one member made by the operator.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DefragmentationRecord {
+    /// The member.
+    pub member: String,
+    /// When it was defragmented.
+    pub time: Time,
 }
 
 /// The snapshot a restored cluster was seeded from.

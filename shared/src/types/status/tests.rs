@@ -170,8 +170,23 @@ fn this_operators_status_round_trips_and_writes_only_what_is_set() {
             etcd_version: Some("3.6.16".into()),
         }),
         last_safety_backup: None,
+        maintenance: Some(super::MaintenanceStatus {
+            compaction: Some(super::CompactionRecord {
+                revision: 500,
+                time: time("2026-01-01T00:00:00Z"),
+            }),
+            defragmentations: vec![super::DefragmentationRecord {
+                member: "demo-1".into(),
+                time: time("2026-01-01T00:01:00Z"),
+            }],
+        }),
     };
     let written = serde_json::to_value(&ours).expect("serializes");
+    assert_eq!(written["maintenance"]["compaction"]["revision"], 500);
+    assert_eq!(
+        written["maintenance"]["defragmentations"][0]["member"],
+        "demo-1"
+    );
     assert_eq!(written["restoredFrom"]["revision"], 10041);
     assert_eq!(written["controlPaused"], true);
     assert_eq!(written["reason"], "QuorumLost");
