@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail, ensure};
 use etcd_controller::error::{Error, EtcdRefusal};
-use etcd_controller::etcd::{EtcdAccess, EtcdPool, MemberStatus};
+use etcd_controller::etcd::{AlarmName, EtcdAccess, EtcdPool, MemberStatus};
 use etcd_shared::version::EtcdVersion;
 use etcd_tests::ports::free_ports;
 use etcd_tests::process::ManagedProcess;
@@ -36,6 +36,18 @@ fn start_member(
     initial_cluster: &str,
     state: &str,
 ) -> anyhow::Result<Member> {
+    start_member_with(etcd, dir, name, ports, initial_cluster, state, &[])
+}
+
+fn start_member_with(
+    etcd: &Path,
+    dir: &Path,
+    name: &str,
+    ports: (u16, u16),
+    initial_cluster: &str,
+    state: &str,
+    extra: &[String],
+) -> anyhow::Result<Member> {
     let client_url = format!("http://127.0.0.1:{}", ports.0);
     let peer_url = format!("http://127.0.0.1:{}", ports.1);
     let args = [
@@ -48,6 +60,7 @@ fn start_member(
         format!("--initial-cluster={initial_cluster}"),
         format!("--initial-cluster-state={state}"),
     ];
+    let args: Vec<String> = args.into_iter().chain(extra.iter().cloned()).collect();
     let process = ManagedProcess::start(name, etcd, &args, dir.join(format!("{name}.log")))?;
     Ok(Member {
         _process: process,
@@ -415,5 +428,154 @@ async fn connections_are_reused_per_member_and_dropped_with_the_cluster() -> any
     access("ns/b").status(&ep).await?;
     pool.forget("ns/a");
     ensure!(pool.connections("ns/a") == 0 && pool.connections("ns/b") == 1);
+    Ok(())
+}
+
+/// The body of `GET path` on a plain HTTP endpoint (`http://IP:PORT`), as the kubelet's probe
+/// asks it: the status code and the body.
+async fn http_get(endpoint: &str, path: &str) -> anyhow::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let host = endpoint.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(host).await?;
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await?;
+    let mut answer = String::new();
+    tokio::time::timeout(WAIT, stream.read_to_string(&mut answer)).await??;
+    let code = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .context("no status line")?;
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((code, body))
+}
+
+/// Issue 23, item 2, on a real member of every line: a database filled to its quota raises
+/// NOSPACE (writes refused with etcd's own error, classified as such); the alarm is seen where
+/// the controller looks (Status' errors on 3.4+, the Alarm API everywhere); `/health` fails
+/// while `/health?exclude=NOSPACE` answers healthy exactly on the lines the capability table
+/// says (the readiness probe asks it there); and the controller's heal works: compaction (a
+/// second one to the same revision is fine), defragmentation, disarm, writes accepted again.
+async fn no_space(tools: &Tools, version: &str) -> anyhow::Result<String> {
+    let caps = version
+        .parse::<EtcdVersion>()?
+        .capabilities()
+        .with_context(|| format!("{version} is not a supported line"))?;
+    let etcd = tools.etcd(version)?;
+    let dir = tempfile::tempdir()?;
+    let [c1, p1] = free_ports()?;
+    let quota = 16 * 1024 * 1024;
+    let _a = start_member_with(
+        &etcd,
+        dir.path(),
+        "a",
+        (c1, p1),
+        &format!("a=http://127.0.0.1:{p1}"),
+        "new",
+        &[format!("--quota-backend-bytes={quota}")],
+    )?;
+    let access = EtcdAccess {
+        timeout: Duration::from_secs(10),
+        ..EtcdAccess::default()
+    };
+    let ep = format!("http://127.0.0.1:{c1}");
+    let status = healthy(&access, &ep).await?;
+    let mut client = etcd_client::Client::connect([ep.as_str()], None).await?;
+    let value = vec![b'x'; 400 * 1024];
+    let mut puts = 0;
+    let refused = loop {
+        match client.put("big", value.clone(), None).await {
+            Ok(_) => puts += 1,
+            Err(e) => break Error::etcd("put")(e),
+        }
+        ensure!(puts < 200, "no NOSPACE after {puts} puts of 400 KiB");
+    };
+    ensure!(
+        refused.etcd_refusal() == Some(EtcdRefusal::NoSpace),
+        "the refused put: {refused:?}"
+    );
+    let alarms = access.alarms(std::slice::from_ref(&ep)).await?;
+    ensure!(
+        alarms.iter().any(|a| a.kind == AlarmName::NoSpace && a.member_id == status.member_id),
+        "alarm list {alarms:?}"
+    );
+    let full = access.status(&ep).await?;
+    ensure!(
+        full.alarms.iter().any(|a| a.kind == AlarmName::NoSpace) == caps.status_lists_alarms,
+        "{version}: Status lists {:?} (table: lists alarms = {})",
+        full.alarms,
+        caps.status_lists_alarms
+    );
+    ensure!(full.errors.is_empty(), "non-alarm errors {:?}", full.errors);
+    ensure!(full.leader != 0, "NOSPACE costs no leader");
+    if caps.status_lists_alarms {
+        ensure!(full.db_size_in_use > 0, "3.4+ report the part in use");
+    }
+    let (plain, _) = http_get(&ep, "/health").await?;
+    let (excluding, body) = http_get(&ep, "/health?exclude=NOSPACE").await?;
+    // 3.2's /health is a v2 quorum read that looks at no alarm (measured: 200 under NOSPACE);
+    // from 3.3 on it fails while any alarm is raised.
+    ensure!(
+        (plain != 200) == (caps.minor >= 3),
+        "{version}: /health answered {plain} under NOSPACE"
+    );
+    ensure!(
+        (excluding == 200) == (caps.health_excludes_alarms || caps.minor == 2),
+        "{version}: /health?exclude=NOSPACE answered {excluding} {body:?} (table: excludes = {})",
+        caps.health_excludes_alarms
+    );
+
+    // The heal, as the controller carries it out.
+    let revision = full.revision;
+    access.compact(&ep, revision).await?;
+    access.compact(&ep, revision).await?;
+    access.defragment(&ep, Duration::from_secs(60)).await?;
+    let defragmented = access.status(&ep).await?;
+    ensure!(
+        defragmented.db_size < full.db_size / 2,
+        "defragmentation left {} of {} bytes",
+        defragmented.db_size,
+        full.db_size
+    );
+    access.disarm_no_space(&ep, status.member_id).await?;
+    ensure!(
+        access.alarms(std::slice::from_ref(&ep)).await?.is_empty(),
+        "alarm still raised"
+    );
+    client.put("after", "heal", None).await?;
+    let quota_reported = full.db_size_quota;
+    Ok(format!(
+        "NOSPACE after {puts} puts, db {} -> {} bytes, quota reported {}",
+        full.db_size, defragmented.db_size, quota_reported
+    ))
+}
+
+#[tokio::test]
+async fn no_space_is_seen_excluded_from_health_and_healed_on_every_line() -> anyhow::Result<()> {
+    let tools = Tools::from_env()?;
+    let versions = tools.versions().every_etcd();
+    let results = futures::future::join_all(versions.iter().map(|v| {
+        let tools = &tools;
+        async move { (v.clone(), no_space(tools, v).await) }
+    }))
+    .await;
+    let failed: Vec<String> = results
+        .iter()
+        .filter_map(|(v, r)| r.as_ref().err().map(|e| format!("{v}: {e:#}")))
+        .collect();
+    for (v, r) in &results {
+        match r {
+            Ok(note) => println!("etcd {v}: ok ({note})"),
+            Err(_) => println!("etcd {v}: FAILED"),
+        }
+    }
+    ensure!(failed.is_empty(), "{}", failed.join("\n"));
     Ok(())
 }

@@ -128,7 +128,8 @@ pub struct LineCapabilities {
     /// `/usr/local/bin/etcdutl`); older lines have `ETCDCTL_API=3 etcdctl snapshot restore`.
     pub etcdutl: bool,
     /// `/health?exclude=NOSPACE` answers healthy while the cluster-wide NOSPACE alarm is
-    /// raised (3.4+; checked on the real binaries by `controller/tests/etcd_lines.rs`), so a
+    /// raised (3.4+; checked on the real binaries by `controller/tests/etcd_lines.rs`: 3.3's
+    /// `/health` fails under NOSPACE with or without the query, 3.2's looks at no alarm), so a
     /// full database does not take every member out of its Services. 3.2 and 3.3 are probed
     /// over TCP, which no alarm touches.
     pub health_excludes_alarms: bool,
