@@ -439,8 +439,7 @@ async fn http_get(endpoint: &str, path: &str) -> anyhow::Result<(u16, String)> {
     let mut stream = tokio::net::TcpStream::connect(host).await?;
     stream
         .write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
-                .as_bytes(),
+            format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
         )
         .await?;
     let mut answer = String::new();
@@ -503,7 +502,9 @@ async fn no_space(tools: &Tools, version: &str) -> anyhow::Result<String> {
     );
     let alarms = access.alarms(std::slice::from_ref(&ep)).await?;
     ensure!(
-        alarms.iter().any(|a| a.kind == AlarmName::NoSpace && a.member_id == status.member_id),
+        alarms
+            .iter()
+            .any(|a| a.kind == AlarmName::NoSpace && a.member_id == status.member_id),
         "alarm list {alarms:?}"
     );
     let full = access.status(&ep).await?;

@@ -50,6 +50,8 @@ fn main() -> std::process::ExitCode {
         failed_init_container_fails_a_never_pod,
         etcd_image_tools_run_as_init_containers,
         seed_member_starts_on_data_restored_by_init_containers,
+        a_graceful_node_shutdown_fails_the_pods_and_keeps_their_claims,
+        a_slow_image_pull_keeps_the_pod_pending,
     ])
 }
 
@@ -1593,5 +1595,176 @@ async fn seed_member_starts_on_data_restored_by_init_containers(
     ensure!(get_key(&ctx, V36, pod_ip(&seed)?, "restored").await? == "from-snapshot");
     let data = kubelet.volume_dir(&ns, "seed", "data")?;
     ensure!(data.join("snapshot.db").is_file() && data.join("data/member").is_dir());
+    Ok(())
+}
+
+fn claim(name: &str) -> PersistentVolumeClaim {
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some([("storage".to_owned(), Quantity("1Gi".into()))].into()),
+                ..VolumeResourceRequirements::default()
+            }),
+            ..PersistentVolumeClaimSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// Issue 23, item 3: a graceful node shutdown as a kubelet carries it out: every pod of the
+/// node gets SIGTERM, ends `Failed` with reason `Terminated` and the kubelet's message, is not
+/// restarted (bare pods never are), loses its emptyDir and keeps its claim; the node comes back
+/// and a new pod on the claim finds the data.
+async fn a_graceful_node_shutdown_fails_the_pods_and_keeps_their_claims(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    use etcd_tests::kubelet::{NODE_SHUTDOWN_MESSAGE, NODE_SHUTDOWN_REASON};
+    let kubelet = ctx.kubelet()?;
+    let ns = ctx.ns().to_owned();
+    let claims: Api<PersistentVolumeClaim> = ctx.api();
+    claims
+        .create(&PostParams::default(), &claim("disk"))
+        .await?;
+    let api: Api<Pod> = ctx.api();
+    let mut durable = Member::new("durable", V36);
+    durable.claim = Some("disk");
+    durable.dns = Some(("durable", "shutdown"));
+    api.create(&PostParams::default(), &durable.pod(&ns))
+        .await?;
+    api.create(
+        &PostParams::default(),
+        &Member::new("ephemeral", V36).pod(&ns),
+    )
+    .await?;
+    let pod = wait_ready(&api, "durable")
+        .await
+        .with_context(|| logs_on_failure(&ctx, "durable"))?;
+    wait_ready(&api, "ephemeral")
+        .await
+        .with_context(|| logs_on_failure(&ctx, "ephemeral"))?;
+    etcdctl(&ctx, V36, pod_ip(&pod)?, &["put", "before", "shutdown"]).await?;
+    let scratch = kubelet.volume_dir(&ns, "ephemeral", "data")?;
+    let pids: Vec<u32> = ["durable", "ephemeral"]
+        .iter()
+        .filter_map(|p| kubelet.container_pid(&ns, p))
+        .collect();
+    ensure!(pids.len() == 2, "{pids:?}");
+
+    let ended = kubelet.shut_down_gracefully(&ns).await?;
+    ensure!(ended.len() == 2, "{ended:?}");
+    for name in ["durable", "ephemeral"] {
+        let pod = await_condition(
+            api.clone(),
+            name,
+            |p: Option<&Pod>| phase_of_opt(p) == Some("Failed"),
+            WAIT,
+        )
+        .await?
+        .context("pod gone")?;
+        let status = pod.status.clone().context("status")?;
+        ensure!(
+            status.reason.as_deref() == Some(NODE_SHUTDOWN_REASON)
+                && status.message.as_deref() == Some(NODE_SHUTDOWN_MESSAGE),
+            "{name}: {:?} {:?}",
+            status.reason,
+            status.message
+        );
+        ensure!(!is_ready(&pod), "{name} still Ready");
+    }
+    for pid in &pids {
+        ensure!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "process {pid} still runs"
+        );
+    }
+    let log = std::fs::read_to_string(kubelet.container_log_path(&ns, "durable", None)?)?;
+    ensure!(
+        log.contains("received signal; shutting down"),
+        "etcd did not get SIGTERM:\n{log}"
+    );
+    ensure!(!scratch.exists(), "the emptyDir survived the shutdown");
+    ensure!(
+        kubelet.claim_dir(&ns, "disk").join("data/member").is_dir(),
+        "the claim's data is gone"
+    );
+    // Ended for good: no restart, whatever the restart policy.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let still = api.get("durable").await?;
+    ensure!(
+        phase_of(&still) == Some("Failed") && kubelet.container_pid(&ns, "durable").is_none(),
+        "the ended pod came back"
+    );
+    // The node is back: a new pod on the claim runs, with the data.
+    api.delete("durable", &DeleteParams::default()).await?;
+    await_condition(
+        api.clone(),
+        "durable",
+        conditions::is_deleted(&still.uid().context("uid")?),
+        WAIT,
+    )
+    .await?;
+    api.create(&PostParams::default(), &durable.pod(&ns))
+        .await?;
+    let back = wait_ready(&api, "durable")
+        .await
+        .with_context(|| logs_on_failure(&ctx, "durable"))?;
+    ensure!(get_key(&ctx, V36, pod_ip(&back)?, "before").await? == "shutdown");
+    Ok(())
+}
+
+fn phase_of_opt(pod: Option<&Pod>) -> Option<&str> {
+    pod.and_then(phase_of)
+}
+
+/// Issue 23, item 5: a slow image pull (a large image, a slow registry) keeps the pod
+/// `Pending` with its container waiting in `ContainerCreating` ("Pulling image"), then it runs.
+async fn a_slow_image_pull_keeps_the_pod_pending(ctx: TestContext) -> anyhow::Result<()> {
+    let kubelet = ctx.kubelet()?;
+    let ns = ctx.ns().to_owned();
+    let api: Api<Pod> = ctx.api();
+    // Only this test's image pulls are slowed: its own repository.
+    let mut member = Member::new("slow", V36);
+    member.image = format!("slow.example/{ns}/etcd:v{V36}");
+    let prefix = format!("slow.example/{ns}/");
+    kubelet.set_image_pull_delay(&prefix, Duration::from_secs(4));
+    let created = Instant::now();
+    api.create(&PostParams::default(), &member.pod(&ns)).await?;
+    let pulling = await_condition(
+        api.clone(),
+        "slow",
+        |p: Option<&Pod>| {
+            p.and_then(container_status)
+                .and_then(|c| c.state.as_ref()?.waiting.as_ref()?.message.clone())
+                .is_some_and(|m| m.starts_with("Pulling image"))
+        },
+        WAIT,
+    )
+    .await?
+    .context("pod gone")?;
+    kubelet.set_image_pull_delay(&prefix, Duration::ZERO);
+    ensure!(
+        phase_of(&pulling) == Some("Pending"),
+        "{:?}",
+        phase_of(&pulling)
+    );
+    let waiting =
+        container_status(&pulling).and_then(|c| c.state.as_ref()?.waiting.as_ref()?.reason.clone());
+    ensure!(
+        waiting.as_deref() == Some("ContainerCreating"),
+        "{waiting:?}"
+    );
+    wait_ready(&api, "slow")
+        .await
+        .with_context(|| logs_on_failure(&ctx, "slow"))?;
+    ensure!(
+        created.elapsed() >= Duration::from_secs(4),
+        "ready after {:?}, before the pull ended",
+        created.elapsed()
+    );
     Ok(())
 }

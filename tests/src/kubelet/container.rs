@@ -53,6 +53,10 @@ pub(crate) struct ContainerRt {
     pub(crate) backoff: Duration,
     pub(crate) pull_failures: u32,
     pub(crate) image_id: String,
+    /// The image this container has pulled, once it has.
+    pub(crate) pulled: Option<String>,
+    /// A pull in progress: the image and when it completes.
+    pub(crate) pulling: Option<(String, Instant)>,
 }
 
 impl ContainerRt {
@@ -71,6 +75,8 @@ impl ContainerRt {
             backoff,
             pull_failures: 0,
             image_id: String::new(),
+            pulled: None,
+            pulling: None,
         }
     }
 

@@ -75,6 +75,10 @@ use crate::tools::{Tools, ToolsError};
 
 /// Default node name.
 pub const DEFAULT_NODE_NAME: &str = "etcd-tests-node";
+/// The reason a kubelet gives pods it ended in a graceful node shutdown.
+pub const NODE_SHUTDOWN_REASON: &str = "Terminated";
+/// The message a kubelet gives pods it ended in a graceful node shutdown (its exact words).
+pub const NODE_SHUTDOWN_MESSAGE: &str = "Pod was terminated in response to imminent node shutdown.";
 /// Prefix of kubelet directories in the system temp directory.
 const DIR_PREFIX: &str = "etcd-operator-kubelet-";
 /// File in the kubelet directory holding the pid of the process that owns it.
@@ -209,6 +213,11 @@ pub(crate) struct PodInfo {
     pub(crate) processes: BTreeMap<String, ManagedProcess>,
     /// Container names in spec order (not the init containers).
     pub(crate) containers: Vec<String>,
+    /// Asked of the worker: end the pod for good with this `(reason, message)` (a graceful
+    /// node shutdown, an eviction); taken by the worker.
+    pub(crate) end: Option<(String, String)>,
+    /// The worker ended the pod for good.
+    pub(crate) ended: bool,
 }
 
 /// The log files of one pod's containers, kept after the pod is gone.
@@ -246,6 +255,8 @@ pub(crate) struct Shared {
     pub(crate) logs: Mutex<BTreeMap<(String, String), PodLogs>>,
     pub(crate) shutting_down: AtomicBool,
     pub(crate) next_seq: std::sync::atomic::AtomicU64,
+    /// How long a pull of an image starting with each prefix takes (none: images are local).
+    pub(crate) pull_delays: Mutex<Vec<(String, Duration)>>,
 }
 
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -255,6 +266,16 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Shared {
+    /// How long a pull of `image` takes.
+    pub(crate) fn pull_delay(&self, image: &str) -> Duration {
+        lock(&self.pull_delays)
+            .iter()
+            .filter(|(prefix, _)| image.starts_with(prefix.as_str()))
+            .map(|(_, d)| *d)
+            .max()
+            .unwrap_or_default()
+    }
+
     pub(crate) fn is_shutting_down(&self) -> bool {
         self.shutting_down.load(Ordering::SeqCst)
     }
@@ -421,6 +442,7 @@ impl Kubelet {
             logs: Mutex::new(BTreeMap::new()),
             shutting_down: AtomicBool::new(false),
             next_seq: Default::default(),
+            pull_delays: Mutex::new(Vec::new()),
         });
         let mut tasks = vec![
             tokio::spawn(node::keep_lease(client.clone(), node.clone(), log.clone())),
@@ -520,6 +542,73 @@ impl Kubelet {
             "fault injection: SIGKILL {namespace}/{pod}/{name} (pid {pid})"
         ));
         Ok(pid)
+    }
+
+    /// Makes the pulls of images starting with `prefix` take `delay` from now on (zero: no
+    /// pull), as a slow registry or a large image does: a container waits in
+    /// `ContainerCreating` ("Pulling image") and its pod stays `Pending` meanwhile. A pull is
+    /// per container and image. A prefix of the test's own (a registry path with its namespace)
+    /// keeps other tests' pulls instant.
+    pub fn set_image_pull_delay(&self, prefix: &str, delay: Duration) {
+        let mut delays = lock(&self.shared.pull_delays);
+        delays.retain(|(p, _)| p != prefix);
+        if !delay.is_zero() {
+            delays.push((prefix.to_owned(), delay));
+        }
+        self.shared.log.line(format_args!(
+            "fault injection: pulls of {prefix}* take {delay:?}"
+        ));
+    }
+
+    /// Ends pod `namespace/pod` for good as a kubelet does when it evicts a pod or shuts its
+    /// node down: its containers get SIGTERM (SIGKILL after the pod's grace period), are not
+    /// restarted whatever the `restartPolicy`, and the pod turns `Failed` with `reason` and
+    /// `message`; its IP and its emptyDir volumes are released (a claim keeps its data). The pod
+    /// stays in the API until someone deletes it (bare pods are never restarted).
+    pub fn end_pod(
+        &self,
+        namespace: &str,
+        pod: &str,
+        reason: &str,
+        message: &str,
+    ) -> Result<(), KubeletError> {
+        let info = self.shared.pod_info(namespace, pod)?;
+        lock(&info).end = Some((reason.to_owned(), message.to_owned()));
+        self.shared.log.line(format_args!(
+            "fault injection: ending {namespace}/{pod} ({reason}: {message})"
+        ));
+        Ok(())
+    }
+
+    /// A graceful shutdown of the node that runs the pods of `namespace` (the kubelet's
+    /// `shutdownGracePeriod`), after which the node comes back: every pod of that namespace ends
+    /// `Failed` with reason `Terminated` and the kubelet's message, as [`Self::end_pod`] does;
+    /// pods created afterwards run as usual (other namespaces' pods, which other tests own, are
+    /// left alone). Returns the pods ended, once each has stopped.
+    pub async fn shut_down_gracefully(&self, namespace: &str) -> Result<Vec<String>, KubeletError> {
+        let entries: Vec<(String, Arc<Mutex<PodInfo>>)> = lock(&self.shared.pods)
+            .values()
+            .filter(|e| e.namespace == namespace)
+            .map(|e| (e.name.clone(), e.info.clone()))
+            .collect();
+        self.shared.log.line(format_args!(
+            "fault injection: graceful shutdown of the node of {namespace}/ ({} pods)",
+            entries.len()
+        ));
+        for (_, info) in &entries {
+            lock(info).end = Some((
+                NODE_SHUTDOWN_REASON.to_owned(),
+                NODE_SHUTDOWN_MESSAGE.to_owned(),
+            ));
+        }
+        let deadline =
+            Instant::now() + self.shared.options.shutdown_grace + Duration::from_secs(60);
+        for (_, info) in &entries {
+            while !lock(info).ended && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        Ok(entries.into_iter().map(|(name, _)| name).collect())
     }
 
     /// The host directory of volume `volume` of `namespace/pod`.

@@ -123,6 +123,7 @@ pub(crate) fn spawn_worker(shared: Arc<Shared>, pod: Pod, seq: u64) -> PodEntry 
         last_patch: None,
         last_conditions: Vec::new(),
         generation: 0,
+        ended: None,
     };
     let task = tokio::spawn(worker.run());
     PodEntry {
@@ -162,6 +163,8 @@ struct Worker {
     last_patch: Option<serde_json::Value>,
     last_conditions: Vec<PodCondition>,
     generation: u64,
+    /// The kubelet ended the pod for good: `(reason, message)` of its Failed status.
+    ended: Option<(String, String)>,
 }
 
 /// Why the worker's loop ended.
@@ -229,7 +232,15 @@ impl Worker {
                     }
                 }
             }
-            self.step().await;
+            let end = lock(&self.info).end.take();
+            if let Some(end) = end
+                && self.ended.is_none()
+            {
+                self.end(end).await;
+            }
+            if self.ended.is_none() {
+                self.step().await;
+            }
             self.publish_status().await;
             tokio::select! {
                 _ = tick.tick() => {}
@@ -714,6 +725,29 @@ impl Worker {
             }
         };
         self.containers[index].pull_failures = 0;
+        let delay = self.shared.pull_delay(&image);
+        if !delay.is_zero() && self.containers[index].pulled.as_deref() != Some(image.as_str()) {
+            let until = match &self.containers[index].pulling {
+                Some((pulling, until)) if *pulling == image => *until,
+                _ => {
+                    let until = Instant::now() + delay;
+                    self.containers[index].pulling = Some((image.clone(), until));
+                    until
+                }
+            };
+            let now = Instant::now();
+            if now < until {
+                self.wait(
+                    index,
+                    "ContainerCreating",
+                    format!("Pulling image \"{image}\""),
+                    until - now,
+                );
+                return;
+            }
+        }
+        self.containers[index].pulled = Some(image.clone());
+        self.containers[index].pulling = None;
         self.containers[index].image_id = mapping.image_id();
         let sources = match self.env_sources(&spec).await {
             Ok(sources) => sources,
@@ -942,6 +976,7 @@ impl Worker {
                 .map(ContainerRt::view)
                 .collect(),
             message: self.pod_message.clone(),
+            ended: self.ended.clone(),
         };
         let previous = if self.last_conditions.is_empty() {
             self.pod
@@ -969,6 +1004,49 @@ impl Worker {
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(e) => self.log(format_args!("writing the status: {e}")),
         }
+    }
+
+    /// Ends the pod for good (eviction, graceful node shutdown): stops its containers (SIGTERM,
+    /// the pod's grace period, SIGKILL), keeps them from restarting, releases its IP and its
+    /// pod directory (emptyDir volumes; a claim keeps its data) and reports it `Failed` with
+    /// `(reason, message)`. The pod stays until it is deleted.
+    async fn end(&mut self, (reason, message): (String, String)) {
+        self.log(format_args!("ending the pod: {reason}: {message}"));
+        let grace = self.grace();
+        for index in 0..self.containers.len() {
+            if self.containers[index].running.is_some() {
+                self.stop_container(index, grace).await;
+                self.reap(index, false);
+            }
+            let c = &mut self.containers[index];
+            if c.finished.is_none() {
+                c.finished =
+                    Some(
+                        c.last_terminated
+                            .clone()
+                            .unwrap_or_else(|| ContainerStateTerminated {
+                                exit_code: 137,
+                                reason: Some("ContainerStatusUnknown".into()),
+                                ..ContainerStateTerminated::default()
+                            }),
+                    );
+            }
+        }
+        let _ = self.shared.network.remove_hosts_entry(&self.uid);
+        let ip = lock(&self.info).ip.take();
+        if let Some(ip) = ip {
+            let network = self.shared.network;
+            let _ = tokio::task::spawn_blocking(move || network.release(ip)).await;
+        }
+        self.ip = None;
+        let pod_dir = self.shared.dirs.pod_dir(&self.uid);
+        if let Err(e) = std::fs::remove_dir_all(&pod_dir)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            self.log(format_args!("removing {}: {e}", pod_dir.display()));
+        }
+        self.ended = Some((reason, message));
+        lock(&self.info).ended = true;
     }
 
     /// Stops every container, releases the IP and the pod directory, and (for a deleted pod)

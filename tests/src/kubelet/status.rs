@@ -58,6 +58,9 @@ pub struct PodView<'a> {
     pub containers: Vec<ContainerView>,
     /// Pod-level message (e.g. a volume that cannot be set up yet).
     pub message: Option<String>,
+    /// The kubelet ended the pod for good (a graceful node shutdown, an eviction): phase
+    /// `Failed` with this `(reason, message)`, whatever the containers' exit codes.
+    pub ended: Option<(String, String)>,
 }
 
 /// Condition types this kubelet owns (others, e.g. readiness gates, are kept as they are).
@@ -135,7 +138,11 @@ fn condition(
 pub fn build(view: &PodView<'_>, previous: &[PodCondition], now: Timestamp) -> PodStatus {
     let pod = view.pod;
     let generation = pod.metadata.generation;
-    let phase = pod_phase(&view.init_containers, &view.containers);
+    let phase = if view.ended.is_some() {
+        "Failed"
+    } else {
+        pod_phase(&view.init_containers, &view.containers)
+    };
     let terminal = matches!(phase, "Succeeded" | "Failed");
     let unready: Vec<&str> = view
         .containers
@@ -269,7 +276,12 @@ pub fn build(view: &PodView<'_>, previous: &[PodCondition], now: Timestamp) -> P
         pod_ip: view.pod_ip.map(|ip| ip.to_string()),
         pod_ips: view.pod_ip.map(|ip| vec![PodIP { ip: ip.to_string() }]),
         start_time: Some(Time(view.start_time)),
-        message: view.message.clone(),
+        message: view
+            .ended
+            .as_ref()
+            .map(|(_, m)| m.clone())
+            .or_else(|| view.message.clone()),
+        reason: view.ended.as_ref().map(|(r, _)| r.clone()),
         observed_generation: generation,
         ..PodStatus::default()
     }
@@ -322,6 +334,40 @@ mod tests {
         }
     }
 
+    /// A pod the kubelet ended (a graceful node shutdown) is Failed with the kubelet's reason
+    /// and message, not Ready, even when its containers exited 0 on SIGTERM.
+    #[test]
+    fn an_ended_pod_is_failed_with_the_kubelets_reason() {
+        let pod = Pod::default();
+        let mut stopped = container(false, false);
+        stopped.finished = Some(0);
+        let view = PodView {
+            pod: &pod,
+            pod_ip: None,
+            host_ip: Ipv4Addr::new(10, 0, 0, 1),
+            start_time: Timestamp::UNIX_EPOCH,
+            sandbox_ready: false,
+            init_containers: vec![],
+            containers: vec![stopped],
+            message: None,
+            ended: Some((
+                "Terminated".into(),
+                "Pod was terminated in response to imminent node shutdown.".into(),
+            )),
+        };
+        let status = build(&view, &[], Timestamp::UNIX_EPOCH);
+        assert_eq!(status.phase.as_deref(), Some("Failed"));
+        assert_eq!(status.reason.as_deref(), Some("Terminated"));
+        assert!(status.message.unwrap_or_default().contains("node shutdown"));
+        let ready = status
+            .conditions
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.type_ == "Ready")
+            .map(|c| c.status);
+        assert_eq!(ready.as_deref(), Some("False"));
+    }
+
     #[test]
     fn phases() {
         assert_eq!(phase(&[container(false, false)]), "Pending");
@@ -362,6 +408,7 @@ mod tests {
             init_containers: Vec::new(),
             containers: vec![container(true, false)],
             message: None,
+            ended: None,
         };
         let first = build(&view, &[], t0);
         let ready = |s: &PodStatus| {
@@ -437,6 +484,7 @@ mod tests {
             init_containers: vec![init("a", Some(0)), init("b", None)],
             containers: app.to_vec(),
             message: None,
+            ended: None,
         };
         let initialized = |s: &PodStatus| {
             s.conditions
