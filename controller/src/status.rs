@@ -505,7 +505,13 @@ pub fn compute(
     if let Some(prev) = previous {
         conditions::carry_transition_times(&mut conditions, &prev.conditions);
     }
-    let expected: Vec<String> = obs.pods.iter().map(|p| p.name.clone()).collect();
+    // Pods on their way out (deleted, stuck terminating) are not members anyone waits for.
+    let expected: Vec<String> = obs
+        .pods
+        .iter()
+        .filter(|p| !p.terminating)
+        .map(|p| p.name.clone())
+        .collect();
     let phase = phase(obs, step, previous_phase);
     let current_version = members
         .and_then(|m| min_version(m))

@@ -27,6 +27,7 @@ use etcd_tests::poll_until;
 use etcd_tests::suite::TestContext;
 
 use support::operator::{Controller, create_cluster, install};
+use support::phases::PhaseWatch;
 use support::tls::{coreos_tls_secrets, tls_section};
 use support::writer::Writer;
 use support::{
@@ -223,45 +224,6 @@ async fn scale_three_five_three(
         pods.keys()
     );
     Ok(())
-}
-
-/// Records every phase a cluster's status goes through (with the next step it named) until
-/// stopped.
-struct PhaseWatch {
-    stop: tokio_util::sync::CancellationToken,
-    task: tokio::task::JoinHandle<Vec<(ClusterPhase, String)>>,
-}
-
-impl PhaseWatch {
-    fn start(api: Api<EtcdCluster>, cluster: &str) -> Self {
-        let stop = tokio_util::sync::CancellationToken::new();
-        let token = stop.clone();
-        let config = watcher::Config::default().fields(&format!("metadata.name={cluster}"));
-        let task = tokio::spawn(async move {
-            let mut seen: Vec<(ClusterPhase, String)> = Vec::new();
-            let mut stream = std::pin::pin!(watcher(api, config));
-            loop {
-                let event = tokio::select! {
-                    _ = token.cancelled() => return seen,
-                    e = stream.next() => e,
-                };
-                if let Some(Ok(watcher::Event::Apply(c) | watcher::Event::InitApply(c))) = event {
-                    let status = c.status.unwrap_or_default();
-                    if let Some(phase) = status.phase
-                        && seen.last().map(|(p, _)| p) != Some(&phase)
-                    {
-                        seen.push((phase, status.next_step.unwrap_or_default()));
-                    }
-                }
-            }
-        });
-        Self { stop, task }
-    }
-
-    async fn stop(self) -> anyhow::Result<Vec<(ClusterPhase, String)>> {
-        self.stop.cancel();
-        Ok(self.task.await?)
-    }
 }
 
 /// What a [`JoinWatch`] saw of the member list.

@@ -4,6 +4,8 @@
 #[allow(dead_code, reason = "used by the backup suites only")]
 pub mod backups;
 pub mod operator;
+#[allow(dead_code, reason = "used by some of the suites sharing this module")]
+pub mod phases;
 pub mod tls;
 pub mod writer;
 

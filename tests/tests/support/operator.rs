@@ -126,7 +126,23 @@ impl Controller {
     /// Starts a controller for the test's namespace, with the production configuration but
     /// a shorter wait between checks of an unhealthy cluster.
     pub fn start(ctx: &TestContext) -> anyhow::Result<Self> {
+        Self::start_with(ctx, |_| {})
+    }
+
+    /// [`Self::start`] with the configuration changed by `tune` (planner timeouts, say).
+    pub fn start_with(
+        ctx: &TestContext,
+        tune: impl FnOnce(&mut ControllerConfig),
+    ) -> anyhow::Result<Self> {
         let metrics = Arc::new(Metrics::new()?);
+        let mut config = ControllerConfig {
+            wait_requeue: Duration::from_secs(2),
+            // The chart's controller image; the suites that restore map it to the built
+            // binary (`OperatorBinaries::register`).
+            restore_image: Some(RESTORE_IMAGE.into()),
+            ..ControllerConfig::default()
+        };
+        tune(&mut config);
         let context = Arc::new(Context {
             client: ctx.client(),
             metrics: metrics.clone(),
@@ -134,13 +150,7 @@ impl Controller {
                 controller: "etcd-operator".into(),
                 instance: Some(format!("lifecycle-{}", ctx.name())),
             },
-            config: ControllerConfig {
-                wait_requeue: Duration::from_secs(2),
-                // The chart's controller image; the suites that restore map it to the built
-                // binary (`OperatorBinaries::register`).
-                restore_image: Some(RESTORE_IMAGE.into()),
-                ..ControllerConfig::default()
-            },
+            config,
         });
         let stop = CancellationToken::new();
         let token = stop.clone();
@@ -162,6 +172,24 @@ impl Controller {
     /// Membership changes made so far (adds, removals, promotions).
     pub fn member_changes(&self) -> u64 {
         self.counter_sum("etcd_controller_member_changes_total")
+    }
+
+    /// The sum of every series of a counter family whose labels include `label` = `value`.
+    #[allow(dead_code, reason = "used by some of the suites sharing this module")]
+    pub fn counter(&self, family: &str, label: &str, value: &str) -> u64 {
+        self.metrics
+            .registry()
+            .gather()
+            .iter()
+            .filter(|f| f.name() == family)
+            .flat_map(|f| f.get_metric().iter())
+            .filter(|m| {
+                m.get_label()
+                    .iter()
+                    .any(|l| l.name() == label && l.value() == value)
+            })
+            .map(|m| m.get_counter().get_value() as u64)
+            .sum()
     }
 
     /// The sum of every series of a gauge family (0 when it has none).
