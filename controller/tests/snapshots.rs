@@ -234,3 +234,89 @@ async fn snapshots_go_to_s3_and_back_intact() -> anyhow::Result<()> {
     ensure!(err.reason() == "AccessDenied", "{err} ({})", err.reason());
     Ok(())
 }
+
+/// Every file under `dir`, recursively (relative paths; directories are not listed: the
+/// server keeps an empty scaffolding of its own).
+fn files_under(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path.clone());
+                continue;
+            }
+            out.push(
+                path.strip_prefix(dir)
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+            );
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Issue 23, item 8: a backup whose timeout expires mid-upload (its future dropped, as
+/// `timeoutInSecond` does) aborts its multipart upload: the S3 server holds nothing of it
+/// afterwards. Before, the upload was abandoned, its parts kept (and billed) by the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_upload_is_aborted_not_abandoned() -> anyhow::Result<()> {
+    let tools = Tools::from_env()?;
+    let server = S3Server::start(&tools, "127.0.0.1").await?;
+    let bucket = open_bucket(&server, "abandoned").await?;
+    let before = files_under(server.root());
+    // 20 MiB (more than one part) of a snapshot that never ends: the member stalls.
+    let chunks = futures::stream::iter(
+        (0..20).map(|_| Ok::<Bytes, std::io::Error>(Bytes::from(vec![7u8; 1024 * 1024]))),
+    )
+    .chain(futures::stream::pending());
+    let info = SnapshotInfo {
+        etcd_version: "3.6.16".into(),
+        revision: 1,
+        cluster: "test/a".into(),
+        member: "a".into(),
+    };
+    let upload = transfer::upload(
+        &bucket,
+        "stalled/snapshot.db",
+        &info,
+        Names::Hyphens,
+        chunks,
+    );
+    let timed_out = tokio::time::timeout(Duration::from_secs(5), upload).await;
+    ensure!(
+        timed_out.is_err(),
+        "the stalled upload ended: {timed_out:?}"
+    );
+    let during = files_under(server.root());
+    println!(
+        "while uploading, the store held {} more files",
+        during.len() - before.len()
+    );
+    ensure!(during.len() > before.len(), "the upload wrote no part");
+    poll_until(
+        "nothing left of the aborted upload",
+        Duration::from_secs(30),
+        || {
+            let now = files_under(server.root());
+            let before = before.clone();
+            async move { anyhow::Ok((now == before).then_some(())) }
+        },
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "left in the store: {:?}",
+            files_under(server.root())
+                .into_iter()
+                .filter(|f| !before.contains(f))
+                .collect::<Vec<_>>()
+        )
+    })?;
+    Ok(())
+}

@@ -178,12 +178,34 @@ pub async fn save(args: &SaveArgs) -> Result<PodReport, CommandError> {
         timeout: Duration::from_secs(5),
         pool: None,
     };
-    let written = tokio::time::timeout(limit, async {
+    // What an earlier pod of this backup left when it was killed (its timeout) goes first.
+    let leftovers = claim_files::remove_leftovers(&args.file, args.prefix.as_deref())?;
+    let write = || async {
         let stream = access.snapshot(&args.endpoint, limit).await?;
         Ok::<_, CommandError>(claim_files::write_snapshot(&args.file, stream).await?)
-    })
-    .await
-    .map_err(|_| CommandError::Timeout(limit))??;
+    };
+    let mut pruned = Vec::new();
+    let written = match tokio::time::timeout(limit, write()).await {
+        Ok(Err(CommandError::File(e))) if claim_files::is_full(&e) => {
+            // A full claim: retention only ran after successes, so it never got room back.
+            // Make room for one snapshot (down to maxBackups - 1, never the last one) and try
+            // once more.
+            let room = args.max_backups.saturating_sub(1).max(1);
+            pruned = match &args.prefix {
+                Some(prefix) if args.max_backups > 1 => {
+                    claim_files::retain(prefix, room, Path::new(""))?
+                }
+                _ => Vec::new(),
+            };
+            if pruned.is_empty() {
+                return Err(CommandError::File(e));
+            }
+            tokio::time::timeout(limit, write())
+                .await
+                .map_err(|_| CommandError::Timeout(limit))??
+        }
+        other => other.map_err(|_| CommandError::Timeout(limit))??,
+    };
     let metadata = Metadata {
         etcd_version: args.etcd_version.clone(),
         revision: args.revision,
@@ -199,6 +221,18 @@ pub async fn save(args: &SaveArgs) -> Result<PodReport, CommandError> {
         written.size,
         written.sha256
     );
+    if !leftovers.is_empty() {
+        message.push_str(&format!(
+            "; {} temporary file(s) of an interrupted backup removed",
+            leftovers.len()
+        ));
+    }
+    if !pruned.is_empty() {
+        message.push_str(&format!(
+            "; the claim was full: {} old snapshot(s) deleted to make room",
+            pruned.len()
+        ));
+    }
     if let Some(prefix) = &args.prefix {
         // The snapshot is written; a failed deletion is reported and retried after the next.
         match claim_files::retain(prefix, args.max_backups, &args.file) {

@@ -149,6 +149,8 @@ where
     }
     let partial = temporary_path(target);
     let mut out = std::fs::File::create(&partial).map_err(io("creating", &partial))?;
+    // Removed if this future is dropped mid-write (the save's timeout): no leftover.
+    let mut cleanup = RemoveOnDrop(Some(partial.clone()));
     let outcome: Result<CheckedSnapshot, FileError> = async {
         let mut hasher = SnapshotHasher::new();
         while let Some(chunk) = chunks.next().await {
@@ -165,14 +167,59 @@ where
     match outcome {
         Ok(checked) => {
             std::fs::rename(&partial, target).map_err(io("renaming", &partial))?;
+            cleanup.0 = None;
             sync_parent(target)?;
             Ok(checked)
         }
-        Err(e) => {
-            let _ = std::fs::remove_file(&partial);
-            Err(e)
+        Err(e) => Err(e),
+    }
+}
+
+/// Removes a file when dropped, unless emptied first.
+struct RemoveOnDrop(Option<PathBuf>);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        if let Some(path) = self.0.take() {
+            let _ = std::fs::remove_file(path);
         }
     }
+}
+
+/// Removes the temporary files an earlier backup of `target` (or, for a periodic backup, of
+/// any snapshot of `prefix`) left when its pod was killed before it could clean up (a timeout
+/// deletes the pod). Only this backup's own temporary names are touched. Returns what was
+/// removed.
+pub fn remove_leftovers(target: &Path, prefix: Option<&Path>) -> Result<Vec<PathBuf>, FileError> {
+    let dir = target.parent().unwrap_or(Path::new("."));
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io("listing", dir)(e)),
+    };
+    let own = |path: &Path| {
+        let name = path.to_string_lossy();
+        let Some(snapshot) = name.strip_suffix(TEMPORARY_SUFFIX) else {
+            return false;
+        };
+        snapshot == target.to_string_lossy()
+            || prefix.is_some_and(|p| schedule::is_periodic_of(&p.to_string_lossy(), snapshot))
+    };
+    let mut removed = Vec::new();
+    for entry in entries {
+        let path = entry.map_err(io("listing", dir))?.path();
+        if own(&path) {
+            std::fs::remove_file(&path).map_err(io("deleting", &path))?;
+            removed.push(path);
+        }
+    }
+    Ok(removed)
+}
+
+/// Whether an I/O failure of a save is the claim being full.
+pub fn is_full(error: &FileError) -> bool {
+    matches!(error, FileError::Io { source, .. }
+        if source.kind() == std::io::ErrorKind::StorageFull || source.raw_os_error() == Some(28))
 }
 
 /// Writes the metadata of the snapshot `target` beside it.
@@ -411,5 +458,64 @@ mod tests {
         for f in files[2..].iter().chain(&others) {
             assert!(f.exists(), "{}", f.display());
         }
+    }
+
+    /// Issue 23, item 8: a save cut short by its timeout (the future dropped mid-write) leaves
+    /// no temporary file; what a killed pod left is removed by the next save of the same
+    /// backup, and nothing else is.
+    #[tokio::test]
+    async fn an_interrupted_save_leaves_no_temporary_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let target = dir.path().join("snap.db");
+        let endless =
+            futures::stream::iter(vec![Ok::<Bytes, String>(Bytes::from(vec![1u8; 4096]))])
+                .chain(futures::stream::pending());
+        let cut = tokio::time::timeout(
+            std::time::Duration::from_millis(200),
+            write_snapshot(&target, endless),
+        )
+        .await;
+        assert!(cut.is_err(), "the write should still be waiting");
+        assert!(!temporary_path(&target).exists(), "a .part file was left");
+        assert!(!target.exists());
+
+        // Leftovers of a killed pod: this backup's own are removed, others' are kept.
+        let prefix = dir.path().join("periodic.db");
+        let own = [
+            temporary_path(&target),
+            temporary_path(&dir.path().join("periodic.db_v12_2026-01-02-15:04:05")),
+        ];
+        let others = [
+            temporary_path(&dir.path().join("other.db")),
+            temporary_path(&dir.path().join("periodic.db.notes")),
+            dir.path().join("periodic.db_v11_2026-01-02-15:04:04"),
+        ];
+        for f in own.iter().chain(&others) {
+            std::fs::write(f, b"x").expect("write");
+        }
+        let mut removed = remove_leftovers(&target, Some(&prefix)).expect("cleanup");
+        removed.sort();
+        let mut want = own.to_vec();
+        want.sort();
+        assert_eq!(removed, want);
+        for f in &others {
+            assert!(f.exists(), "{} was removed", f.display());
+        }
+    }
+
+    #[test]
+    fn a_full_claim_is_told_from_other_failures() {
+        let full = FileError::Io {
+            what: "writing",
+            path: "x".into(),
+            source: std::io::Error::from_raw_os_error(28),
+        };
+        assert!(is_full(&full));
+        let denied = FileError::Io {
+            what: "writing",
+            path: "x".into(),
+            source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        };
+        assert!(!is_full(&denied));
     }
 }

@@ -121,6 +121,11 @@ fn parse_periodic(prefix: &str, key: &str) -> Option<Periodic> {
     })
 }
 
+/// Whether `key` is a periodic snapshot of `prefix` (as [`snapshot_key`] names them).
+pub fn is_periodic_of(prefix: &str, key: &str) -> bool {
+    parse_periodic(prefix, key).is_some()
+}
+
 /// The keys retention deletes: of the periodic snapshots of `prefix` among `keys` (other
 /// objects are never touched), all but the newest `max_backups`, oldest first; `keep` (the
 /// snapshot just written) is never one of them. `max_backups` 0 keeps all.

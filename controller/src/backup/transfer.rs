@@ -132,6 +132,9 @@ pub enum TransferError {
     /// The source of the stream failed (etcd, for an upload).
     #[error("reading the snapshot: {0}")]
     Source(String),
+    /// The upload's writer was already handed on (a bug, never expected).
+    #[error("the multipart upload was already finished or aborted")]
+    UploadGone,
     /// The stream is not an intact snapshot; the upload was aborted.
     #[error(transparent)]
     Integrity(#[from] IntegrityError),
@@ -160,6 +163,7 @@ impl TransferError {
             TransferError::Source(_) => "SnapshotFailed",
             TransferError::Integrity(_) => "IntegrityCheckFailed",
             TransferError::File { .. } => "WriteFailed",
+            TransferError::UploadGone => "StoreFailed",
         }
     }
 }
@@ -220,8 +224,12 @@ where
         ..PutMultipartOptions::default()
     };
     let upload = store.put_multipart_opts(&path, options).await?;
-    let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
+    let mut guard = AbortOnDrop {
+        writer: Some(WriteMultipart::new_with_chunk_size(upload, PART_SIZE)),
+        key: key.to_string(),
+    };
     let outcome: Result<(), TransferError> = async {
+        let writer = guard.writer()?;
         for chunk in held {
             writer.wait_for_capacity(PARTS_IN_FLIGHT).await?;
             writer.put(chunk);
@@ -236,6 +244,7 @@ where
     }
     .await;
     let checked = outcome.and_then(|()| hasher.finish().map_err(TransferError::from));
+    let writer = guard.take()?;
     match checked {
         Ok(checked) => {
             writer.finish().await?;
@@ -246,6 +255,48 @@ where
                 tracing::warn!(key, error = %abort, "aborting the snapshot upload failed");
             }
             Err(e)
+        }
+    }
+}
+
+/// A multipart upload that is aborted when dropped unfinished: a backup whose timeout expires
+/// (its future dropped mid-upload) or a controller shutting down leaves no incomplete upload
+/// behind in the bucket, where stores keep (and bill) them until aborted.
+struct AbortOnDrop {
+    writer: Option<WriteMultipart>,
+    key: String,
+}
+
+impl AbortOnDrop {
+    fn writer(&mut self) -> Result<&mut WriteMultipart, TransferError> {
+        self.writer.as_mut().ok_or(TransferError::UploadGone)
+    }
+
+    /// The upload, no longer aborted on drop: the caller finishes or aborts it.
+    fn take(&mut self) -> Result<WriteMultipart, TransferError> {
+        self.writer.take().ok_or(TransferError::UploadGone)
+    }
+}
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        let Some(writer) = self.writer.take() else {
+            return;
+        };
+        let key = std::mem::take(&mut self.key);
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    match writer.abort().await {
+                        Ok(()) => tracing::info!(key, "unfinished snapshot upload aborted"),
+                        Err(e) => tracing::warn!(key, error = %e, "aborting an unfinished snapshot upload failed"),
+                    }
+                });
+            }
+            Err(_) => tracing::warn!(
+                key,
+                "an unfinished snapshot upload could not be aborted (no runtime)"
+            ),
         }
     }
 }
