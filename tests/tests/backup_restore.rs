@@ -92,6 +92,21 @@ fn main() -> std::process::ExitCode {
             gcs_backups_and_a_restore_through_fake_gcs_server,
         )
         .with_timeout(long),
+        etcd_tests::Test::new(
+            "a_scale_down_after_a_slow_safety_backup_is_planned_on_a_fresh_observation",
+            a_scale_down_after_a_slow_safety_backup_is_planned_on_a_fresh_observation,
+        )
+        .with_timeout(long),
+        etcd_tests::Test::new(
+            "a_weeks_old_safety_record_is_not_reused",
+            a_weeks_old_safety_record_is_not_reused,
+        )
+        .with_timeout(long),
+        etcd_tests::Test::new(
+            "a_restore_deleted_mid_replacement_still_recreates_the_cluster",
+            a_restore_deleted_mid_replacement_still_recreates_the_cluster,
+        )
+        .with_timeout(long),
     ]);
     etcd_tests::run_suite_with_kubelet(tests)
 }
@@ -1106,5 +1121,222 @@ async fn backups_and_a_restore_through(
     );
     let pods: Api<Pod> = ctx.api();
     check_every_member(&pods, "cl", "/k/", &data, 1).await?;
+    Ok(())
+}
+
+/// A cluster manifest with `spec.safetyBackup` to S3 at `endpoint`.
+fn safe_cluster_yaml(
+    name: &str,
+    size: usize,
+    version: &str,
+    bucket: &str,
+    endpoint: &str,
+) -> String {
+    format!(
+        "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdCluster\nmetadata:\n  name: {name}\nspec:\n  size: {size}\n  version: {version}\n  safetyBackup:\n    storageType: S3\n    s3:\n      path: {bucket}/{name}/snap.db\n      awsSecret: aws\n      endpoint: {endpoint}\n      forcePathStyle: true\n"
+    )
+}
+
+/// The pid of a member's etcd process.
+fn member_pid(ctx: &TestContext, pod: &str) -> anyhow::Result<nix::unistd::Pid> {
+    let pid = ctx
+        .kubelet()?
+        .container_pid(ctx.ns(), pod)
+        .with_context(|| format!("{pod} runs no process"))?;
+    Ok(nix::unistd::Pid::from_raw(i32::try_from(pid)?))
+}
+
+/// Issue 23, item 6: a step that waited on a long call (here a safety backup to a store
+/// reached over a slow path, 8 s per connection) is planned again on a fresh observation. While
+/// the snapshot uploads, the follower that would stay is frozen (SIGSTOP); the scale-down 3 -> 2
+/// then removes that unhealthy member, not the healthy one it had picked: quorum holds. Before,
+/// the removal planned before the snapshot went ahead, leaving 1 healthy voter of 2.
+async fn a_scale_down_after_a_slow_safety_backup_is_planned_on_a_fresh_observation(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    use support::phases::PhaseWatch;
+    use support::proxy::DelayingProxy;
+    install(&ctx).await?;
+    let _controller = Controller::start(&ctx)?;
+    let storage = Storage::start(&ctx, "fresh").await?;
+    let upstream: std::net::SocketAddr = format!("127.0.0.1:{}", storage.server.port()).parse()?;
+    let proxy = DelayingProxy::start(upstream, Duration::from_secs(8)).await?;
+    let version = etcd_shared::version::DEFAULT_VERSION;
+    create_cluster(
+        &ctx,
+        &safe_cluster_yaml("fresh", 3, version, "fresh", &proxy.endpoint()),
+    )
+    .await?;
+    wait_until(&ctx.api(), "fresh", "settled", |c| settled(c, 3, version)).await?;
+    // The scale-down removes the newest follower; the other follower is the one frozen.
+    let pods: Api<Pod> = ctx.api();
+    let mut followers = Vec::new();
+    for (name, url) in support::member_urls(&pods, "fresh").await? {
+        let mut client = connect(&[url]).await?;
+        let status = client.status().await?;
+        let id = status.header().map_or(0, |h| h.member_id());
+        if status.leader() != id {
+            followers.push(name);
+        }
+    }
+    followers.sort();
+    ensure!(followers.len() == 2, "followers {followers:?}");
+    let (frozen, picked) = (followers[0].clone(), followers[1].clone());
+    let phases = PhaseWatch::start(ctx.api(), "fresh");
+    let clusters: Api<EtcdCluster> = ctx.api();
+    clusters
+        .patch(
+            "fresh",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"spec": {"size": 2}})),
+        )
+        .await?;
+    tokio::time::timeout(WAIT, proxy.connection())
+        .await
+        .context("the safety backup never reached the store")?;
+    let pid = member_pid(&ctx, &frozen)?;
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP)?;
+    println!("fresh: snapshot uploading; {frozen} frozen, {picked} was the planned removal");
+    let result = wait_until(&clusters, "fresh", "2 healthy voters", |c| {
+        settled(c, 2, version)
+    })
+    .await;
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT);
+    let phases = phases.stop().await?;
+    let done = result?;
+    ensure!(
+        !phases
+            .iter()
+            .any(|(p, _)| *p == etcd_shared::types::ClusterPhase::QuorumLost),
+        "quorum lost: {phases:?}"
+    );
+    let members = done.status.and_then(|s| s.members).context("members")?;
+    ensure!(
+        members.ready.contains(&picked) && !members.ready.contains(&frozen),
+        "the frozen member should have gone, not {picked}: {members:?}"
+    );
+    Ok(())
+}
+
+/// Issue 23, item 11: a safety-backup record is not reused weeks later. A record of an
+/// "upgrade to 3.7" three weeks old (an upgrade rolled back then) stands in the status; asked
+/// for again, the upgrade gets a snapshot of its own. Before, the old record counted.
+async fn a_weeks_old_safety_record_is_not_reused(ctx: TestContext) -> anyhow::Result<()> {
+    install(&ctx).await?;
+    let _controller = Controller::start(&ctx)?;
+    let storage = Storage::start(&ctx, "stale").await?;
+    let from = support::pinned_etcd("3.6")?;
+    let to = support::pinned_etcd("3.7")?;
+    create_cluster(
+        &ctx,
+        &safe_cluster_yaml("stale", 1, &from, "stale", storage.server.endpoint()),
+    )
+    .await?;
+    let clusters: Api<EtcdCluster> = ctx.api();
+    wait_until(&clusters, "stale", "settled", |c| settled(c, 1, &from)).await?;
+    let weeks_ago = k8s_openapi::jiff::Timestamp::now()
+        .checked_sub(k8s_openapi::jiff::SignedDuration::from_hours(21 * 24))?;
+    clusters
+        .patch_status(
+            "stale",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"status": {"lastSafetyBackup": {
+                "before": "upgrade to 3.7",
+                "path": "stale/stale/snap.db_before-upgrade-3.7_v5_old",
+                "revision": 5,
+                "sha256": "00".repeat(32),
+                "time": weeks_ago.to_string(),
+            }}})),
+        )
+        .await?;
+    clusters
+        .patch(
+            "stale",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"spec": {"version": to}})),
+        )
+        .await?;
+    let upgraded = wait_until(&clusters, "stale", "upgraded", |c| settled(c, 1, &to)).await?;
+    let record = upgraded
+        .status
+        .and_then(|s| s.last_safety_backup)
+        .context("lastSafetyBackup")?;
+    let age = k8s_openapi::jiff::Timestamp::now()
+        .as_second()
+        .saturating_sub(record.time.as_ref().map_or(0, |t| t.0.as_second()));
+    ensure!(age < 3600, "the record is {age} s old: {record:?}");
+    let keys = storage.keys("stale").await?;
+    ensure!(
+        keys.iter().any(|k| k.contains("before-upgrade-3.7")),
+        "no snapshot before the upgrade: {keys:?}"
+    );
+    Ok(())
+}
+
+/// Issue 23, item 11: deleting an EtcdRestore after it deleted the cluster it replaces (its
+/// status then holds the only copy of the cluster's spec) no longer loses both: a finalizer
+/// keeps it until the restored cluster exists, which then comes up with every key.
+async fn a_restore_deleted_mid_replacement_still_recreates_the_cluster(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    install(&ctx).await?;
+    OperatorBinaries::locate()?.register(ctx.kubelet()?);
+    let _controller = Controller::start(&ctx)?;
+    let storage = Storage::start(&ctx, "midway").await?;
+    settled_cluster(&ctx, "midway", 1).await?;
+    let slices: Api<EndpointSlice> = ctx.api();
+    let data = bulk_put(&slices, "midway", "/m/", 200, 8).await?;
+    create::<EtcdBackup>(
+        &ctx,
+        &backup_yaml(&storage, "mb", "midway", "midway/snapshot.db"),
+    )
+    .await?;
+    backup_status(&ctx, "mb", "succeeded", |s| s.succeeded).await?;
+    let clusters: Api<EtcdCluster> = ctx.api();
+    let old_uid = clusters.get("midway").await?.uid().context("uid")?;
+    create::<EtcdRestore>(
+        &ctx,
+        &restore_yaml(&storage, "mr", "midway", "midway/snapshot.db"),
+    )
+    .await?;
+    // The moment the old cluster is being deleted, the user deletes the restore.
+    poll_until("the old cluster being deleted", WAIT, || {
+        let clusters = clusters.clone();
+        let old_uid = old_uid.clone();
+        async move {
+            let c = clusters.get_opt("midway").await?;
+            anyhow::Ok(
+                c.is_none_or(|c| {
+                    c.metadata.deletion_timestamp.is_some() || c.uid() != Some(old_uid)
+                })
+                .then_some(()),
+            )
+        }
+    })
+    .await?;
+    let restores: Api<EtcdRestore> = ctx.api();
+    restores.delete("mr", &DeleteParams::default()).await?;
+    let back = poll_until("the restored cluster", WAIT, || {
+        let clusters = clusters.clone();
+        let old_uid = old_uid.clone();
+        async move {
+            let c = clusters.get_opt("midway").await?;
+            anyhow::Ok(c.filter(|c| c.uid() != Some(old_uid.clone())))
+        }
+    })
+    .await
+    .context("the cluster was never recreated: deleting the restore lost it")?;
+    ensure!(back.spec.size == Some(1), "{:?}", back.spec);
+    wait_until(&clusters, "midway", "Running", |c| {
+        settled(c, 1, etcd_shared::version::DEFAULT_VERSION)
+    })
+    .await?;
+    let pods: Api<Pod> = ctx.api();
+    check_every_member(&pods, "midway", "/m/", &data, 1).await?;
+    poll_until("the restore gone once the cluster exists", WAIT, || {
+        let restores = restores.clone();
+        async move { anyhow::Ok(restores.get_opt("mr").await?.is_none().then_some(())) }
+    })
+    .await?;
     Ok(())
 }

@@ -171,6 +171,13 @@ fn needed(scope: &Scope) -> Vec<Question> {
             true,
         )
     });
+    // The restore's finalizer.
+    q.push(ask(
+        "patch",
+        "etcdrestores.etcd.database.coreos.com",
+        scope,
+        true,
+    ));
     for verb in ["get", "list", "watch", "create", "delete", "patch"] {
         q.push(ask(verb, "pods", scope, true));
     }
@@ -204,10 +211,16 @@ fn not_needed(scope: &Scope) -> Vec<Question> {
         "etcdbackups.etcd.database.coreos.com",
         "etcdrestores.etcd.database.coreos.com",
     ] {
-        for verb in ["create", "update", "patch", "delete", "deletecollection"] {
+        for verb in ["create", "update", "delete", "deletecollection"] {
             q.push(ask(verb, resource, scope, false));
         }
     }
+    q.push(ask(
+        "patch",
+        "etcdbackups.etcd.database.coreos.com",
+        scope,
+        false,
+    ));
     q.push(Question {
         subresource: Some("status"),
         ..ask(

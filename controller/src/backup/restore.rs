@@ -54,6 +54,12 @@ pub const RESTORED: &str = "Restored";
 /// How often a restore in progress looks again (the cluster's own changes do not wake it).
 const POLL: Duration = Duration::from_secs(2);
 
+/// Held on an EtcdRestore from the moment it deletes the cluster it replaces until the restored
+/// cluster exists: the restore's status is the only copy of the cluster's spec in between, so
+/// deleting the EtcdRestore then would lose both. A restore deleted in that window finishes
+/// creating the cluster first.
+pub const RESTORE_FINALIZER: &str = "etcd.database.coreos.com/restore-in-progress";
+
 /// The next step of a restore, from what is observed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RestoreStep {
@@ -253,6 +259,9 @@ async fn reconcile(
     let step = next_step(&restore, cluster.as_ref());
     tracing::debug!(restore = %key(&restore), ?step, "restore step");
     let reference = restore.object_ref(&());
+    if restore.metadata.deletion_timestamp.is_some() {
+        return finish_deleted(&r, &restore, &clusters, &namespace, step).await;
+    }
     match step {
         RestoreStep::Done => Ok(Action::await_change()),
         RestoreStep::NoCluster => {
@@ -308,6 +317,9 @@ async fn reconcile(
             }
         }
         RestoreStep::DeleteOld(uid) => {
+            // From here until the restored cluster exists, this restore's status is the only
+            // copy of the cluster's spec.
+            set_finalizer(&r.client, &restore, true).await?;
             let params = DeleteParams {
                 preconditions: Some(Preconditions {
                     uid: Some(uid.clone()),
@@ -326,20 +338,7 @@ async fn reconcile(
         }
         RestoreStep::WaitGone | RestoreStep::WaitReady => Ok(Action::requeue(POLL)),
         RestoreStep::CreateNew => {
-            let new = restored_cluster(&restore, &namespace)?;
-            match clusters.create(&PostParams::default(), &new).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 409 => {}
-                Err(e) => return Err(Error::kube(format!("create EtcdCluster {target}"))(e).into()),
-            }
-            publish(
-                &r.recorder,
-                &reference,
-                EventType::Normal,
-                "ClusterCreated",
-                format!("EtcdCluster {target} created; its first member restores the snapshot"),
-            )
-            .await;
+            create_restored(&r, &restore, &clusters, &namespace).await?;
             Ok(Action::requeue(POLL))
         }
         RestoreStep::Finish => {
@@ -366,6 +365,7 @@ async fn reconcile(
                 ),
             );
             write_status(&r.client, &restore, &status).await?;
+            set_finalizer(&r.client, &restore, false).await?;
             r.metrics.restored(true);
             r.backoff.succeeded(&key(&restore));
             publish(
@@ -378,6 +378,104 @@ async fn reconcile(
             .await;
             Ok(Action::await_change())
         }
+    }
+}
+
+/// Creates the restored cluster from the recorded template (one that exists already is fine).
+async fn create_restored(
+    r: &RestoreReconciler,
+    restore: &EtcdRestore,
+    clusters: &Api<EtcdCluster>,
+    namespace: &str,
+) -> Result<(), BackupError> {
+    let target = restore.spec.etcd_cluster.name.clone();
+    let new = restored_cluster(restore, namespace)?;
+    match clusters.create(&PostParams::default(), &new).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(Error::kube(format!("create EtcdCluster {target}"))(e).into()),
+    }
+    publish(
+        &r.recorder,
+        &restore.object_ref(&()),
+        EventType::Normal,
+        "ClusterCreated",
+        format!("EtcdCluster {target} created; its first member restores the snapshot"),
+    )
+    .await;
+    Ok(())
+}
+
+/// A restore deleted by its user: nothing new is started (the cluster it was about to replace
+/// stays), but a replacement under way is finished first: once the old cluster is deleted the
+/// restore's status is the only copy of its spec, so the cluster is created from it before the
+/// finalizer lets the EtcdRestore go.
+async fn finish_deleted(
+    r: &RestoreReconciler,
+    restore: &EtcdRestore,
+    clusters: &Api<EtcdCluster>,
+    namespace: &str,
+    step: RestoreStep,
+) -> Result<Action, BackupError> {
+    let held = restore.finalizers().iter().any(|f| f == RESTORE_FINALIZER);
+    if !held {
+        return Ok(Action::await_change());
+    }
+    match step {
+        RestoreStep::WaitGone => Ok(Action::requeue(POLL)),
+        RestoreStep::CreateNew => {
+            create_restored(r, restore, clusters, namespace).await?;
+            info!(restore = %key(restore), "deleted during the replacement: the restored cluster is created before it goes");
+            set_finalizer(&r.client, restore, false).await?;
+            Ok(Action::await_change())
+        }
+        _ => {
+            set_finalizer(&r.client, restore, false).await?;
+            Ok(Action::await_change())
+        }
+    }
+}
+
+/// Adds (`hold`) or removes [`RESTORE_FINALIZER`] on the restore, keeping others' finalizers;
+/// the write carries the restore's resourceVersion, so a concurrent change is retried.
+async fn set_finalizer(
+    client: &kube::Client,
+    restore: &EtcdRestore,
+    hold: bool,
+) -> Result<(), BackupError> {
+    let mut finalizers: Vec<String> = restore.finalizers().to_vec();
+    let held = finalizers.iter().any(|f| f == RESTORE_FINALIZER);
+    if held == hold {
+        return Ok(());
+    }
+    if hold {
+        finalizers.push(RESTORE_FINALIZER.to_string());
+    } else {
+        finalizers.retain(|f| f != RESTORE_FINALIZER);
+    }
+    let api: Api<EtcdRestore> =
+        Api::namespaced(client.clone(), &restore.namespace().unwrap_or_default());
+    let patch = json!({
+        "metadata": {
+            "finalizers": finalizers,
+            "resourceVersion": restore.metadata.resource_version,
+        }
+    });
+    match api
+        .patch(
+            &restore.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(Error::kube(format!(
+            "set the finalizer of EtcdRestore {}",
+            restore.name_any()
+        ))(e)
+        .into()),
     }
 }
 

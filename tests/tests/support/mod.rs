@@ -6,6 +6,8 @@ pub mod backups;
 pub mod operator;
 #[allow(dead_code, reason = "used by some of the suites sharing this module")]
 pub mod phases;
+#[allow(dead_code, reason = "used by some of the suites sharing this module")]
+pub mod proxy;
 pub mod tls;
 pub mod writer;
 
