@@ -111,7 +111,11 @@ fn health_of(name: &str, statuses: &[PodStatus]) -> Health {
     }
 }
 
-fn pod_state(pod: &CachedPod, now: Timestamp) -> Option<PodState> {
+fn pod_state(
+    pod: &CachedPod,
+    claim_created_on: &BTreeMap<String, EtcdVersion>,
+    now: Timestamp,
+) -> Option<PodState> {
     let name = pod.metadata.name.clone()?;
     let status = &pod.status;
     let age = pod
@@ -147,6 +151,13 @@ fn pod_state(pod: &CachedPod, now: Timestamp) -> Option<PodState> {
     let restarts_at_upgrade =
         annotation(names::ANNOTATION_RESTARTS_AT_UPGRADE).and_then(|n| n.parse().ok());
     let ready = pod.condition_is_true("Ready");
+    let own_created_on: Option<EtcdVersion> =
+        annotation(names::ANNOTATION_CREATED_ON).and_then(|v| v.parse().ok());
+    let data_created_on = match (own_created_on, claim_created_on.get(&name)) {
+        (Some(own), Some(claim)) => Some(own.min(*claim)),
+        (own, None) => own,
+        (None, Some(_)) => None,
+    };
     let since = |t: Timestamp| {
         Duration::from_secs(u64::try_from((now.as_second() - t.as_second()).max(0)).unwrap_or(0))
     };
@@ -172,7 +183,8 @@ fn pod_state(pod: &CachedPod, now: Timestamp) -> Option<PodState> {
         ip: status.pod_ip.clone().filter(|ip| !ip.is_empty()),
         terminating: pod.metadata.deletion_timestamp.is_some(),
         age: Duration::from_secs(u64::try_from(age).unwrap_or(0)),
-        created_on: annotation(names::ANNOTATION_CREATED_ON).and_then(|v| v.parse().ok()),
+        created_on: own_created_on,
+        data_created_on,
         snapshot_barrier: annotation(names::ANNOTATION_SNAPSHOT_BARRIER)
             .and_then(|v| v.parse().ok()),
         overdue,
@@ -320,7 +332,25 @@ pub async fn observe(
     let pods = cache::select(&caches.pods, &view.namespace, &pod_selector);
     let claims = cache::select(&caches.claims, &view.namespace, &claim_selector);
     let tls = operator_tls(client, view).await?;
-    let pods: Vec<PodState> = pods.iter().filter_map(|p| pod_state(p, now)).collect();
+    // The version each member's claim was made under, from its annotation.
+    let claim_created_on: BTreeMap<String, EtcdVersion> = claims
+        .iter()
+        .filter_map(|c| {
+            let member = c.metadata.labels.as_ref()?.get(names::LABEL_MEMBER)?;
+            let version = c
+                .metadata
+                .annotations
+                .as_ref()?
+                .get(names::ANNOTATION_CREATED_ON)?
+                .parse()
+                .ok()?;
+            Some((member.clone(), version))
+        })
+        .collect();
+    let pods: Vec<PodState> = pods
+        .iter()
+        .filter_map(|p| pod_state(p, &claim_created_on, now))
+        .collect();
     let member_of = |c: &crate::cache::CachedClaim| {
         c.metadata
             .labels

@@ -36,8 +36,8 @@ use etcd_tests::suite::TestContext;
 use support::operator::{Controller, create_cluster, install};
 use support::phases::PhaseWatch;
 use support::{
-    ETCD_TIMEOUT, WAIT, check_every_member, client_service_urls, connect, duration, member_list,
-    member_pods, member_urls, settled, wait_until,
+    ETCD_TIMEOUT, WAIT, bulk_put, check_every_member, client_service_urls, connect, duration,
+    member_list, member_pods, member_urls, pinned_etcd, settled, wait_until,
 };
 
 fn main() -> std::process::ExitCode {
@@ -70,6 +70,11 @@ fn main() -> std::process::ExitCode {
         etcd_tests::Test::new(
             "a_slow_first_member_is_waited_for_not_killed",
             a_slow_first_member_is_waited_for_not_killed,
+        )
+        .with_timeout(long),
+        etcd_tests::Test::new(
+            "members_recreated_on_claims_begun_on_3_4_snapshot_before_3_7",
+            members_recreated_on_claims_begun_on_3_4_snapshot_before_3_7,
         )
         .with_timeout(long),
     ];
@@ -622,4 +627,69 @@ async fn a_slow_first_member_is_waited_for_not_killed(ctx: TestContext) -> anyho
         "the bootstrap started over"
     );
     Ok(())
+}
+
+/// Issue 23, item 11: the snapshot barrier before 3.7 follows where the data began, not the
+/// pods. A durable cluster born on 3.4 (whose members wrote v2-format raft entries) is upgraded
+/// to 3.6, its node shut down gracefully, its members recreated on their claims by pods made on
+/// 3.6: the move to 3.7 still records the barrier and waits for the members' raft snapshots
+/// (ETCD_SNAPSHOT_COUNT 500 here; the writes take them past it), and every member runs 3.7 with
+/// every key. Before, the recreated pods hid the cluster's age, no barrier was recorded and
+/// the first member on 3.7 replayed entries it cannot read.
+async fn members_recreated_on_claims_begun_on_3_4_snapshot_before_3_7(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    install(&ctx).await?;
+    let _controller = Controller::start(&ctx)?;
+    let lines: Vec<String> = ["3.4", "3.5", "3.6", "3.7"]
+        .iter()
+        .map(|l| pinned_etcd(l))
+        .collect::<anyhow::Result<_>>()?;
+    let spec = format!(
+        "size: 3\nversion: {}\npod:\n  etcdEnv:\n  - name: ETCD_SNAPSHOT_COUNT\n    value: \"500\"\n  persistentVolumeClaimSpec:\n    resources:\n      requests:\n        storage: 1Gi",
+        lines[0]
+    );
+    let started = Instant::now();
+    create_cluster(&ctx, &manifest("aged", &spec)).await?;
+    let api: Api<EtcdCluster> = ctx.api();
+    wait_until(&api, "aged", "Running on 3.4", |c| settled(c, 3, &lines[0])).await?;
+    duration("aged: 3 members on 3.4", started);
+    let slices: Api<EndpointSlice> = ctx.api();
+    let mut written = bulk_put(&slices, "aged", "/a/", 50, 4).await?;
+    for version in &lines[1..3] {
+        patch_spec(&ctx, "aged", serde_json::json!({"version": version})).await?;
+        wait_until(&api, "aged", &format!("Running on {version}"), |c| {
+            settled(c, 3, version)
+        })
+        .await?;
+    }
+    ctx.kubelet()?.shut_down_gracefully(ctx.ns()).await?;
+    wait_until(&api, "aged", "back after the node shutdown", |c| {
+        settled(c, 3, &lines[2])
+    })
+    .await?;
+    let upgrade = Instant::now();
+    patch_spec(&ctx, "aged", serde_json::json!({"version": lines[3]})).await?;
+    wait_until(&api, "aged", "waiting for the members' snapshots", |c| {
+        c.status
+            .as_ref()
+            .and_then(|s| s.next_step.as_deref())
+            .is_some_and(|n| n.contains("take a raft snapshot past"))
+    })
+    .await?;
+    ensure!(
+        event_count(&ctx, "SnapshotBarrierRecorded").await? == 1,
+        "no SnapshotBarrierRecorded event"
+    );
+    // Enough entries for every member to snapshot past the barrier.
+    written.extend(bulk_put(&slices, "aged", "/b/", 700, 8).await?);
+    wait_until(&api, "aged", "Running on 3.7", |c| settled(c, 3, &lines[3])).await?;
+    duration("aged: 3.6 -> 3.7 past the barrier", upgrade);
+    let pods: Api<Pod> = ctx.api();
+    let a: BTreeMap<String, String> = written
+        .iter()
+        .filter(|(k, _)| k.starts_with("/a/"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    check_every_member(&pods, "aged", "/a/", &a, 3).await
 }

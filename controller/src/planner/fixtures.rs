@@ -15,6 +15,7 @@ pub(crate) fn ready_pod(i: u32, version: &str) -> super::PodState {
         terminating: false,
         age: std::time::Duration::from_secs(3600),
         created_on: parsed,
+        data_created_on: parsed,
         snapshot_barrier: None,
         overdue: std::time::Duration::ZERO,
         running_for: Some(std::time::Duration::from_secs(3600)),

@@ -790,8 +790,10 @@ fn snapshot_barrier(view: &ClusterView, obs: &Observed, members: &[MemberState])
     if !running.replays_v2_entries || running.writes_v2_entries {
         return None;
     }
+    // Where the data began counts, not the pod: a durable member recreated on its claim (after
+    // a node shutdown, say) runs a new pod over the old raft log.
     let wrote_v2 = obs.pods.iter().any(|p| {
-        p.created_on
+        p.data_created_on
             .and_then(|v| v.capabilities())
             .is_none_or(|c| c.writes_v2_entries)
     });

@@ -30,6 +30,9 @@ pub struct PodState {
     pub age: Duration,
     /// The version the pod was created with (`None`: made by an earlier operator).
     pub created_on: Option<EtcdVersion>,
+    /// The version its data began under: the pod's, or its claim's when the claim is older
+    /// (a pod recreated on a claim after an upgrade). `None`: unknown (an earlier operator).
+    pub data_created_on: Option<EtcdVersion>,
     /// The raft index recorded as the cluster's snapshot barrier, if one was.
     pub snapshot_barrier: Option<u64>,
     /// How long the pod has been past its deletion deadline (its `deletionTimestamp`, which

@@ -683,9 +683,20 @@ fn a_cluster_born_before_3_5_snapshots_past_its_v2_entries_before_3_7() {
     }
     for p in &mut obs.pods {
         p.created_on = Some(v("3.2.13"));
+        p.data_created_on = Some(v("3.2.13"));
     }
     assert_eq!(
         plan_for(spec, &obs),
+        Step::RecordSnapshotBarrier { index: 502 }
+    );
+    // Issue 23, item 11: durable members recreated on their claims run pods made on 3.6 over
+    // data begun on 3.2: the data decides.
+    let mut recreated = obs.clone();
+    for p in &mut recreated.pods {
+        p.created_on = Some(v("3.6.16"));
+    }
+    assert_eq!(
+        plan_for(spec, &recreated),
         Step::RecordSnapshotBarrier { index: 502 }
     );
     for p in &mut obs.pods {
@@ -718,6 +729,7 @@ fn a_cluster_born_before_3_5_snapshots_past_its_v2_entries_before_3_7() {
     // Pods made by an earlier operator do not say where they were born: counted as old.
     for p in &mut obs.pods {
         p.created_on = None;
+        p.data_created_on = None;
     }
     obs.members.as_mut().unwrap()[2].applied_index = 600;
     assert!(matches!(
@@ -727,6 +739,7 @@ fn a_cluster_born_before_3_5_snapshots_past_its_v2_entries_before_3_7() {
     // A cluster born on 3.5 or later has no v2-format entries: no wait.
     for p in &mut obs.pods {
         p.created_on = Some(v("3.5.35"));
+        p.data_created_on = Some(v("3.5.35"));
     }
     assert!(matches!(plan_for(spec, &obs), Step::UpgradeMember { .. }));
 }

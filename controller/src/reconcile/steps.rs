@@ -259,7 +259,7 @@ async fn create_member_pod(
     view: &ClusterView,
     plan: &MemberPlan,
 ) -> Result<(), Error> {
-    if let Some(claim) = builders::data_claim(view, &plan.name) {
+    if let Some(claim) = builders::data_claim(view, &plan.name, &plan.version) {
         let claims: Api<PersistentVolumeClaim> =
             Api::namespaced(ctx.client.clone(), &view.namespace);
         match claims.create(&PostParams::default(), &claim).await {
