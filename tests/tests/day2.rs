@@ -583,9 +583,10 @@ async fn a_member_stuck_terminating_is_replaced_and_the_scale_up_goes_on(
 }
 
 /// Issue 23, item 5: a first member that is slow to start is not killed into a broken cluster.
-/// Its image takes 20 s to pull while the operator gives up on members after 5 s of running:
-/// Pending is not failing, so the same pod (same UID) becomes the cluster. Before, the seed was
-/// deleted at 5 s, recreated as joining an existing cluster on its claim, and crash-looped.
+/// Its image takes 45 s to pull (past the controller's 30 s periodic check) while the operator
+/// gives up on members after 5 s of running: Pending is not failing, so the same pod (same UID)
+/// becomes the cluster. Before, the periodic check deleted the seed during its pull; it was
+/// recreated as joining an existing cluster on its claim, and crash-looped.
 async fn a_slow_first_member_is_waited_for_not_killed(ctx: TestContext) -> anyhow::Result<()> {
     install(&ctx).await?;
     let _controller = Controller::start_with(&ctx, |config| {
@@ -593,7 +594,7 @@ async fn a_slow_first_member_is_waited_for_not_killed(ctx: TestContext) -> anyho
     })?;
     let kubelet = ctx.kubelet()?;
     let repository = format!("slow.example/{}/etcd", ctx.ns());
-    kubelet.set_image_pull_delay(&format!("{repository}:"), Duration::from_secs(20));
+    kubelet.set_image_pull_delay(&format!("{repository}:"), Duration::from_secs(45));
     let started = Instant::now();
     create_cluster(
         &ctx,
@@ -616,7 +617,7 @@ async fn a_slow_first_member_is_waited_for_not_killed(ctx: TestContext) -> anyho
     .await;
     kubelet.set_image_pull_delay(&format!("{repository}:"), Duration::ZERO);
     result?;
-    duration("slow: a seed with a 20 s image pull Running", started);
+    duration("slow: a seed with a 45 s image pull Running", started);
     let now = pods.get("slow-0").await?;
     ensure!(
         now.uid() == first.uid(),
