@@ -134,6 +134,8 @@ pub struct MemberStatus {
     pub is_learner: bool,
     /// The raft index it has applied (3.4+; 0 on older lines).
     pub applied_index: u64,
+    /// The raft index it has (committed to its log; every line reports it).
+    pub raft_index: u64,
     /// The key-value store's revision as this member has applied it.
     pub revision: i64,
     /// Size of its backend database, bytes.
@@ -305,6 +307,7 @@ impl EtcdAccess {
             alarms: alarms.into_iter().filter_map(|e| parse_alarm(e)).collect(),
             is_learner: resp.is_learner(),
             applied_index: resp.raft_applied_index(),
+            raft_index: resp.raft_index(),
             revision: resp.header().map_or(0, |h| h.revision()),
             db_size: resp.db_size(),
             db_size_in_use: resp.raft_used_db_size(),

@@ -490,6 +490,7 @@ mod tests {
                 alarms: vec![],
                 is_learner,
                 applied_index: 0,
+                raft_index: 0,
                 revision: 1,
                 db_size: 0,
                 db_size_in_use: 0,

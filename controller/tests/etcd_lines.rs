@@ -580,3 +580,77 @@ async fn no_space_is_seen_excluded_from_health_and_healed_on_every_line() -> any
     ensure!(failed.is_empty(), "{}", failed.join("\n"));
     Ok(())
 }
+
+/// Issue 24: what the controller asks of the last member of a cluster that lost quorum, on a
+/// real server of every line: a 3-member cluster, two members stopped for good, and the one
+/// left answers Status (no leader; its raft index), the member list (our client asks it
+/// serializable) and the Snapshot RPC, whose stream checks: the recovery starts from it.
+async fn survivor(tools: &Tools, version: &str) -> anyhow::Result<String> {
+    let etcd = tools.etcd(version)?;
+    let dir = tempfile::tempdir()?;
+    let [c1, p1, c2, p2, c3, p3] = free_ports()?;
+    let peers = format!(
+        "a=http://127.0.0.1:{p1},b=http://127.0.0.1:{p2},c=http://127.0.0.1:{p3}"
+    );
+    let a = start_member(&etcd, dir.path(), "a", (c1, p1), &peers, "new")?;
+    let b = start_member(&etcd, dir.path(), "b", (c2, p2), &peers, "new")?;
+    let c = start_member(&etcd, dir.path(), "c", (c3, p3), &peers, "new")?;
+    let access = EtcdAccess {
+        timeout: Duration::from_secs(3),
+        ..EtcdAccess::default()
+    };
+    healthy(&access, &a.client_url).await?;
+    let mut client = etcd_client::Client::connect([a.client_url.as_str()], None).await?;
+    for i in 0..100 {
+        client.put(format!("k{i:03}"), "v", None).await?;
+    }
+    drop((b, c));
+    // The survivor notices it has no leader after an election timeout.
+    let status = poll_until("the survivor without a leader", WAIT, || async {
+        anyhow::Ok(access.status(&a.client_url).await.ok().filter(|s| s.leader == 0))
+    })
+    .await?;
+    ensure!(status.revision >= 101, "revision {}", status.revision);
+    let listed = access
+        .member_list(std::slice::from_ref(&a.client_url))
+        .await
+        .context("member list without quorum")?;
+    ensure!(listed.len() == 3, "{listed:?}");
+    let stream = access
+        .snapshot(&a.client_url, Duration::from_secs(30))
+        .await
+        .context("snapshot without quorum")?;
+    let mut hasher = etcd_controller::backup::integrity::SnapshotHasher::new();
+    let mut stream = std::pin::pin!(stream);
+    while let Some(chunk) = futures::StreamExt::next(&mut stream).await {
+        hasher.update(&chunk?);
+    }
+    let checked = hasher.finish()?;
+    Ok(format!(
+        "revision {}, raft index {}, snapshot {} bytes checked",
+        status.revision, status.raft_index, checked.db_size
+    ))
+}
+
+#[tokio::test]
+async fn the_last_member_answers_without_quorum_on_every_line() -> anyhow::Result<()> {
+    let tools = Tools::from_env()?;
+    let versions = tools.versions().every_etcd();
+    let results = futures::future::join_all(versions.iter().map(|v| {
+        let tools = &tools;
+        async move { (v.clone(), survivor(tools, v).await) }
+    }))
+    .await;
+    let failed: Vec<String> = results
+        .iter()
+        .filter_map(|(v, r)| r.as_ref().err().map(|e| format!("{v}: {e:#}")))
+        .collect();
+    for (v, r) in &results {
+        match r {
+            Ok(note) => println!("etcd {v}: ok ({note})"),
+            Err(_) => println!("etcd {v}: FAILED"),
+        }
+    }
+    ensure!(failed.is_empty(), "{}", failed.join("\n"));
+    Ok(())
+}
