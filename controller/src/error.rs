@@ -81,6 +81,17 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// A snapshot streamed from a member is not intact.
+    #[error("the snapshot of {endpoint} does not check: {reason}")]
+    SnapshotCheck {
+        /// The member's endpoint.
+        endpoint: String,
+        /// What the check found.
+        reason: String,
+    },
+    /// A recovery found nothing to recover from, or could not read it.
+    #[error("recovery: {0}")]
+    Recovery(String),
     /// An object could not be serialized.
     #[error("serializing {what}: {source}")]
     Serialize {
@@ -106,6 +117,8 @@ impl Error {
             Error::Serialize { .. } => "serialize",
             Error::NoRestoreImage => "no_restore_image",
             Error::SafetyBackup { .. } => "safety_backup",
+            Error::SnapshotCheck { .. } => "snapshot_check",
+            Error::Recovery(_) => "recovery",
         }
     }
 

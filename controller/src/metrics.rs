@@ -17,6 +17,7 @@
 //! | `undecodable_clusters` | gauge | `namespace`, `cluster` (1 while the stored object does not decode; removed when it does or is deleted) |
 //! | `alarm_heals_total` | counter | `alarm` (`NOSPACE`): alarms the controller healed and disarmed |
 //! | `defragmentations_total` | counter | `reason` (`nospace`, `fragmented`): members defragmented |
+//! | `recoveries_total` | counter | `source` (`member`, `backup`): recoveries from permanent quorum loss finished |
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -57,6 +58,7 @@ pub struct Metrics {
     undecodable_clusters: IntGaugeVec,
     alarm_heals_total: IntCounterVec,
     defragmentations_total: IntCounterVec,
+    recoveries_total: IntCounterVec,
     /// The backup and restore series (same registry).
     pub backups: crate::backup::metrics::BackupMetrics,
     /// Clusters seen by [`Metrics::observe_cluster`], keyed by (namespace, name).
@@ -181,6 +183,17 @@ impl Metrics {
             ),
             &["reason"],
         )?;
+        let recoveries_total = IntCounterVec::new(
+            opts(
+                "recoveries_total",
+                "Recoveries from permanent quorum loss the controller finished, by source (member, backup).",
+            ),
+            &["source"],
+        )?;
+        registry.register(Box::new(recoveries_total.clone()))?;
+        for source in ["member", "backup"] {
+            recoveries_total.with_label_values(&[source]);
+        }
         registry.register(Box::new(alarm_heals_total.clone()))?;
         registry.register(Box::new(defragmentations_total.clone()))?;
         alarm_heals_total.with_label_values(&["NOSPACE"]);
@@ -210,9 +223,15 @@ impl Metrics {
             undecodable_clusters,
             alarm_heals_total,
             defragmentations_total,
+            recoveries_total,
             backups,
             tracked: Mutex::new(BTreeMap::new()),
         })
+    }
+
+    /// Counts a recovery from permanent quorum loss finished, by source label.
+    pub fn recovered(&self, source: &str) {
+        self.recoveries_total.with_label_values(&[source]).inc();
     }
 
     /// Counts an alarm healed and disarmed.

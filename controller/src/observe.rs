@@ -34,6 +34,10 @@ pub struct Observation {
     pub access: EtcdAccess,
     /// Members whose health check failed, with the reason.
     pub health_failures: Vec<(String, String)>,
+    /// Member pods of a cluster a recovery replaces, still there (not in the model).
+    pub replaced_pods: Vec<String>,
+    /// Data claims of a cluster a recovery replaces, still there (not in the model).
+    pub replaced_claims: Vec<String>,
 }
 
 impl Observation {
@@ -323,6 +327,7 @@ pub async fn observe(
     bootstrapped: bool,
     timeout: Duration,
     pool: Option<Arc<EtcdPool>>,
+    replaced: &[String],
 ) -> Result<Observation, Error> {
     let now = Timestamp::now();
     let mut pod_selector = names::selector_labels(&view.name);
@@ -351,6 +356,10 @@ pub async fn observe(
         .iter()
         .filter_map(|p| pod_state(p, &claim_created_on, now))
         .collect();
+    // The pods and claims of a cluster being replaced by a recovery are not this cluster's.
+    let (replaced_pods, pods): (Vec<PodState>, Vec<PodState>) =
+        pods.into_iter().partition(|p| replaced.contains(&p.name));
+    let replaced_pods: Vec<String> = replaced_pods.into_iter().map(|p| p.name).collect();
     let member_of = |c: &crate::cache::CachedClaim| {
         c.metadata
             .labels
@@ -361,7 +370,10 @@ pub async fn observe(
     let (deleting, claims): (Vec<_>, Vec<_>) = claims
         .iter()
         .partition(|c| c.metadata.deletion_timestamp.is_some());
-    let claims: Vec<String> = claims.into_iter().filter_map(|c| member_of(c)).collect();
+    let (replaced_claims, claims): (Vec<String>, Vec<String>) = claims
+        .into_iter()
+        .filter_map(|c| member_of(c))
+        .partition(|c| replaced.contains(c));
     let deleting_claims: Vec<String> = deleting.into_iter().filter_map(|c| member_of(c)).collect();
 
     let (tls, tls_id) = match tls {
@@ -428,6 +440,8 @@ pub async fn observe(
                             in_use: u64::try_from(s.db_size_in_use).unwrap_or(0),
                         }),
                         revision: own.map_or(0, |s| s.revision),
+                        answered: own.is_some(),
+                        raft_index: own.map_or(0, |s| s.raft_index),
                     });
                 }
                 Ok(states)
@@ -466,11 +480,14 @@ pub async fn observe(
             alarms,
             quota_bytes,
             maintenance: crate::planner::Maintenance::default(),
+            recovery: None,
         },
         member_endpoints: by_ip,
         member_api,
         access,
         health_failures,
+        replaced_pods,
+        replaced_claims,
     })
 }
 

@@ -18,7 +18,7 @@ use etcd_shared::version::EtcdVersion;
 use crate::conditions;
 
 use crate::planner::{
-    Blocked, DefragReason, Health, MemberState, Observed, RemovalReason, Step, Waiting,
+    Blocked, DefragReason, Health, MemberState, Observed, RecoverFrom, RemovalReason, Step, Waiting,
 };
 use crate::view::{ClusterView, InvalidCluster};
 
@@ -80,6 +80,18 @@ pub fn describe(step: &Step) -> String {
         } => format!(
             "defragment member {name}: its database file is much larger than the data it holds"
         ),
+        Step::StartRecovery { from, lost } => format!(
+            "recover from permanent quorum loss ({} lost their data): take the snapshot of {}, verify it, then replace the cluster with one seeded from it",
+            lost.join(", "),
+            match from {
+                RecoverFrom::Member { name, raft_index } =>
+                    format!("member {name} (raft index {raft_index})"),
+                RecoverFrom::Backup => "the newest backup of the cluster that checks".into(),
+            }
+        ),
+        Step::FinishRecovery => {
+            "finish the recovery: the recovered cluster runs and the lost one is removed".into()
+        }
         Step::DisarmAlarm(alarms) => format!(
             "disarm the NOSPACE alarm ({}): the members have room again",
             alarms
@@ -134,6 +146,29 @@ fn blocked_message(b: &Blocked) -> String {
         Blocked::SafetyBackupFailed { change, reason } => format!(
             "{change} waits for its safety backup (spec.safetyBackup), which failed: {reason}"
         ),
+        Blocked::QuorumLostForGood { loss, approve } => {
+            let lost = if loss.voters == 0 {
+                "every member and its data is gone (no pod that may run again, no claim)".to_string()
+            } else {
+                format!(
+                    "quorum lost for good: the data of {} of {} voting members is gone ({}), so quorum cannot come back by itself",
+                    loss.lost.len(),
+                    loss.voters,
+                    loss.lost.join(", ")
+                )
+            };
+            match &loss.from {
+                Some(RecoverFrom::Member { name, raft_index }) => format!(
+                    "{lost}; spec.recovery.policy is Manual: to recover from member {name} (raft index {raft_index}; writes only the lost members had are lost), run: {approve}"
+                ),
+                Some(RecoverFrom::Backup) => format!(
+                    "{lost}, and no member's data survives; spec.recovery.policy is Manual: to recover from the newest backup of the cluster that checks (its safety backups and EtcdBackups), run: {approve}"
+                ),
+                None => format!(
+                    "{lost}; waiting for the members that may still hold data to answer before choosing where to recover from"
+                ),
+            }
+        }
         Blocked::DataCorrupted { members } => format!(
             "etcd raised the CORRUPT alarm for {}: that member's data differs from the others' (the corruption check found a different hash); the operator changes nothing and never disarms it: find the member whose data is wrong (etcdctl endpoint hashkv), remove and replace it, then disarm the alarm (etcdctl alarm disarm)",
             members.join(", ")
@@ -260,9 +295,13 @@ fn phase(obs: &Observed, step: &Step, previous: Option<ClusterPhase>) -> Cluster
     let creating = !obs.bootstrapped || matches!(previous, None | Some(ClusterPhase::Creating));
     match step {
         Step::Blocked(Blocked::Paused) => ClusterPhase::Paused,
-        Step::Blocked(Blocked::QuorumLost { .. } | Blocked::AllMembersLost) if obs.bootstrapped => {
-            ClusterPhase::QuorumLost
-        }
+        Step::Blocked(
+            Blocked::QuorumLost { .. }
+            | Blocked::AllMembersLost
+            | Blocked::QuorumLostForGood { .. },
+        ) if obs.bootstrapped => ClusterPhase::QuorumLost,
+        Step::StartRecovery { .. } | Step::FinishRecovery => ClusterPhase::Recovering,
+        _ if obs.recovery.is_some() => ClusterPhase::Recovering,
         Step::Blocked(
             Blocked::UpgradeNotSupported(_)
             | Blocked::SafetyBackupFailed { .. }
@@ -303,6 +342,7 @@ fn failure_reason(phase: ClusterPhase, step: &Step, obs: &Observed) -> Option<St
     let reason = match step {
         Step::Blocked(Blocked::QuorumLost { .. }) => "QuorumLost",
         Step::Blocked(Blocked::AllMembersLost) => "AllMembersLost",
+        Step::Blocked(Blocked::QuorumLostForGood { .. }) => "QuorumLostForGood",
         Step::Blocked(Blocked::UpgradeNotSupported(_)) => "UpgradeNotSupported",
         Step::Blocked(Blocked::SafetyBackupFailed { .. }) => "SafetyBackupFailed",
         Step::Blocked(Blocked::SpaceExhausted { .. }) => "SpaceExhausted",
@@ -393,10 +433,32 @@ pub fn compute(
     let alarm = alarm_report(obs);
     let stuck = stuck_report(obs, STUCK_REPORT_AFTER);
     let (degraded, degraded_reason, degraded_message) = match step {
-        Step::Blocked(Blocked::QuorumLost { .. }) if obs.bootstrapped => {
-            (true, "QuorumLost", describe(step))
-        }
+        Step::Blocked(Blocked::QuorumLost { .. }) if obs.bootstrapped => (
+            true,
+            "QuorumLost",
+            format!(
+                "{}; the missing members' data is on their claims or pods, so they can come back: the operator waits (spec.recovery.policy {} acts only when the data of a majority is gone)",
+                describe(step),
+                if view.recover_automatically {
+                    "Automatic"
+                } else {
+                    "Manual"
+                }
+            ),
+        ),
         Step::Blocked(Blocked::AllMembersLost) => (true, "AllMembersLost", describe(step)),
+        Step::Blocked(Blocked::QuorumLostForGood { .. }) => {
+            (true, "QuorumLostForGood", describe(step))
+        }
+        Step::StartRecovery { .. } | Step::FinishRecovery => (true, "Recovering", describe(step)),
+        _ if obs.recovery.is_some() => (
+            true,
+            "Recovering",
+            format!(
+                "recovering from permanent quorum loss; next: {}",
+                describe(step)
+            ),
+        ),
         Step::Blocked(Blocked::SpaceExhausted { .. }) => (true, "SpaceExhausted", describe(step)),
         _ if alarm.is_some() => {
             let (reason, message) = alarm.clone().unwrap_or_default();
@@ -436,6 +498,8 @@ pub fn compute(
             ..
         } => "ReplacingMember",
         Step::RestartBootstrap(_) => "Bootstrapping",
+        Step::StartRecovery { .. } | Step::FinishRecovery => "Recovering",
+        _ if obs.recovery.is_some() => "Recovering",
         Step::Compact { .. }
         | Step::DisarmAlarm(_)
         | Step::Defragment {
@@ -552,8 +616,10 @@ pub fn compute(
         // Written by the pipeline when it takes one; kept until the next.
         last_safety_backup: previous.and_then(|p| p.last_safety_backup.clone()),
         // Written by the pipeline once the step is carried out (see
-        // `planner::maintenance::record_after`).
+        // `planner::maintenance::record_after` and `planner::recovery::records_after`).
         maintenance: previous.and_then(|p| p.maintenance.clone()),
+        recovery: previous.and_then(|p| p.recovery.clone()),
+        last_recovery: previous.and_then(|p| p.last_recovery.clone()),
     }
 }
 

@@ -68,6 +68,11 @@ pub struct ClusterView {
     pub seed: Option<RestoreSeed>,
     /// Where a snapshot goes before each minor upgrade and scale-down (`spec.safetyBackup`).
     pub safety_backup: Option<SafetyBackup>,
+    /// `spec.recovery.policy` is `Automatic`: a permanent quorum loss is recovered without a
+    /// human.
+    pub recover_automatically: bool,
+    /// The cluster carries the approval annotation (`etcd.database.coreos.com/recover=now`).
+    pub recover_now: bool,
 }
 
 impl ClusterView {
@@ -156,6 +161,15 @@ impl ClusterView {
             owner,
             seed,
             safety_backup: spec.safety_backup.clone(),
+            recover_automatically: spec
+                .recovery
+                .as_ref()
+                .is_some_and(|r| r.policy == etcd_shared::types::recovery_policy::AUTOMATIC),
+            recover_now: meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(names::ANNOTATION_RECOVER))
+                .is_some_and(|v| v == names::RECOVER_NOW),
         })
     }
 

@@ -589,9 +589,7 @@ async fn survivor(tools: &Tools, version: &str) -> anyhow::Result<String> {
     let etcd = tools.etcd(version)?;
     let dir = tempfile::tempdir()?;
     let [c1, p1, c2, p2, c3, p3] = free_ports()?;
-    let peers = format!(
-        "a=http://127.0.0.1:{p1},b=http://127.0.0.1:{p2},c=http://127.0.0.1:{p3}"
-    );
+    let peers = format!("a=http://127.0.0.1:{p1},b=http://127.0.0.1:{p2},c=http://127.0.0.1:{p3}");
     let a = start_member(&etcd, dir.path(), "a", (c1, p1), &peers, "new")?;
     let b = start_member(&etcd, dir.path(), "b", (c2, p2), &peers, "new")?;
     let c = start_member(&etcd, dir.path(), "c", (c3, p3), &peers, "new")?;
@@ -607,7 +605,13 @@ async fn survivor(tools: &Tools, version: &str) -> anyhow::Result<String> {
     drop((b, c));
     // The survivor notices it has no leader after an election timeout.
     let status = poll_until("the survivor without a leader", WAIT, || async {
-        anyhow::Ok(access.status(&a.client_url).await.ok().filter(|s| s.leader == 0))
+        anyhow::Ok(
+            access
+                .status(&a.client_url)
+                .await
+                .ok()
+                .filter(|s| s.leader == 0),
+        )
     })
     .await?;
     ensure!(status.revision >= 101, "revision {}", status.revision);

@@ -62,6 +62,12 @@ pub const LEGACY_LABEL_CLUSTER: &str = "etcd_cluster";
 /// Annotation on an EtcdCluster whose first member is seeded from a snapshot (JSON of
 /// [`crate::types::restore::RestoreSeed`]); put there by the EtcdRestore controller.
 pub const ANNOTATION_RESTORE_SEED: &str = "etcd.database.coreos.com/restore-seed";
+/// Annotation on an EtcdCluster approving a recovery from permanent quorum loss under
+/// `spec.recovery.policy: Manual`; its one value is [`RECOVER_NOW`]. The operator removes it
+/// once it acts on it.
+pub const ANNOTATION_RECOVER: &str = "etcd.database.coreos.com/recover";
+/// The value of [`ANNOTATION_RECOVER`].
+pub const RECOVER_NOW: &str = "now";
 /// CoreOS' legacy label `app=etcd`.
 pub const LEGACY_LABEL_APP: &str = "app";
 /// The value of `app.kubernetes.io/managed-by`.

@@ -32,7 +32,7 @@ pub use restore::{
 };
 pub use status::{
     ClusterPhase, CompactionRecord, DefragmentationRecord, EtcdClusterStatus, MaintenanceStatus,
-    MembersStatus, RestoredFrom,
+    MembersStatus, RecoveryRecord, RecoveryStatus, RestoredFrom,
 };
 pub use storage::{PvcSource, S3Source, StorageSource};
 
@@ -97,6 +97,37 @@ pub struct EtcdClusterSpec {
     /// snapshot to before each minor upgrade and each scale-down; the change waits for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub safety_backup: Option<SafetyBackup>,
+
+    /// An extension of this operator (not in CoreOS' API): what the controller does when the
+    /// cluster lost quorum for good (the data of a majority of its voting members is gone:
+    /// emptyDir members whose pods are gone, members whose claims are gone). A temporary loss
+    /// (members down with their data on their claims) is always waited for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<RecoverySpec>,
+}
+
+/// What the controller does when the cluster lost quorum for good.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecoverySpec {
+    /// Manual (the default): the status says the loss is permanent and which member (or
+    /// backup) the cluster would be recovered from; the recovery starts once the EtcdCluster is
+    /// annotated `etcd.database.coreos.com/recover=now` (the annotation is removed once acted
+    /// on). Automatic: the recovery starts at once. A recovery takes a snapshot of the surviving
+    /// member with the most data (or, when none survives, the newest snapshot of the cluster's
+    /// EtcdBackups and safety backups that checks), verifies it, then replaces the cluster with
+    /// one seeded from it, grown back to spec.size.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(extend("enum" = ["Manual", "Automatic"]))]
+    pub policy: String,
+}
+
+/// `spec.recovery.policy` values.
+pub mod recovery_policy {
+    /// Recover once a human approves (the default).
+    pub const MANUAL: &str = "Manual";
+    /// Recover without a human.
+    pub const AUTOMATIC: &str = "Automatic";
 }
 
 /// How the member pods are built.

@@ -446,6 +446,7 @@ fn without_pod(spec: &EtcdClusterSpec) -> EtcdClusterSpec {
         pod: _,
         tls,
         safety_backup,
+        recovery,
     } = spec;
     EtcdClusterSpec {
         size: *size,
@@ -455,6 +456,7 @@ fn without_pod(spec: &EtcdClusterSpec) -> EtcdClusterSpec {
         pod: None,
         tls: tls.clone(),
         safety_backup: safety_backup.clone(),
+        recovery: recovery.clone(),
     }
 }
 

@@ -149,7 +149,9 @@ pub async fn run(command: BackupCommand) -> (PodReport, bool) {
     (report, ok)
 }
 
-fn member_tls(dir: &Path, server_name: &str) -> Result<MemberTls, CommandError> {
+/// The operator's client TLS from the files of its Secret in `dir` (etcd-client.crt,
+/// etcd-client.key, etcd-client-ca.crt), verifying members as `server_name`.
+pub(crate) fn member_tls(dir: &Path, server_name: &str) -> Result<MemberTls, CommandError> {
     let tls_error = |reason: String| CommandError::Tls {
         dir: dir.to_path_buf(),
         reason,

@@ -13,6 +13,7 @@
 //!   (`etcd-controller backup save|verify`), which report in their termination message.
 //! - [`claim_backup`], [`claim_restore`]: the controller's side of those pods.
 //! - [`safety`]: the snapshot before a minor upgrade or a scale-down (`spec.safetyBackup`).
+//! - [`recovery_source`]: the snapshot a recovery from permanent quorum loss starts from.
 //! - [`metrics`]: the backup and restore series.
 //! - [`outcomes`]: what both controllers do with their reconcile streams.
 
@@ -25,6 +26,7 @@ pub mod metrics;
 pub mod outcomes;
 pub mod pod_report;
 pub mod reconciler;
+pub mod recovery_source;
 pub mod restore;
 pub mod safety;
 pub mod schedule;

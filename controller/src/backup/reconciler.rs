@@ -100,6 +100,9 @@ pub enum BackupError {
     /// The pod that mounts the claim failed: its reason and message.
     #[error("the pod mounting the claim failed: {1}")]
     Pod(&'static str, String),
+    /// No snapshot of the cluster to recover from checks.
+    #[error("no snapshot of the cluster to recover from: {0}")]
+    NoSnapshot(String),
 }
 
 impl BackupError {
@@ -118,6 +121,7 @@ impl BackupError {
             BackupError::Timeout(_) => "Timeout",
             BackupError::NoImage => "NoRestoreImage",
             BackupError::Pod(reason, _) => reason,
+            BackupError::NoSnapshot(_) => "NoSnapshot",
         }
     }
 

@@ -180,6 +180,7 @@ mod tests {
                     state: crate::planner::InitialState::Existing,
                     version: "3.7.3".parse().expect("v"),
                     token: "demo-uid-1".into(),
+                    seed: None,
                 }),
                 None,
             ),

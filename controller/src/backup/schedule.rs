@@ -121,6 +121,22 @@ fn parse_periodic(prefix: &str, key: &str) -> Option<Periodic> {
     })
 }
 
+/// The periodic snapshots of `prefix` among `keys`, newest first: `(time, key)`, the time as
+/// the key writes it (`2006-01-02-15:04:05`, UTC), which sorts as time does.
+pub fn periodic_snapshots(prefix: &str, keys: &[String]) -> Vec<(String, String)> {
+    let mut found: Vec<Periodic> = keys
+        .iter()
+        .filter_map(|k| parse_periodic(prefix, k))
+        .collect();
+    found.sort_by(|a, b| b.cmp(a));
+    found.into_iter().map(|p| (p.time, p.key)).collect()
+}
+
+/// A time as periodic snapshot keys and [`periodic_snapshots`] write it.
+pub fn sortable_time(at: Timestamp) -> String {
+    key_time(at)
+}
+
 /// Whether `key` is a periodic snapshot of `prefix` (as [`snapshot_key`] names them).
 pub fn is_periodic_of(prefix: &str, key: &str) -> bool {
     parse_periodic(prefix, key).is_some()

@@ -47,7 +47,7 @@ pub struct RestoreCommand {
 #[derive(Debug, Subcommand)]
 pub enum RestoreStep {
     /// Download and check the snapshot into the work directory.
-    Fetch(FetchArgs),
+    Fetch(Box<FetchArgs>),
     /// Move the restored data directory into place.
     Place(PlaceArgs),
 }
@@ -59,11 +59,22 @@ pub struct FetchArgs {
     #[arg(long, default_value = "S3")]
     pub storage_type: String,
     /// BUCKET/KEY (CONTAINER/BLOB for ABS) of the snapshot, in the object store.
-    #[arg(long, default_value = "", required_unless_present = "file")]
+    #[arg(long, default_value = "", required_unless_present_any = ["file", "member"])]
     pub path: String,
     /// The snapshot file, in a claim mounted read-only (PVC): copied instead of downloaded.
     #[arg(long, conflicts_with = "path")]
     pub file: Option<PathBuf>,
+    /// The client URL of a member to stream the snapshot from over etcd's Snapshot RPC (a
+    /// recovery from its last surviving member), instead of a store.
+    #[arg(long, conflicts_with_all = ["path", "file"])]
+    pub member: Option<String>,
+    /// With `--member`: a directory holding the operator's client certificate (etcd-client.crt,
+    /// etcd-client.key, etcd-client-ca.crt), for members that serve clients over TLS.
+    #[arg(long, requires = "member")]
+    pub tls_dir: Option<PathBuf>,
+    /// With `--tls-dir`: the name the member's certificate is verified against.
+    #[arg(long, default_value = "")]
+    pub server_name: String,
     /// URL of the store (S3: an S3-compatible store, blank for AWS; ABS: the Blob service,
     /// blank for the account's host in its cloud).
     #[arg(long, default_value = "")]
@@ -112,6 +123,19 @@ pub enum SeedError {
     /// etcd's tool left no member directory.
     #[error("{0} holds no restored member (member/snap/db): did the restore step run?")]
     NothingRestored(PathBuf),
+    /// The member could not be reached, or its client certificate not used.
+    #[error("the snapshot from the member: {0}")]
+    Member(String),
+    /// The member's snapshot checks, but is not the one the recovery verified.
+    #[error(
+        "the member's snapshot has sha256 {got}, the recovery verified {expected}: its data changed since"
+    )]
+    Changed {
+        /// What was verified.
+        expected: String,
+        /// What came.
+        got: String,
+    },
 }
 
 /// Whether `data_dir` holds a member's data.
@@ -161,6 +185,9 @@ pub async fn fetch(args: &FetchArgs) -> Result<String, SeedError> {
     if let Some(file) = &args.file {
         return copy(file, &expected, &args.work_dir, &snapshot);
     }
+    if let Some(member) = &args.member {
+        return from_member(args, member, &expected, &snapshot).await;
+    }
     let location = StoreLocation::from_source(&args.storage_type, &fetch_source(args))?;
     let credentials = match &args.credentials_dir {
         Some(dir) => Credentials::read(
@@ -188,6 +215,45 @@ pub async fn fetch(args: &FetchArgs) -> Result<String, SeedError> {
             Err(e)
         }
     }
+}
+
+/// Streams the snapshot of the member at `member` into `snapshot` (through a temporary file,
+/// etcd's hash checked as it passes) and checks it is the one the recovery verified.
+async fn from_member(
+    args: &FetchArgs,
+    member: &str,
+    expected: &str,
+    snapshot: &Path,
+) -> Result<String, SeedError> {
+    let tls = args
+        .tls_dir
+        .as_deref()
+        .map(|dir| super::claim_command::member_tls(dir, &args.server_name))
+        .transpose()
+        .map_err(|e| SeedError::Member(e.to_string()))?;
+    let access = crate::etcd::EtcdAccess {
+        tls: tls.map(Arc::new),
+        tls_id: 0,
+        timeout: std::time::Duration::from_secs(10),
+        pool: None,
+    };
+    let stream = access
+        .snapshot(member, super::recovery_source::MEMBER_SNAPSHOT_TIMEOUT)
+        .await
+        .map_err(|e| SeedError::Member(e.to_string()))?;
+    let checked = claim_files::write_snapshot(snapshot, stream).await?;
+    if checked.sha256 != expected {
+        let _ = std::fs::remove_file(snapshot);
+        return Err(SeedError::Changed {
+            expected: expected.to_string(),
+            got: checked.sha256,
+        });
+    }
+    Ok(format!(
+        "streamed the snapshot of {member} ({} bytes, sha256 {expected}) to {}",
+        checked.size,
+        snapshot.display()
+    ))
 }
 
 /// Copies the snapshot `file` (a claim mounted read-only) to `snapshot` through a temporary
@@ -361,6 +427,9 @@ mod tests {
             storage_type: "S3".into(),
             path: String::new(),
             file: Some(file.clone()),
+            member: None,
+            tls_dir: None,
+            server_name: String::new(),
             endpoint: String::new(),
             force_path_style: false,
             credentials_dir: None,

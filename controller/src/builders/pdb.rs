@@ -85,6 +85,8 @@ mod tests {
             applied_index: 0,
             db: Default::default(),
             revision: 0,
+            answered: true,
+            raft_index: 0,
         }
     }
 

@@ -392,6 +392,7 @@ mod tests {
             state,
             version: view.version,
             token: view.token(),
+            seed: None,
         }
     }
 

@@ -9,10 +9,8 @@ use k8s_openapi::api::core::v1::{
     Container, EnvVar, PersistentVolumeClaimVolumeSource, Pod, Volume, VolumeMount,
 };
 
-use etcd_shared::types::RestoreSeed;
-
 use super::pod::{DATA_DIR, container_security_context, read_only_mount, secret_volume};
-use crate::planner::MemberPlan;
+use crate::planner::{MemberPlan, SeedFrom, SeedPlan};
 use crate::view::ClusterView;
 
 /// The operator's binary in its image.
@@ -28,6 +26,13 @@ const CREDENTIALS_VOLUME: &str = "restore-credentials";
 /// Where the claim holding the snapshot is mounted (read-only) in the copy step (PVC).
 pub const SOURCE_CLAIM_DIR: &str = "/var/lib/etcd-restore/claim";
 const SOURCE_CLAIM_VOLUME: &str = "restore-source";
+/// Where the operator's client certificate is mounted when the snapshot streams from a member
+/// that serves clients over TLS (a recovery).
+pub const MEMBER_TLS_DIR: &str = "/etc/etcd-restore/tls";
+const MEMBER_TLS_VOLUME: &str = "restore-member-tls";
+/// How far a recovered cluster's revisions jump (`--bump-revision`): past any revision a
+/// client may have seen from a member whose writes were lost, so none is reused.
+pub const RECOVERY_REVISION_BUMP: u64 = 1_000_000_000;
 
 fn work_dir() -> String {
     format!("{DATA_DIR}/restore")
@@ -53,12 +58,11 @@ pub fn seed_member(
     pod: &mut Pod,
     view: &ClusterView,
     plan: &MemberPlan,
-    seed: &RestoreSeed,
+    seed: &SeedPlan,
     restore_image: &str,
 ) {
     let caps = plan.version.capabilities().unwrap_or(view.capabilities);
     let peer_url = view.peer_url(&plan.name);
-    let source = &seed.source;
     let mut fetch_args = vec![
         "restore".to_string(),
         "fetch".into(),
@@ -68,9 +72,29 @@ pub fn seed_member(
     ];
     let mut fetch_mounts = vec![data_mount()];
     // The source's volume: the claim (read-only) for PVC, the store's secret otherwise (none
-    // for GCS with the default credentials).
+    // for GCS with the default credentials), the operator's client certificate for a member
+    // that serves clients over TLS.
     let mut source_volume = None;
-    if let (None, None, None, Some(pvc)) = (&source.s3, &source.abs, &source.gcs, &source.pvc) {
+    let restore_seed = match &seed.from {
+        SeedFrom::Store(restore_seed) => Some(restore_seed.as_ref()),
+        SeedFrom::Member(endpoint) => {
+            fetch_args.push(format!("--member={endpoint}"));
+            if let Some(secret) = &view.tls.operator_secret {
+                fetch_args.push(format!("--tls-dir={MEMBER_TLS_DIR}"));
+                fetch_args.push(format!("--server-name={}", view.tls_server_name()));
+                fetch_mounts.push(read_only_mount(MEMBER_TLS_VOLUME, MEMBER_TLS_DIR));
+                source_volume = Some(secret_volume(MEMBER_TLS_VOLUME, secret, 0o440));
+            }
+            None
+        }
+    };
+    let source = restore_seed.map(|s| s.source.clone()).unwrap_or_default();
+    let source = &source;
+    if restore_seed.is_none() {
+        // Streamed from a member: nothing more to mount.
+    } else if let (None, None, None, Some(pvc)) =
+        (&source.s3, &source.abs, &source.gcs, &source.pvc)
+    {
         fetch_args.push(format!("--file={SOURCE_CLAIM_DIR}/{}", pvc.path));
         fetch_mounts.push(read_only_mount(SOURCE_CLAIM_VOLUME, SOURCE_CLAIM_DIR));
         source_volume = Some(Volume {
@@ -143,20 +167,37 @@ pub fn seed_member(
         name: "restore".into(),
         image: Some(view.image(&plan.version)),
         command: Some(vec![tool.into()]),
-        args: Some(vec![
-            "snapshot".into(),
-            "restore".into(),
-            format!("{}/{}", work_dir(), crate::backup::seed::SNAPSHOT_FILE),
-            format!("--name={}", plan.name),
-            format!(
-                "--data-dir={}/{}",
-                work_dir(),
-                crate::backup::seed::RESTORED_DIR
-            ),
-            format!("--initial-cluster={}={peer_url}", plan.name),
-            format!("--initial-cluster-token={}", plan.token),
-            format!("--initial-advertise-peer-urls={peer_url}"),
-        ]),
+        args: Some(
+            vec![
+                "snapshot".into(),
+                "restore".into(),
+                format!("{}/{}", work_dir(), crate::backup::seed::SNAPSHOT_FILE),
+                format!("--name={}", plan.name),
+                format!(
+                    "--data-dir={}/{}",
+                    work_dir(),
+                    crate::backup::seed::RESTORED_DIR
+                ),
+                format!("--initial-cluster={}={peer_url}", plan.name),
+                format!("--initial-cluster-token={}", plan.token),
+                format!("--initial-advertise-peer-urls={peer_url}"),
+            ]
+            .into_iter()
+            .chain(
+                // Where the line's tool has them (etcdutl, 3.5+): revisions move past any a client
+                // may have seen, and watchers from before get `compacted` rather than silence.
+                (seed.bump_revision && caps.etcdutl)
+                    .then(|| {
+                        [
+                            format!("--bump-revision={RECOVERY_REVISION_BUMP}"),
+                            "--mark-compacted".to_string(),
+                        ]
+                    })
+                    .into_iter()
+                    .flatten(),
+            )
+            .collect(),
+        ),
         env,
         volume_mounts: Some(vec![data_mount()]),
         security_context: Some(container_security_context()),
@@ -191,7 +232,16 @@ mod tests {
     use crate::planner::InitialState;
     use crate::view::fixtures::view_of;
     use clap::Parser as _;
+    use etcd_shared::types::RestoreSeed;
     use etcd_shared::types::storage::{GcsSource, S3Source, StorageSource};
+
+    fn from_store(seed: &RestoreSeed) -> SeedPlan {
+        SeedPlan {
+            from: SeedFrom::Store(Box::new(seed.clone())),
+            sha256: seed.sha256.clone(),
+            bump_revision: false,
+        }
+    }
 
     fn seed() -> RestoreSeed {
         RestoreSeed {
@@ -223,13 +273,14 @@ mod tests {
             state: InitialState::New,
             version: view.version,
             token: view.token(),
+            seed: None,
         };
         let mut pod = member_pod(&view, &plan);
         seed_member(
             &mut pod,
             &view,
             &plan,
-            seed,
+            &from_store(seed),
             "registry.example/etcd-controller:1",
         );
         pod
@@ -297,6 +348,7 @@ mod tests {
             state: InitialState::New,
             version: view.version,
             token: view.token(),
+            seed: None,
         };
         let mut pod = member_pod(&view, &plan);
         let pvc_seed = RestoreSeed {
@@ -313,7 +365,7 @@ mod tests {
             &mut pod,
             &view,
             &plan,
-            &pvc_seed,
+            &from_store(&pvc_seed),
             "registry.example/etcd-controller:1",
         );
         let spec = pod.spec.expect("spec");
@@ -414,5 +466,75 @@ mod tests {
             env.iter()
                 .any(|e| e.name == "ETCDCTL_API" && e.value.as_deref() == Some("3"))
         );
+    }
+
+    /// Issue 24: a recovered cluster's first member streams its snapshot from the surviving
+    /// member (with the operator's client certificate when clients use TLS) and restores it
+    /// with revisions bumped and marked compacted where the line's tool can (etcdutl, 3.5+).
+    #[test]
+    fn a_recovery_seed_streams_from_the_survivor_and_bumps_revisions() {
+        for (version, tls, bumps) in [
+            ("3.6.16", false, true),
+            ("3.6.16", true, true),
+            ("3.4.45", false, false),
+        ] {
+            let tls_spec = if tls {
+                "\nTLS:\n  static:\n    member:\n      peerSecret: p\n      serverSecret: s\n    operatorSecret: o"
+            } else {
+                ""
+            };
+            let view = view_of(&format!("size: 3\nversion: {version}{tls_spec}"));
+            let plan = MemberPlan {
+                name: "demo-3".into(),
+                initial_cluster: vec![("demo-3".into(), view.peer_url("demo-3"))],
+                state: InitialState::New,
+                version: view.version,
+                token: format!("{}-3", view.token()),
+                seed: None,
+            };
+            let seed = SeedPlan {
+                from: SeedFrom::Member("http://demo-0.demo.ns1.svc:2379".into()),
+                sha256: "cd".repeat(32),
+                bump_revision: true,
+            };
+            let mut pod = member_pod(&view, &plan);
+            seed_member(
+                &mut pod,
+                &view,
+                &plan,
+                &seed,
+                "registry.example/etcd-controller:1",
+            );
+            let spec = pod.spec.expect("spec");
+            let init = spec.init_containers.expect("init");
+            let fetch = init[0].args.clone().unwrap_or_default().join(" ");
+            assert!(
+                fetch.contains("--member=http://demo-0.demo.ns1.svc:2379")
+                    && fetch.contains(&format!("--sha256={}", "cd".repeat(32))),
+                "{fetch}"
+            );
+            assert_eq!(fetch.contains("--tls-dir="), tls, "{fetch}");
+            let volumes = spec.volumes.unwrap_or_default();
+            assert_eq!(
+                volumes.iter().any(|v| v
+                    .secret
+                    .as_ref()
+                    .is_some_and(|s| s.secret_name.as_deref() == Some("o"))),
+                tls
+            );
+            let restore = init[1].args.clone().unwrap_or_default().join(" ");
+            assert_eq!(
+                restore.contains("--bump-revision=1000000000 --mark-compacted"),
+                bumps,
+                "{version}: {restore}"
+            );
+            assert!(restore.contains(&format!("--initial-cluster-token={}-3", view.token())));
+            // The fetch step parses its arguments.
+            let parsed = crate::backup::seed::RestoreCommand::try_parse_from(
+                std::iter::once("restore".to_string())
+                    .chain(init[0].args.clone().unwrap_or_default().into_iter().skip(1)),
+            );
+            assert!(parsed.is_ok(), "{parsed:?}");
+        }
     }
 }

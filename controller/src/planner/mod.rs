@@ -22,6 +22,7 @@
 pub(crate) mod fixtures;
 pub mod maintenance;
 pub mod model;
+pub mod recovery;
 #[cfg(test)]
 mod tests;
 
@@ -34,7 +35,9 @@ use crate::view::ClusterView;
 pub use maintenance::{DefragReason, DefragmentationPolicy};
 pub use model::{
     Alarm, AlarmKind, DbSize, Health, Maintenance, MemberState, Observed, PodPhase, PodState,
+    Recovering,
 };
+pub use recovery::{PermanentLoss, RecoverFrom};
 
 /// Whether a member founds a new cluster or joins an existing one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +62,31 @@ pub struct MemberPlan {
     /// `--initial-cluster-token`: the cluster's token, with the seed's index appended when a
     /// bootstrap started over under a new name (so nothing of the first attempt can join).
     pub token: String,
+    /// The snapshot a new cluster's first member restores before etcd starts (an EtcdRestore's,
+    /// or a recovery's); `None` for every other member.
+    pub seed: Option<SeedPlan>,
+}
+
+/// The snapshot a first member is seeded from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeedPlan {
+    /// Where its init containers fetch it.
+    pub from: SeedFrom,
+    /// SHA-256 of its database, hex, as checked before: the fetch checks it again.
+    pub sha256: String,
+    /// Restore with `--bump-revision` and `--mark-compacted` where the line's tool has them
+    /// (3.5+): a recovery may lose writes some clients saw, and a watcher resuming from a
+    /// revision past the snapshot's must get `compacted`, not silence.
+    pub bump_revision: bool,
+}
+
+/// Where a seed's snapshot is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SeedFrom {
+    /// In an object store or a claim, as an EtcdRestore names it.
+    Store(Box<etcd_shared::types::RestoreSeed>),
+    /// Streamed from a surviving member (its client URL) over etcd's Snapshot RPC.
+    Member(String),
 }
 
 /// How long the planner waits before it gives up on a member, and its maintenance policy.
@@ -130,6 +158,15 @@ pub enum Blocked {
     DataCorrupted {
         /// The members the alarm names.
         members: Vec<String>,
+    },
+    /// Quorum is lost for good (the data of a majority of voters is gone) and the recovery
+    /// waits for its approval (`spec.recovery.policy: Manual`) or for a member that may hold
+    /// data to answer.
+    QuorumLostForGood {
+        /// What was lost, and where a recovery would start from.
+        loss: PermanentLoss,
+        /// The exact command that approves the recovery (`kubectl annotate ...`).
+        approve: String,
     },
     /// NOSPACE is raised and, compacted, the data in use still fills the quota: defragmenting
     /// cannot make room; the quota must be raised (or data deleted).
@@ -245,6 +282,17 @@ pub enum Step {
     },
     /// Disarm NOSPACE alarms, once the members have room again.
     DisarmAlarm(Vec<Alarm>),
+    /// Start recovering from permanent quorum loss: take the snapshot (from the best
+    /// surviving member, or the newest backup that checks) and verify it; nothing of the cluster
+    /// is touched before.
+    StartRecovery {
+        /// Where the data comes from.
+        from: RecoverFrom,
+        /// The voting members whose data is gone.
+        lost: Vec<String>,
+    },
+    /// The recovered cluster runs and the lost one is removed: the recovery is over.
+    FinishRecovery,
     /// Nothing to change now; check again soon.
     Wait(Waiting),
     /// Nothing the operator may safely change.
@@ -271,6 +319,11 @@ fn next_index(view: &ClusterView, obs: &Observed) -> u32 {
         .chain(obs.claims.iter().map(String::as_str))
         .chain(obs.deleting_claims.iter().map(String::as_str))
         .chain(members.iter().map(|m| m.name.as_str()))
+        .chain(
+            obs.recovery
+                .iter()
+                .flat_map(|r| r.lost_names.iter().map(String::as_str)),
+        )
         .filter_map(|n| names::member_index(&view.name, n))
         .max()
         .map_or(0, |i| i + 1)
@@ -295,12 +348,22 @@ fn member_plan(
     if !peers.contains(&name) {
         initial.push((name.to_string(), view.peer_url(name)));
     }
+    // The first member of a cluster an EtcdRestore created restores its snapshot.
+    let seed = match (state, &view.seed) {
+        (InitialState::New, Some(restore)) => Some(SeedPlan {
+            sha256: restore.sha256.clone(),
+            from: SeedFrom::Store(Box::new(restore.clone())),
+            bump_revision: false,
+        }),
+        _ => None,
+    };
     MemberPlan {
         name: name.to_string(),
         initial_cluster: initial,
         token: cluster_token(view, name, state),
         state,
         version,
+        seed,
     }
 }
 
@@ -359,6 +422,9 @@ fn is_stuck(pod: &PodState, settings: &PlannerSettings) -> bool {
 pub fn plan(view: &ClusterView, obs: &Observed, settings: &PlannerSettings) -> Step {
     if view.paused {
         return Step::Blocked(Blocked::Paused);
+    }
+    if let Some(step) = recovery::plan_recovery(view, obs, settings) {
+        return step;
     }
     if !obs.bootstrapped
         && let Some(step) = plan_bootstrap(view, obs, settings)
@@ -491,6 +557,9 @@ fn plan_without_member_list(
             view.version,
         ));
     }
+    if let Some(loss) = recovery::permanent_loss(view, obs, settings) {
+        return recovery::on_permanent_loss(view, loss);
+    }
     let live: Vec<&PodState> = obs.pods.iter().filter(|p| !is_stuck(p, settings)).collect();
     if live.is_empty() {
         return Step::Blocked(Blocked::AllMembersLost);
@@ -549,6 +618,9 @@ fn plan_with_members(
                     .is_some_and(|p| p.phase == PodPhase::Pending || p.age < settings.member_start)
         }) {
             return Step::Wait(Waiting::MemberStarting(m.name.clone()));
+        }
+        if let Some(loss) = recovery::permanent_loss(view, obs, settings) {
+            return recovery::on_permanent_loss(view, loss);
         }
         let missing = voters
             .iter()

@@ -124,6 +124,10 @@ pub struct MemberState {
     pub db: DbSize,
     /// The key-value store's revision as this member has applied it (0 when unknown).
     pub revision: i64,
+    /// The member answered its Status (with or without a leader): its data is there to read.
+    pub answered: bool,
+    /// The raft index it has (every line reports it; 0 when it did not answer).
+    pub raft_index: u64,
 }
 
 /// The size of a member's backend database, bytes.
@@ -204,6 +208,23 @@ pub struct Observed {
     pub quota_bytes: u64,
     /// What the operator recorded of its compactions and defragmentations.
     pub maintenance: Maintenance,
+    /// A recovery from permanent quorum loss in progress (the pods and claims of the lost
+    /// cluster are then not in [`Self::pods`] and [`Self::claims`]).
+    pub recovery: Option<Recovering>,
+}
+
+/// A recovery in progress, as the planner sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recovering {
+    /// What the new first member is seeded from.
+    pub seed: super::SeedPlan,
+    /// Member pods of the lost cluster still there (the survivor among them, until the new
+    /// first member runs).
+    pub replaced_pods: Vec<String>,
+    /// Data claims of the lost cluster still there.
+    pub replaced_claims: Vec<String>,
+    /// Every member name of the lost cluster (its pods, claims and members): none is reused.
+    pub lost_names: Vec<String>,
 }
 
 impl Default for Observed {
@@ -217,6 +238,7 @@ impl Default for Observed {
             alarms: Vec::new(),
             quota_bytes: etcd_shared::version::DEFAULT_QUOTA_BACKEND_BYTES,
             maintenance: Maintenance::default(),
+            recovery: None,
         }
     }
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::view::fixtures::view_of;
+use etcd_shared::names;
 
 const OLD: Duration = Duration::from_secs(3600);
 const YOUNG: Duration = Duration::from_secs(5);
@@ -31,6 +32,8 @@ fn member(i: u32, version: &str) -> MemberState {
         applied_index: 0,
         db: DbSize::default(),
         revision: 0,
+        answered: true,
+        raft_index: 0,
     }
 }
 
@@ -91,6 +94,7 @@ fn member_plan(
         token: "demo-uid-1".into(),
         state,
         version: v(version),
+        seed: None,
     }
 }
 
@@ -237,7 +241,16 @@ fn single_decisions() {
                 bootstrapped: true,
                 ..Observed::default()
             },
-            Step::Blocked(Blocked::AllMembersLost),
+            Step::Blocked(Blocked::QuorumLostForGood {
+                loss: PermanentLoss {
+                    lost: vec![],
+                    voters: 0,
+                    from: Some(RecoverFrom::Backup),
+                },
+                approve:
+                    "kubectl annotate etcdcluster demo -n ns1 etcd.database.coreos.com/recover=now"
+                        .into(),
+            }),
         ),
         (
             "a crashed member with its data is waited for",
@@ -432,13 +445,24 @@ fn does_nothing_risky_when_quorum_is_lost() {
     for i in [1, 2] {
         obs.members.as_mut().unwrap()[i] = unhealthy(member(i as u32, "3.6.16"));
     }
-    obs.pods.truncate(1); // even with their (ephemeral) pods gone: no removal without quorum
+    // Their pods are still there (down, data kept): a temporary loss, waited for.
     assert_eq!(
         plan_for("size: 3", &obs),
         Step::Blocked(Blocked::QuorumLost {
             missing: vec!["demo-1".into(), "demo-2".into()],
             voters: 3
         })
+    );
+    // Their (ephemeral) pods gone: lost for good, but no removal and no recovery without the
+    // approval (spec.recovery.policy Manual, the default).
+    obs.pods.truncate(1);
+    assert!(
+        matches!(
+            plan_for("size: 3", &obs),
+            Step::Blocked(Blocked::QuorumLostForGood { .. })
+        ),
+        "{:?}",
+        plan_for("size: 3", &obs)
     );
     // Unreadable member list with members long up: quorum lost too.
     let obs = Observed {
@@ -801,7 +825,7 @@ fn failed_pods_come_back_on_their_claims_with_or_without_quorum() {
     assert!(
         matches!(
             plan_for("size: 3", &all_ephemeral),
-            Step::Blocked(Blocked::QuorumLost { .. })
+            Step::Blocked(Blocked::QuorumLostForGood { .. })
         ),
         "{:?}",
         plan_for("size: 3", &all_ephemeral)
@@ -1110,4 +1134,193 @@ fn fragmented_members_are_defragmented_once_per_interval() {
     unready.pods[2].ready = false;
     let step = plan(&view, &unready, &settings);
     assert!(!matches!(step, Step::Defragment { .. }), "{step:?}");
+}
+
+/// Issue 24: a permanent loss (the data of a majority of voters provably gone) is recovered
+/// from the surviving member with the most data, under `Automatic` or once approved; a
+/// temporary loss (data on claims) never is; a member that may hold data but has not answered
+/// is waited for rather than passed over.
+#[test]
+fn a_permanent_loss_is_recovered_from_the_best_survivor_only_when_approved() {
+    let lost_two = |mut o: Observed| {
+        for i in [1, 2] {
+            members(&mut o)[i] = unhealthy(member(i as u32, "3.6.16"));
+        }
+        o.pods.truncate(1);
+        members(&mut o)[0].health = Health::Unhealthy("no leader".into());
+        members(&mut o)[0].raft_index = 120;
+        o
+    };
+    let obs = lost_two(healthy(3, "3.6.16"));
+    let automatic = "size: 3\nrecovery:\n  policy: Automatic";
+    assert_eq!(
+        plan_for(automatic, &obs),
+        Step::StartRecovery {
+            from: RecoverFrom::Member {
+                name: "demo-0".into(),
+                raft_index: 120
+            },
+            lost: vec!["demo-1".into(), "demo-2".into()],
+        }
+    );
+    // Manual: the approval annotation starts it.
+    let view = crate::view::ClusterView::new(
+        &{
+            let mut c = crate::view::fixtures::cluster_of("size: 3");
+            c.metadata.annotations = Some(
+                [(
+                    names::ANNOTATION_RECOVER.to_string(),
+                    names::RECOVER_NOW.to_string(),
+                )]
+                .into(),
+            );
+            c
+        },
+        &etcd_shared::admission::AdmissionPolicy::default(),
+    )
+    .expect("view");
+    assert!(matches!(
+        plan(&view, &obs, &PlannerSettings::default()),
+        Step::StartRecovery { .. }
+    ));
+    // Temporary: the same two members with their data on claims are brought back, never
+    // recovered from.
+    let mut durable = obs.clone();
+    durable.claims = (0..3).map(|i| format!("demo-{i}")).collect();
+    assert_eq!(
+        plan(
+            &view_of(&format!("{automatic}\n{DURABLE}")),
+            &durable,
+            &PlannerSettings::default()
+        ),
+        Step::CreatePod(member_plan(1, 0..3, InitialState::Existing, "3.6.16"))
+    );
+    // The survivor with the most data is chosen.
+    let mut five = healthy(5, "3.6.16");
+    for i in [2, 3, 4] {
+        members(&mut five)[i] = unhealthy(member(i as u32, "3.6.16"));
+    }
+    five.pods.truncate(2);
+    members(&mut five)[0].raft_index = 90;
+    members(&mut five)[1].raft_index = 95;
+    for i in [0, 1] {
+        members(&mut five)[i].health = Health::Unhealthy("no leader".into());
+    }
+    assert!(
+        matches!(plan_for("size: 5\nrecovery:\n  policy: Automatic", &five),
+            Step::StartRecovery { from: RecoverFrom::Member { name, raft_index: 95 }, .. } if name == "demo-1"),
+        "{:?}",
+        plan_for("size: 5\nrecovery:\n  policy: Automatic", &five)
+    );
+    // A member that may hold data but did not answer: waited for.
+    let mut silent = obs.clone();
+    members(&mut silent)[0].answered = false;
+    assert!(matches!(
+        plan_for(automatic, &silent),
+        Step::Blocked(Blocked::QuorumLostForGood {
+            loss: PermanentLoss { from: None, .. },
+            ..
+        })
+    ));
+    // Every member and its data gone: from the newest backup.
+    let none_left = Observed {
+        bootstrapped: true,
+        ..Observed::default()
+    };
+    assert_eq!(
+        plan_for(automatic, &none_left),
+        Step::StartRecovery {
+            from: RecoverFrom::Backup,
+            lost: vec![],
+        }
+    );
+}
+
+/// Issue 24: a recovery in progress seeds a new first member (a new name past every name of
+/// the lost cluster, its own token, the recorded snapshot, revisions bumped), waits for it,
+/// then removes the lost cluster's pods and claims one at a time, then finishes; the records
+/// follow each step.
+#[test]
+fn a_recovery_in_progress_seeds_then_removes_the_lost_cluster() {
+    use etcd_shared::types::RecoveryStatus;
+    let record = RecoveryStatus {
+        from_member: Some("demo-0".into()),
+        member_endpoint: Some("http://demo-0.demo.ns1.svc:2379".into()),
+        sha256: "ab".repeat(32),
+        revision: Some(101),
+        members_lost: 2,
+        replaced: vec!["demo-0".into(), "demo-1".into(), "demo-2".into()],
+        ..RecoveryStatus::default()
+    };
+    let recovering = |pods: Vec<String>, claims: Vec<String>| Recovering {
+        seed: recovery::seed_plan(&record),
+        replaced_pods: pods,
+        replaced_claims: claims,
+        lost_names: record.replaced.clone(),
+    };
+    let mut obs = Observed {
+        bootstrapped: true,
+        recovery: Some(recovering(vec!["demo-0".into()], vec![])),
+        ..Observed::default()
+    };
+    let step = plan_for("size: 3", &obs);
+    let Step::Bootstrap(seed) = &step else {
+        panic!("{step:?}");
+    };
+    assert_eq!(seed.name, "demo-3");
+    assert_eq!(seed.token, "demo-uid-1-3");
+    assert_eq!(seed.state, InitialState::New);
+    assert_eq!(
+        seed.seed,
+        Some(SeedPlan {
+            from: SeedFrom::Member("http://demo-0.demo.ns1.svc:2379".into()),
+            sha256: "ab".repeat(32),
+            bump_revision: true,
+        })
+    );
+    // The seed restoring (init containers): waited for, the survivor kept.
+    let mut restoring = pod(3, "3.6.16");
+    restoring.phase = PodPhase::Pending;
+    restoring.ready = false;
+    obs.pods = vec![restoring];
+    assert_eq!(
+        plan_for("size: 3", &obs),
+        Step::Wait(Waiting::MemberPending("demo-3".into()))
+    );
+    // It runs: the lost cluster goes, pods then claims, then the recovery is over.
+    obs.pods[0].phase = PodPhase::Running;
+    obs.pods[0].ready = true;
+    obs.members = Ok(vec![member(3, "3.6.16")]);
+    assert_eq!(plan_for("size: 3", &obs), Step::DeletePod("demo-0".into()));
+    obs.recovery = Some(recovering(vec![], vec!["demo-1".into()]));
+    assert_eq!(
+        plan_for("size: 3", &obs),
+        Step::DeleteClaim("demo-1".into())
+    );
+    obs.recovery = Some(recovering(vec![], vec![]));
+    assert_eq!(plan_for("size: 3", &obs), Step::FinishRecovery);
+    // Paused: nothing, even mid-recovery.
+    assert_eq!(
+        plan_for("size: 3\npaused: true", &obs),
+        Step::Blocked(Blocked::Paused)
+    );
+    // The records.
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+    );
+    let (kept, last) = recovery::records_after(Some(record.clone()), None, None, &step, &now);
+    assert_eq!(kept.and_then(|r| r.seed).as_deref(), Some("demo-3"));
+    assert_eq!(last, None);
+    let (kept, last) = recovery::records_after(
+        Some(record.clone()),
+        None,
+        None,
+        &Step::FinishRecovery,
+        &now,
+    );
+    assert_eq!(kept, None);
+    let last = last.expect("lastRecovery");
+    assert_eq!(last.source, "member demo-0");
+    assert_eq!(last.revision, Some(101));
+    assert_eq!(last.members_lost, 2);
 }

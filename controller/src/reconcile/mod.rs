@@ -3,9 +3,12 @@
 //!   and what is kept per cluster until it is gone;
 //! - [`pipeline`], one reconcile of one cluster: validate -> apply Services and budget ->
 //!   observe -> plan one step -> carry it out -> status and events;
-//! - [`steps`], carrying out the planner's step and recording it.
+//! - [`steps`], carrying out the planner's step and recording it;
+//! - [`recovery`], starting a recovery from permanent quorum loss (the snapshot it starts
+//!   from, verified).
 
 pub mod pipeline;
+pub mod recovery;
 pub mod runner;
 pub mod steps;
 

@@ -30,6 +30,7 @@ use crate::error::{Error, FIELD_MANAGER};
 use crate::etcd::EtcdPool;
 use crate::events::publish;
 use crate::observe::observe;
+use crate::planner::recovery;
 use crate::planner::{self, Blocked, Step, Waiting};
 use crate::status;
 use crate::view::ClusterView;
@@ -77,6 +78,16 @@ pub async fn reconcile(
         builders::peer_service(&view),
         builders::client_service(&view),
     );
+    // What the API server holds of the status, where acting on a stale cached one would be
+    // harmful: the safety-backup record, and a recovery in progress (its record says which
+    // pods belong to the cluster being replaced).
+    let stored = stored_status(&api, cluster, &view).await;
+    let stored = stored.as_ref().or(previous);
+    let recovering = stored.and_then(|s| s.recovery.clone());
+    let replaced = recovering
+        .as_ref()
+        .map(|r| r.replaced.clone())
+        .unwrap_or_default();
     let observed = async {
         futures::try_join!(
             apply(ctx, &view, &peer, &caches.services),
@@ -90,6 +101,7 @@ pub async fn reconcile(
             bootstrapped,
             ctx.config.etcd_timeout,
             Some(pool.clone()),
+            &replaced,
         )
         .await
     }
@@ -112,6 +124,12 @@ pub async fn reconcile(
         previous.and_then(|s| s.maintenance.as_ref()),
         &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
     );
+    obs.model.recovery = recovering.as_ref().map(|r| crate::planner::Recovering {
+        seed: recovery::seed_plan(r),
+        replaced_pods: obs.replaced_pods.clone(),
+        replaced_claims: obs.replaced_claims.clone(),
+        lost_names: r.replaced.clone(),
+    });
     // The budget protects the voting members that exist, whatever the spec asks for.
     apply(
         ctx,
@@ -125,7 +143,7 @@ pub async fn reconcile(
         tracing::debug!(%name, %member, %why, "member health check failed");
     }
     let step = planner::plan(&view, &obs.model, &ctx.config.planner);
-    let stored_safety = stored_safety_record(&api, cluster, &view).await;
+    let stored_safety = stored.and_then(|s| s.last_safety_backup.clone());
     let safety = safety_backup(
         ctx,
         recorder,
@@ -145,7 +163,7 @@ pub async fn reconcile(
     // A snapshot takes as long as the database needs: the step it guarded is planned again
     // on a fresh observation (a member may have failed meanwhile), in the next reconcile.
     let outcome = if taken.is_some() {
-        Ok(())
+        Ok(Default::default())
     } else {
         execute(ctx, recorder, cluster, &view, &obs, &step).await
     };
@@ -168,6 +186,25 @@ pub async fn reconcile(
             .as_deref(),
         &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
     );
+    let started = outcome.as_ref().ok().and_then(|o| o.recovery.clone());
+    (new.recovery, new.last_recovery) = recovery::records_after(
+        recovering,
+        started,
+        stored.and_then(|s| s.last_recovery.clone()),
+        if carried_out { &step } else { &Step::Done },
+        &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
+    );
+    if carried_out && matches!(step, Step::FinishRecovery) {
+        ctx.metrics
+            .recovered(new.last_recovery.as_ref().map_or("member", |r| {
+                if r.source.starts_with("member ") {
+                    "member"
+                } else {
+                    "backup"
+                }
+            }));
+    }
+    let outcome = outcome.map(|_| ());
     let phase = new.phase.unwrap_or(ClusterPhase::Creating);
     ctx.metrics.observe_cluster(
         &namespace,
@@ -192,23 +229,32 @@ pub async fn reconcile(
     Ok(Action::requeue(requeue_after(&step, &ctx.config)))
 }
 
-/// The `lastSafetyBackup` the API server holds for a cluster with `spec.safetyBackup` (`None`
-/// without it). The cached cluster may predate the status the previous reconcile wrote (its
-/// watch event not in yet); reconciles of one cluster never overlap, so the stored record is
-/// the last one written. Falls back to the cached record when the read fails.
-async fn stored_safety_record(
+/// The status as the API server holds it, when acting on a stale cached one would be harmful:
+/// for a cluster with `spec.safetyBackup` (its record says which change has its snapshot) and
+/// while a recovery may run (quorum lost, or a recovery record). The cached cluster may predate
+/// the status the previous reconcile wrote (its watch event not in yet); reconciles of one
+/// cluster never overlap, so the stored status is the last one written. `None` when no read is
+/// needed or the read fails (the cached status stands).
+async fn stored_status(
     api: &Api<EtcdCluster>,
     cluster: &EtcdCluster,
     view: &ClusterView,
-) -> Option<etcd_shared::types::SafetyBackupRecord> {
-    view.safety_backup.as_ref()?;
-    match api.get(&view.name).await {
-        Ok(fresh) => fresh.status.and_then(|s| s.last_safety_backup),
-        Err(_) => cluster
-            .status
-            .as_ref()
-            .and_then(|s| s.last_safety_backup.clone()),
+) -> Option<EtcdClusterStatus> {
+    let cached = cluster.status.as_ref();
+    let recovery_may_run = cached.is_some_and(|s| {
+        s.recovery.is_some()
+            || matches!(
+                s.phase,
+                Some(ClusterPhase::QuorumLost | ClusterPhase::Recovering)
+            )
+    });
+    if view.safety_backup.is_none() && !recovery_may_run {
+        return None;
     }
+    api.get(&view.name)
+        .await
+        .ok()
+        .and_then(|fresh| fresh.status)
 }
 
 /// What became of the safety backup a step may need.

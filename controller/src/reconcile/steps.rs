@@ -17,7 +17,9 @@ use crate::context::Context;
 use crate::error::Error;
 use crate::events::publish_related;
 use crate::observe::Observation;
-use crate::planner::{InitialState, MemberPlan, RemovalReason, Step};
+use etcd_shared::types::RecoveryStatus;
+
+use crate::planner::{MemberPlan, RemovalReason, Step};
 use crate::status;
 use crate::view::ClusterView;
 
@@ -60,6 +62,8 @@ pub fn record_of(step: &Step) -> Option<StepRecord> {
         Step::Compact { .. } => ("Compacted", "compact", None),
         Step::Defragment { name, .. } => ("MemberDefragmented", "defragment", pod(name)),
         Step::DisarmAlarm(_) => ("AlarmDisarmed", "disarm_alarm", None),
+        Step::StartRecovery { .. } => ("RecoveryStarted", "start_recovery", None),
+        Step::FinishRecovery => ("Recovered", "finish_recovery", None),
         Step::DeletePod(name) => ("MemberPodDeleted", "delete_pod", pod(name)),
         Step::DeleteClaim(member) => (
             "MemberClaimDeleted",
@@ -80,6 +84,13 @@ pub fn record_of(step: &Step) -> Option<StepRecord> {
     })
 }
 
+/// What carrying out a step gives the status to keep.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// The record of a recovery just started (its verified snapshot).
+    pub recovery: Option<RecoveryStatus>,
+}
+
 /// Carries out one step, and records it as an Event and a metric.
 pub async fn execute(
     ctx: &Context,
@@ -88,12 +99,29 @@ pub async fn execute(
     view: &ClusterView,
     obs: &Observation,
     step: &Step,
-) -> Result<(), Error> {
+) -> Result<Outcome, Error> {
     let Some(record) = record_of(step) else {
-        return Ok(());
+        return Ok(Outcome::default());
     };
+    let mut outcome = Outcome::default();
+    if let Step::StartRecovery { from, lost } = step {
+        let started = super::recovery::start(ctx, recorder, cluster, view, obs, from, lost).await?;
+        let note = super::recovery::started_note(&started);
+        outcome.recovery = Some(started);
+        ctx.metrics.member_change(record.kind);
+        publish_related(
+            recorder,
+            &cluster.object_ref(&()),
+            EventType::Warning,
+            record.reason,
+            note,
+            None,
+        )
+        .await;
+        return Ok(outcome);
+    }
     if !carry_out(ctx, view, obs, step).await? {
-        return Ok(());
+        return Ok(outcome);
     }
     let note = status::describe(step);
     info!(cluster = %view.name, namespace = %view.namespace, step = %note, "member change");
@@ -119,7 +147,7 @@ pub async fn execute(
         related,
     )
     .await;
-    Ok(())
+    Ok(outcome)
 }
 
 /// The calls of one step. `Ok(false)`: etcd did not take the change yet (a learner not caught
@@ -182,6 +210,8 @@ async fn carry_out(
                     .await?;
             }
         }
+        // Carried out by `execute` (it yields a record); nothing to call for the finish.
+        Step::StartRecovery { .. } | Step::FinishRecovery => {}
         Step::UpgradeMember {
             name,
             image,
@@ -269,10 +299,8 @@ async fn create_member_pod(
         }
     }
     let mut pod = builders::member_pod(view, plan);
-    // The first member of a restored cluster is seeded from the snapshot.
-    if plan.state == InitialState::New
-        && let Some(seed) = &view.seed
-    {
+    // The first member of a restored or recovered cluster is seeded from the snapshot.
+    if let Some(seed) = &plan.seed {
         let image = ctx
             .config
             .restore_image
@@ -291,6 +319,7 @@ async fn create_member_pod(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::planner::InitialState;
     use crate::planner::{Blocked, Waiting};
 
     fn plan(name: &str) -> MemberPlan {
@@ -300,6 +329,7 @@ mod tests {
             state: InitialState::New,
             version: "3.6.16".parse().unwrap_or_else(|e| panic!("{e}")),
             token: "demo-uid-1".into(),
+            seed: None,
         }
     }
 

@@ -42,6 +42,8 @@ fn member(i: u32, version: &str, healthy: bool) -> MemberState {
         applied_index: 0,
         db: DbSize::default(),
         revision: 0,
+        answered: healthy,
+        raft_index: 0,
     }
 }
 
@@ -96,6 +98,7 @@ fn plan(name: &str) -> MemberPlan {
         state: crate::planner::InitialState::New,
         version: v("3.6.16"),
         token: "demo-uid-1".into(),
+        seed: None,
     }
 }
 

@@ -105,6 +105,14 @@ impl AdmissionPolicy {
         let spec_changed = old.is_none_or(|o| o.spec != new.spec);
         let seed_changed = old
             .is_none_or(|o| backup_rules::seed_annotation(o) != backup_rules::seed_annotation(new));
+        let recover = |c: &EtcdCluster| {
+            c.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(crate::names::ANNOTATION_RECOVER))
+                .cloned()
+        };
+        let recover_changed = old.is_none_or(|o| recover(o) != recover(new));
         let mut report = Report::default();
         if spec_changed {
             spec_rules::check_name(new, &mut report);
@@ -114,12 +122,16 @@ impl AdmissionPolicy {
             pod_rules::check(new, &self.defaults, &mut report);
             tls_rules::check(new, &mut report);
             backup_rules::check_safety_backup(new, &mut report);
+            spec_rules::check_recovery(new, &mut report);
             if let Some(old) = old {
                 update_rules::check(new, old, &self.defaults, &mut report);
             }
         }
         if seed_changed {
             backup_rules::check_seed(new, &mut report);
+        }
+        if recover_changed {
+            spec_rules::check_recover_annotation(new, &mut report);
         }
         report.finish()
     }

@@ -165,3 +165,46 @@ pub(crate) fn check_repository(cluster: &EtcdCluster, report: &mut Report) {
         );
     }
 }
+
+/// `spec.recovery.policy`: `Manual` (also when absent) or `Automatic`.
+pub(crate) fn check_recovery(cluster: &EtcdCluster, report: &mut Report) {
+    let Some(recovery) = &cluster.spec.recovery else {
+        return;
+    };
+    use crate::types::recovery_policy::{AUTOMATIC, MANUAL};
+    if !["", MANUAL, AUTOMATIC].contains(&recovery.policy.as_str()) {
+        report.refuse(
+            "recovery-policy",
+            "spec.recovery.policy",
+            format!(
+                "must be {MANUAL} (recover once the cluster is annotated {}={}) or {AUTOMATIC} (recover at once), got {}",
+                crate::names::ANNOTATION_RECOVER,
+                crate::names::RECOVER_NOW,
+                quoted(&recovery.policy)
+            ),
+        );
+    }
+}
+
+/// The recovery approval annotation: its one value is `now`.
+pub(crate) fn check_recover_annotation(cluster: &EtcdCluster, report: &mut Report) {
+    use crate::names::{ANNOTATION_RECOVER, RECOVER_NOW};
+    let Some(value) = cluster
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_RECOVER))
+    else {
+        return;
+    };
+    if value != RECOVER_NOW {
+        report.refuse(
+            "recover-annotation",
+            format!("metadata.annotations[{ANNOTATION_RECOVER}]"),
+            format!(
+                "approves a recovery from permanent quorum loss and takes one value, {RECOVER_NOW}; got {}",
+                quoted(value)
+            ),
+        );
+    }
+}

@@ -1929,3 +1929,38 @@ fn restore_seed_updates() {
         Ok(vec![])
     );
 }
+
+/// Issue 24: `spec.recovery.policy` is Manual or Automatic; the approval annotation takes one
+/// value, `now`, and is judged whenever it changes (also on an update of metadata only).
+#[test]
+fn recovery_rules() {
+    for policy in ["Manual", "Automatic"] {
+        assert!(warnings(&quiet(&format!("recovery:\n  policy: {policy}")), None).is_empty());
+    }
+    assert!(warnings(&quiet("recovery: {}"), None).is_empty());
+    assert_refused(
+        &quiet("recovery:\n  policy: automatic"),
+        None,
+        "spec.recovery.policy: must be Manual (recover once the cluster is annotated etcd.database.coreos.com/recover=now) or Automatic (recover at once), got \"automatic\"",
+    );
+    let annotated = |value: &str| {
+        let mut c = quiet("size: 3");
+        c.metadata.annotations = Some(
+            [(
+                crate::names::ANNOTATION_RECOVER.to_string(),
+                value.to_string(),
+            )]
+            .into(),
+        );
+        c
+    };
+    let plain = quiet("size: 3");
+    assert!(warnings(&annotated("now"), Some(&plain)).is_empty());
+    assert_refused(
+        &annotated("yes"),
+        Some(&plain),
+        "metadata.annotations[etcd.database.coreos.com/recover]: approves a recovery from permanent quorum loss and takes one value, now; got \"yes\"",
+    );
+    // Removed (as the operator does once it acted on it): fine.
+    assert!(warnings(&plain, Some(&annotated("now"))).is_empty());
+}

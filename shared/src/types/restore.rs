@@ -148,7 +148,7 @@ pub struct ClusterTemplate {
 /// annotation [`crate::names::ANNOTATION_RESTORE_SEED`] the restore controller puts on the
 /// cluster it creates. The seed member's init containers download it (checking
 /// [`Self::sha256`]) and restore it with etcd's own tool before etcd starts.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq)]
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RestoreSeed {
     /// The EtcdRestore that asked for it.

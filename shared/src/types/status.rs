@@ -124,6 +124,75 @@ pub struct EtcdClusterStatus {
     /// defragmentations.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maintenance: Option<MaintenanceStatus>,
+
+    /// A recovery from permanent quorum loss in progress (an extension of this operator): where
+    /// the data comes from and what of the lost cluster is left to remove. Read back, so a
+    /// controller restart goes on from where it stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<RecoveryStatus>,
+
+    /// The last recovery from permanent quorum loss (an extension of this operator).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_recovery: Option<RecoveryRecord>,
+}
+
+/// A recovery in progress.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecoveryStatus {
+    /// When it started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<Time>,
+    /// The surviving member the snapshot was taken from, when one survived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_member: Option<String>,
+    /// Its client URL, where the new first member fetches the snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member_endpoint: Option<String>,
+    /// The backup snapshot it restores, when no member survived (a restore seed: storage type
+    /// and source, as in an EtcdRestore).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_backup: Option<super::restore::RestoreSeed>,
+    /// SHA-256 of the snapshot's database, hex, as verified before anything was changed.
+    #[serde(default)]
+    pub sha256: String,
+    /// etcd revision of the snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    /// How many voting members had lost their data.
+    #[serde(default)]
+    pub members_lost: i32,
+    /// The member pods and claims of the lost cluster (member names), removed once the new
+    /// first member runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replaced: Vec<String>,
+    /// The new first member, once created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<String>,
+}
+
+/// A finished recovery.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecoveryRecord {
+    /// When it started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<Time>,
+    /// When the recovered cluster's first member ran and the lost one was removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished: Option<Time>,
+    /// Where the data came from: `member NAME` or the backup's path.
+    #[serde(default)]
+    pub source: String,
+    /// etcd revision of the snapshot it was seeded from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    /// SHA-256 of that snapshot's database, hex.
+    #[serde(default)]
+    pub sha256: String,
+    /// How many voting members had lost their data.
+    #[serde(default)]
+    pub members_lost: i32,
 }
 
 /// The operator's database maintenance of a cluster: compaction and defragmentations.

@@ -24,7 +24,7 @@ pub const PVC_STORAGE_TYPE: &str = "PVC";
 
 /// The storage sources, inline in a backup's or a restore's spec (CoreOS' `BackupSource` and
 /// `RestoreSource`): exactly the one matching the storage type is set.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub struct StorageSource {
     /// An S3 bucket of AWS or of any S3-compatible store.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -134,7 +134,7 @@ pub fn source_field(storage_type: &str) -> Option<&'static str> {
 }
 
 /// An S3 location (CoreOS' `S3BackupSource` / `S3RestoreSource`).
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct S3Source {
     /// BUCKET/KEY of the snapshot object, such as `etcd-backups/example/snapshot.db`. A
@@ -163,7 +163,7 @@ pub struct S3Source {
 }
 
 /// An Azure Blob Storage location (CoreOS' `ABSBackupSource`).
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AbsSource {
     /// CONTAINER/BLOB of the snapshot.
@@ -187,7 +187,7 @@ pub struct AbsSource {
 }
 
 /// A Google Cloud Storage location (CoreOS' `GCSBackupSource`).
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GcsSource {
     /// BUCKET/OBJECT of the snapshot.
@@ -202,7 +202,7 @@ pub struct GcsSource {
 }
 
 /// An Alibaba Cloud OSS location (CoreOS' `OSSBackupSource`).
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OssSource {
     /// BUCKET/OBJECT of the snapshot.
@@ -222,7 +222,7 @@ pub struct OssSource {
 }
 
 /// A file inside a PersistentVolumeClaim (this operator's extension, storage type `PVC`).
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PvcSource {
     /// Name of a PersistentVolumeClaim of the same namespace. A backup's pod mounts it

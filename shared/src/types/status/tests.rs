@@ -180,8 +180,19 @@ fn this_operators_status_round_trips_and_writes_only_what_is_set() {
                 time: time("2026-01-01T00:01:00Z"),
             }],
         }),
+        recovery: None,
+        last_recovery: Some(super::RecoveryRecord {
+            started: Some(time("2026-01-01T00:00:00Z")),
+            finished: Some(time("2026-01-01T00:01:00Z")),
+            source: "member demo-0".into(),
+            revision: Some(10041),
+            sha256: "ab".repeat(32),
+            members_lost: 2,
+        }),
     };
     let written = serde_json::to_value(&ours).expect("serializes");
+    assert_eq!(written["lastRecovery"]["source"], "member demo-0");
+    assert_eq!(written["lastRecovery"]["membersLost"], 2);
     assert_eq!(written["maintenance"]["compaction"]["revision"], 500);
     assert_eq!(
         written["maintenance"]["defragmentations"][0]["member"],
