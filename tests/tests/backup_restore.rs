@@ -107,6 +107,11 @@ fn main() -> std::process::ExitCode {
             a_restore_deleted_mid_replacement_still_recreates_the_cluster,
         )
         .with_timeout(long),
+        etcd_tests::Test::new(
+            "every_member_lost_recovers_from_the_newest_backup_that_checks",
+            every_member_lost_recovers_from_the_newest_backup_that_checks,
+        )
+        .with_timeout(long),
     ]);
     etcd_tests::run_suite_with_kubelet(tests)
 }
@@ -1338,5 +1343,106 @@ async fn a_restore_deleted_mid_replacement_still_recreates_the_cluster(
         async move { anyhow::Ok(restores.get_opt("mr").await?.is_none().then_some(())) }
     })
     .await?;
+    Ok(())
+}
+
+/// Issue 24: every member and its data lost (three emptyDir pods deleted) under
+/// `spec.recovery.policy: Automatic`: the cluster comes back from the newest snapshot of its
+/// EtcdBackups that checks. The newest one is damaged in the store: it is skipped (and said)
+/// for the one before, whose keys are all back on 3 members.
+async fn every_member_lost_recovers_from_the_newest_backup_that_checks(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    install(&ctx).await?;
+    OperatorBinaries::locate()?.register(ctx.kubelet()?);
+    let _controller = Controller::start(&ctx)?;
+    let storage = Storage::start(&ctx, "lost").await?;
+    let version = etcd_shared::version::DEFAULT_VERSION;
+    create_cluster(
+        &ctx,
+        &format!(
+            "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdCluster\nmetadata:\n  name: gone\nspec:\n  size: 3\n  version: {version}\n  recovery:\n    policy: Automatic\n"
+        ),
+    )
+    .await?;
+    wait_until(&ctx.api(), "gone", "settled", |c| settled(c, 3, version)).await?;
+    let slices: Api<EndpointSlice> = ctx.api();
+    let kept = bulk_put(&slices, "gone", "/kept/", 200, 8).await?;
+    create::<EtcdBackup>(
+        &ctx,
+        &backup_yaml(&storage, "older", "gone", "gone/older.db"),
+    )
+    .await?;
+    backup_status(&ctx, "older", "succeeded", |s| s.succeeded).await?;
+    // One second later (the times sort), a newer backup with more keys...
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let later = bulk_put(&slices, "gone", "/later/", 50, 8).await?;
+    create::<EtcdBackup>(
+        &ctx,
+        &backup_yaml(&storage, "newer", "gone", "gone/newer.db"),
+    )
+    .await?;
+    backup_status(&ctx, "newer", "succeeded", |s| s.succeeded).await?;
+    // ... that is damaged in the store.
+    let file = storage.server.object_file("lost", "gone/newer.db");
+    let mut bytes = std::fs::read(&file)?;
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&file, &bytes)?;
+    let pods: Api<Pod> = ctx.api();
+    let lost_at = Instant::now();
+    for name in support::member_pods(&pods, "gone").await?.keys() {
+        pods.delete(
+            name,
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..DeleteParams::default()
+            },
+        )
+        .await?;
+    }
+    let clusters: Api<EtcdCluster> = ctx.api();
+    let done = wait_until(&clusters, "gone", "recovered from a backup", |c| {
+        settled(c, 3, version)
+            && c.status
+                .as_ref()
+                .is_some_and(|s| s.last_recovery.is_some() && s.recovery.is_none())
+    })
+    .await?;
+    duration("every member lost -> Running from the backup", lost_at);
+    let last = done
+        .status
+        .and_then(|s| s.last_recovery)
+        .context("lastRecovery")?;
+    println!("gone: lastRecovery {last:?}");
+    ensure!(
+        last.source == "S3 lost/gone/older.db" && last.members_lost == 3,
+        "{last:?}"
+    );
+    let events: Api<k8s_openapi::api::core::v1::Event> = ctx.api();
+    let skipped = events
+        .list(&kube::api::ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some("RecoverySnapshotSkipped"))
+        .and_then(|e| e.message)
+        .context("no RecoverySnapshotSkipped event")?;
+    ensure!(skipped.contains("EtcdBackup newer"), "{skipped}");
+    check_every_member(&pods, "gone", "/kept/", &kept, 3).await?;
+    let data = support::read_all(
+        support::member_urls(&pods, "gone")
+            .await?
+            .values()
+            .next()
+            .context("a member")?,
+        "/later/",
+    )
+    .await?;
+    ensure!(
+        data.is_empty() && !later.is_empty(),
+        "keys written after the older backup came back: {}",
+        data.len()
+    );
     Ok(())
 }

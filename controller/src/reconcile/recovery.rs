@@ -78,8 +78,26 @@ pub async fn start(
             record.from_backup = Some(seed);
         }
     }
-    // Everything of the lost cluster: its pods, its claims and its members' names (so the new
-    // first member's name is new too).
+    // Everything of the lost cluster: its pods, its claims, its members' names and the names
+    // its last status knew (so the new first member's name, and with it its cluster token, is
+    // one no member of the lost cluster ever had, also when nothing of it is left to see).
+    let known = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.members.as_ref())
+        .map(|m| {
+            m.ready
+                .iter()
+                .chain(&m.unready)
+                .chain(&m.learners)
+                .cloned()
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    if lost.is_empty() {
+        // Nothing of the cluster answered: every member its last status knew is lost.
+        record.members_lost = i32::try_from(known.len()).unwrap_or(i32::MAX);
+    }
     let mut replaced: Vec<String> = obs
         .model
         .pods
@@ -94,6 +112,7 @@ pub async fn start(
                 .map(|m| m.iter().map(|m| m.name.clone()).collect::<Vec<_>>())
                 .unwrap_or_default(),
         )
+        .chain(known)
         .collect();
     replaced.sort();
     replaced.dedup();
