@@ -55,6 +55,11 @@ fn main() -> std::process::ExitCode {
             a_temporary_loss_is_waited_for_never_recovered,
         )
         .with_timeout(long),
+        etcd_tests::Test::new(
+            "a_recovery_interrupted_by_a_controller_restart_goes_on_once",
+            a_recovery_interrupted_by_a_controller_restart_goes_on_once,
+        )
+        .with_timeout(long),
     ];
     etcd_tests::run_suite_with_kubelet(tests.into_iter().collect())
 }
@@ -417,5 +422,35 @@ async fn a_temporary_loss_is_waited_for_never_recovered(ctx: TestContext) -> any
         )
     })
     .await?;
+    Ok(())
+}
+
+/// Issue 24: a recovery interrupted by a controller restart (the controller stopped the moment
+/// `status.recovery` is written) goes on from its record under the next controller: one
+/// recovery, one snapshot verified, every key back.
+async fn a_recovery_interrupted_by_a_controller_restart_goes_on_once(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    install(&ctx).await?;
+    OperatorBinaries::locate()?.register(ctx.kubelet()?);
+    let first = Controller::start(&ctx)?;
+    let version = etcd_shared::version::DEFAULT_VERSION;
+    let keys = running_with_keys(&ctx, "again", version, "recovery:\n  policy: Automatic").await?;
+    let (survivor, _) = lose_two(&ctx, "again").await?;
+    let lost_at = Instant::now();
+    let api: Api<EtcdCluster> = ctx.api();
+    wait_until(&api, "again", "a recovery under way", |c| {
+        c.status.as_ref().is_some_and(|s| s.recovery.is_some())
+    })
+    .await?;
+    drop(first);
+    let _second = Controller::start(&ctx)?;
+    recovered(&ctx, "again", version, &keys, &survivor, lost_at).await?;
+    let started: i32 = events(&ctx, "RecoveryStarted")
+        .await?
+        .iter()
+        .map(|e| e.count.unwrap_or(1))
+        .sum();
+    ensure!(started == 1, "{started} recoveries started");
     Ok(())
 }
