@@ -77,6 +77,16 @@ fn main() -> std::process::ExitCode {
             members_recreated_on_claims_begun_on_3_4_snapshot_before_3_7,
         )
         .with_timeout(long),
+        etcd_tests::Test::new(
+            "a_corrupt_alarm_is_reported_and_left_to_a_human",
+            a_corrupt_alarm_is_reported_and_left_to_a_human,
+        )
+        .with_timeout(long),
+        etcd_tests::Test::new(
+            "fragmented_members_are_defragmented_one_at_a_time_once",
+            fragmented_members_are_defragmented_one_at_a_time_once,
+        )
+        .with_timeout(long),
     ];
     etcd_tests::run_suite_with_kubelet(tests.into_iter().collect())
 }
@@ -693,4 +703,178 @@ async fn members_recreated_on_claims_begun_on_3_4_snapshot_before_3_7(
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     check_every_member(&pods, "aged", "/a/", &a, 3).await
+}
+
+/// Issue 23, item 2: a CORRUPT alarm (raised here through etcd's Alarm API, as its corruption
+/// check does) is reported with the member it names, blocks every change (a scale-up waits),
+/// and is never disarmed by the operator; once a human disarms it, the change goes on.
+async fn a_corrupt_alarm_is_reported_and_left_to_a_human(ctx: TestContext) -> anyhow::Result<()> {
+    install(&ctx).await?;
+    let controller = Controller::start(&ctx)?;
+    create_running(&ctx, "rotten", 3, "").await?;
+    let pods: Api<Pod> = ctx.api();
+    let urls = member_urls(&pods, "rotten").await?;
+    let (victim, url) = urls.iter().next().context("a member")?;
+    let mut client = connect(std::slice::from_ref(url)).await?;
+    let id = client.status().await?.header().map_or(0, |h| h.member_id());
+    let mut options = etcd_client::AlarmOptions::new();
+    options.with_member(id);
+    client
+        .alarm(
+            etcd_client::AlarmAction::Activate,
+            etcd_client::AlarmType::Corrupt,
+            Some(options),
+        )
+        .await?;
+    let api: Api<EtcdCluster> = ctx.api();
+    let said = wait_until(&api, "rotten", "CorruptAlarm", |c| {
+        c.status
+            .as_ref()
+            .is_some_and(|s| s.reason.as_deref() == Some("CorruptAlarm"))
+    })
+    .await?;
+    let message = said
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Degraded"))
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    println!("rotten: {message}");
+    ensure!(message.contains(victim.as_str()), "{message}");
+    // A scale-up asked meanwhile waits; nothing is disarmed.
+    let changes = controller.member_changes();
+    patch_spec(&ctx, "rotten", serde_json::json!({"size": 5})).await?;
+    let reconciles = controller.reconciles();
+    poll_until("five more reconciles", WAIT, || {
+        let done = controller.reconciles() >= reconciles + 5;
+        async move { anyhow::Ok(done.then_some(())) }
+    })
+    .await?;
+    ensure!(
+        controller.member_changes() == changes,
+        "a change was made under CORRUPT"
+    );
+    let alarms = client
+        .alarm(
+            etcd_client::AlarmAction::Get,
+            etcd_client::AlarmType::None,
+            None,
+        )
+        .await?;
+    ensure!(!alarms.alarms().is_empty(), "the operator disarmed CORRUPT");
+    // The human's decision: disarm; the scale-up goes on.
+    client
+        .alarm(
+            etcd_client::AlarmAction::Deactivate,
+            etcd_client::AlarmType::Corrupt,
+            Some({
+                let mut o = etcd_client::AlarmOptions::new();
+                o.with_member(id);
+                o
+            }),
+        )
+        .await?;
+    wait_until(&api, "rotten", "5 members after the disarm", |c| {
+        settled(c, 5, DEFAULT_VERSION)
+    })
+    .await?;
+    Ok(())
+}
+
+/// Issue 23, item 2: members whose files hold much more than their data (written, deleted,
+/// compacted) are defragmented without an alarm, one at a time (followers first), each once
+/// per interval: three defragmentations, then none while the interval lasts.
+async fn fragmented_members_are_defragmented_one_at_a_time_once(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    install(&ctx).await?;
+    let controller = Controller::start_with(&ctx, |config| {
+        config.planner.defragmentation = etcd_controller::planner::DefragmentationPolicy {
+            ratio: 1.5,
+            min_reclaim_bytes: 2 * 1024 * 1024,
+            interval: Some(Duration::from_secs(3600)),
+        };
+        config.idle_requeue = Duration::from_secs(2);
+    })?;
+    create_running(&ctx, "frag", 3, "").await?;
+    let mut client = service_client(&ctx, "frag").await?;
+    let value = vec![b'f'; 100 * 1024];
+    for i in 0..60 {
+        client.put(format!("junk/{i}"), value.clone(), None).await?;
+    }
+    let deleted = client
+        .delete(
+            "junk/",
+            Some(etcd_client::DeleteOptions::new().with_prefix()),
+        )
+        .await?;
+    let revision = deleted.header().map_or(0, |h| h.revision());
+    client
+        .compact(
+            revision,
+            Some(etcd_client::CompactionOptions::new().with_physical()),
+        )
+        .await?;
+    let defragmented = || {
+        controller.counter(
+            "etcd_controller_defragmentations_total",
+            "reason",
+            "fragmented",
+        )
+    };
+    let pods: Api<Pod> = ctx.api();
+    let sizes = || async {
+        let mut out = Vec::new();
+        for url in member_urls(&pods, "frag").await?.values() {
+            let mut c = connect(std::slice::from_ref(url)).await?;
+            let status = c.status().await?;
+            out.push((status.db_size(), status.raft_used_db_size()));
+        }
+        anyhow::Ok(out)
+    };
+    println!(
+        "frag: (file, in use) per member after the compaction: {:?}",
+        sizes().await?
+    );
+    // A member updates the size in use it reports when its backend commits: a few small
+    // writes make every member's figure current.
+    let mut ticks = 0;
+    poll_until("three members defragmented", WAIT, || {
+        ticks += 1;
+        let mut client = client.clone();
+        let n = defragmented();
+        async move {
+            client.put(format!("tick/{ticks}"), "t", None).await?;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            anyhow::Ok((n >= 3).then_some(n))
+        }
+    })
+    .await
+    .with_context(|| format!("defragmented {}", defragmented()))?;
+    println!(
+        "frag: (file, in use) per member after: {:?}",
+        sizes().await?
+    );
+    let reconciles = controller.reconciles();
+    poll_until("ten more reconciles", WAIT, || {
+        let done = controller.reconciles() >= reconciles + 10;
+        async move { anyhow::Ok(done.then_some(())) }
+    })
+    .await?;
+    ensure!(
+        defragmented() == 3,
+        "{} defragmentations: the interval was not kept",
+        defragmented()
+    );
+    for url in member_urls(&pods, "frag").await?.values() {
+        let mut c = connect(std::slice::from_ref(url)).await?;
+        let status = c.status().await?;
+        ensure!(
+            status.db_size() < 3 * 1024 * 1024,
+            "{url}: still {} bytes",
+            status.db_size()
+        );
+    }
+    ensure!(event_count(&ctx, "MemberDefragmented").await? == 3);
+    Ok(())
 }
