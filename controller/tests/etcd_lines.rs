@@ -222,13 +222,18 @@ async fn exercise(tools: &Tools, version: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[tokio::test]
-async fn every_call_works_or_is_unsupported_on_every_line() -> anyhow::Result<()> {
+/// Runs `check` against a real server of every pinned line at once; prints each line's result
+/// (with the note `check` returns) and fails with every failure.
+async fn on_every_line<F, Fut>(check: F) -> anyhow::Result<()>
+where
+    F: Fn(Tools, String) -> Fut,
+    Fut: Future<Output = anyhow::Result<String>>,
+{
     let tools = Tools::from_env()?;
     let versions = tools.versions().every_etcd();
     let results = futures::future::join_all(versions.iter().map(|v| {
-        let tools = &tools;
-        async move { (v.clone(), exercise(tools, v).await) }
+        let run = check(tools.clone(), v.clone());
+        async move { (v.clone(), run.await) }
     }))
     .await;
     let failed: Vec<String> = results
@@ -236,10 +241,20 @@ async fn every_call_works_or_is_unsupported_on_every_line() -> anyhow::Result<()
         .filter_map(|(v, r)| r.as_ref().err().map(|e| format!("{v}: {e:#}")))
         .collect();
     for (v, r) in &results {
-        println!("etcd {v}: {}", if r.is_ok() { "ok" } else { "FAILED" });
+        match r {
+            Ok(note) if note.is_empty() => println!("etcd {v}: ok"),
+            Ok(note) => println!("etcd {v}: ok ({note})"),
+            Err(_) => println!("etcd {v}: FAILED"),
+        }
     }
     ensure!(failed.is_empty(), "{}", failed.join("\n"));
     Ok(())
+}
+
+#[tokio::test]
+async fn every_call_works_or_is_unsupported_on_every_line() -> anyhow::Result<()> {
+    on_every_line(|tools, v| async move { exercise(&tools, &v).await.map(|()| String::new()) })
+        .await
 }
 
 /// The refusal of a call that must fail, or why it did not.
@@ -365,22 +380,8 @@ async fn refusals(tools: &Tools, version: &str) -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn refusals_classify_by_code_on_every_line() -> anyhow::Result<()> {
-    let tools = Tools::from_env()?;
-    let versions = tools.versions().every_etcd();
-    let results = futures::future::join_all(versions.iter().map(|v| {
-        let tools = &tools;
-        async move { (v.clone(), refusals(tools, v).await) }
-    }))
-    .await;
-    let failed: Vec<String> = results
-        .iter()
-        .filter_map(|(v, r)| r.as_ref().err().map(|e| format!("{v}: {e:#}")))
-        .collect();
-    for (v, r) in &results {
-        println!("etcd {v}: {}", if r.is_ok() { "ok" } else { "FAILED" });
-    }
-    ensure!(failed.is_empty(), "{}", failed.join("\n"));
-    Ok(())
+    on_every_line(|tools, v| async move { refusals(&tools, &v).await.map(|()| String::new()) })
+        .await
 }
 
 /// Issue 15, item 5: calls of a pooled access reuse one connection per member across calls
@@ -560,25 +561,7 @@ async fn no_space(tools: &Tools, version: &str) -> anyhow::Result<String> {
 
 #[tokio::test]
 async fn no_space_is_seen_excluded_from_health_and_healed_on_every_line() -> anyhow::Result<()> {
-    let tools = Tools::from_env()?;
-    let versions = tools.versions().every_etcd();
-    let results = futures::future::join_all(versions.iter().map(|v| {
-        let tools = &tools;
-        async move { (v.clone(), no_space(tools, v).await) }
-    }))
-    .await;
-    let failed: Vec<String> = results
-        .iter()
-        .filter_map(|(v, r)| r.as_ref().err().map(|e| format!("{v}: {e:#}")))
-        .collect();
-    for (v, r) in &results {
-        match r {
-            Ok(note) => println!("etcd {v}: ok ({note})"),
-            Err(_) => println!("etcd {v}: FAILED"),
-        }
-    }
-    ensure!(failed.is_empty(), "{}", failed.join("\n"));
-    Ok(())
+    on_every_line(|tools, v| async move { no_space(&tools, &v).await }).await
 }
 
 /// Issue 24: what the controller asks of the last member of a cluster that lost quorum, on a
@@ -638,23 +621,5 @@ async fn survivor(tools: &Tools, version: &str) -> anyhow::Result<String> {
 
 #[tokio::test]
 async fn the_last_member_answers_without_quorum_on_every_line() -> anyhow::Result<()> {
-    let tools = Tools::from_env()?;
-    let versions = tools.versions().every_etcd();
-    let results = futures::future::join_all(versions.iter().map(|v| {
-        let tools = &tools;
-        async move { (v.clone(), survivor(tools, v).await) }
-    }))
-    .await;
-    let failed: Vec<String> = results
-        .iter()
-        .filter_map(|(v, r)| r.as_ref().err().map(|e| format!("{v}: {e:#}")))
-        .collect();
-    for (v, r) in &results {
-        match r {
-            Ok(note) => println!("etcd {v}: ok ({note})"),
-            Err(_) => println!("etcd {v}: FAILED"),
-        }
-    }
-    ensure!(failed.is_empty(), "{}", failed.join("\n"));
-    Ok(())
+    on_every_line(|tools, v| async move { survivor(&tools, &v).await }).await
 }

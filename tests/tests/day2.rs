@@ -20,11 +20,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
 use etcd_client::GetOptions;
-use k8s_openapi::api::core::v1::{Event as CoreEvent, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams};
+use kube::api::{DeleteParams, EvictParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 
 use etcd_shared::EtcdCluster;
@@ -36,8 +36,9 @@ use etcd_tests::suite::TestContext;
 use support::operator::{Controller, create_cluster, install};
 use support::phases::PhaseWatch;
 use support::{
-    ETCD_TIMEOUT, WAIT, bulk_put, check_every_member, client_service_urls, connect, duration,
-    member_list, member_pods, member_urls, pinned_etcd, settled, wait_until,
+    ETCD_TIMEOUT, WAIT, bulk_put, check_every_member, client_service_urls, connect, degraded_for,
+    duration, event_count, manifest, member_list, member_pods, member_urls, pinned_etcd, settled,
+    wait_until,
 };
 
 fn main() -> std::process::ExitCode {
@@ -91,14 +92,6 @@ fn main() -> std::process::ExitCode {
     etcd_tests::run_suite_with_kubelet(tests.into_iter().collect())
 }
 
-/// A manifest for `name` with the spec lines `spec` (indented by two).
-fn manifest(name: &str, spec: &str) -> String {
-    let indented: String = spec.lines().map(|l| format!("  {l}\n")).collect();
-    format!(
-        "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdCluster\nmetadata:\n  name: {name}\nspec:\n{indented}"
-    )
-}
-
 const DURABLE: &str =
     "pod:\n  persistentVolumeClaimSpec:\n    resources:\n      requests:\n        storage: 1Gi";
 
@@ -128,27 +121,6 @@ async fn patch_spec(ctx: &TestContext, name: &str, spec: serde_json::Value) -> a
     )
     .await?;
     Ok(())
-}
-
-/// The Events of the test's namespace with `reason`.
-async fn events(ctx: &TestContext, reason: &str) -> anyhow::Result<Vec<CoreEvent>> {
-    let api: Api<CoreEvent> = ctx.api();
-    Ok(api
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some(reason))
-        .collect())
-}
-
-/// How many times Events of `reason` were reported (a series counts each).
-async fn event_count(ctx: &TestContext, reason: &str) -> anyhow::Result<usize> {
-    Ok(events(ctx, reason)
-        .await?
-        .iter()
-        .map(|e| usize::try_from(e.count.unwrap_or(1)).unwrap_or(1))
-        .sum())
 }
 
 /// Issue 23, item 1: the budget protects the voters that run, not the size asked for. A
@@ -256,6 +228,23 @@ async fn fill(
     bail!("no NOSPACE after 400 puts of 400 KiB")
 }
 
+/// Waits until `client` can write again (a put of the key `after` succeeds).
+async fn until_a_write_is_accepted(client: &etcd_client::Client, what: &str) -> anyhow::Result<()> {
+    poll_until(what, WAIT, || {
+        let mut client = client.clone();
+        async move {
+            anyhow::Ok(
+                tokio::time::timeout(ETCD_TIMEOUT, client.put("after", "written", None))
+                    .await
+                    .is_ok_and(|r| r.is_ok())
+                    .then_some(()),
+            )
+        }
+    })
+    .await?;
+    Ok(())
+}
+
 /// Samples the ready endpoints of a cluster's client Service every 250 ms until stopped: the
 /// fewest seen.
 struct EndpointWatch {
@@ -323,37 +312,15 @@ async fn a_full_database_is_healed_without_a_human(ctx: TestContext) -> anyhow::
     let read = client.get("keep/a", None).await?;
     ensure!(read.kvs().first().map(|kv| kv.value()) == Some(&b"kept"[..]));
     let api: Api<EtcdCluster> = ctx.api();
-    let reported = wait_until(&api, "full", "the alarm in the status", |c| {
-        c.status
-            .as_ref()
-            .is_some_and(|s| s.reason.as_deref() == Some("NoSpaceAlarm"))
-    })
-    .await?;
-    let degraded = reported
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Degraded"))
-        .context("Degraded")?;
-    println!("full: {}", degraded.message);
+    let message = degraded_for(&api, "full", "NoSpaceAlarm").await?;
+    println!("full: {message}");
     ensure!(
-        degraded.message.contains("NOSPACE") && degraded.message.contains("quota 16.0 MiB"),
-        "{}",
-        degraded.message
+        message.contains("NOSPACE") && message.contains("quota 16.0 MiB"),
+        "{message}"
     );
     duration("full: NOSPACE reported", full_at);
     // Healed: a write is accepted again.
-    poll_until("a write accepted again", WAIT, || {
-        let mut client = client.clone();
-        async move {
-            anyhow::Ok(
-                tokio::time::timeout(ETCD_TIMEOUT, client.put("after", "heal", None))
-                    .await
-                    .is_ok_and(|r| r.is_ok())
-                    .then_some(()),
-            )
-        }
-    })
-    .await?;
+    until_a_write_is_accepted(&client, "a write accepted again").await?;
     let healed = duration("full: NOSPACE healed, writes accepted", full_at);
     wait_until(&api, "full", "Running again", |c| {
         settled(c, 3, DEFAULT_VERSION) && c.status.as_ref().is_some_and(|s| s.reason.is_none())
@@ -398,19 +365,8 @@ async fn data_over_the_quota_is_said_not_looped_on(ctx: TestContext) -> anyhow::
     let puts = fill(&mut client, |n| format!("fill/{n:03}")).await?;
     let full_at = Instant::now();
     let api: Api<EtcdCluster> = ctx.api();
-    let said = wait_until(&api, "over", "SpaceExhausted", |c| {
-        c.status
-            .as_ref()
-            .is_some_and(|s| s.reason.as_deref() == Some("SpaceExhausted"))
-    })
-    .await?;
+    let message = degraded_for(&api, "over", "SpaceExhausted").await?;
     duration("over: SpaceExhausted reported", full_at);
-    let message = said
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Degraded"))
-        .map(|c| c.message.clone())
-        .unwrap_or_default();
     println!("over: {puts} distinct keys: {message}");
     ensure!(
         message.contains("raise ETCD_QUOTA_BACKEND_BYTES") && message.contains("in use"),
@@ -439,18 +395,7 @@ async fn data_over_the_quota_is_said_not_looped_on(ctx: TestContext) -> anyhow::
     for n in 0..puts / 2 {
         client.delete(format!("fill/{n:03}"), None).await?;
     }
-    poll_until("a write accepted after the delete", WAIT, || {
-        let mut client = client.clone();
-        async move {
-            anyhow::Ok(
-                tokio::time::timeout(ETCD_TIMEOUT, client.put("after", "room", None))
-                    .await
-                    .is_ok_and(|r| r.is_ok())
-                    .then_some(()),
-            )
-        }
-    })
-    .await?;
+    until_a_write_is_accepted(&client, "a write accepted after the delete").await?;
     let left = client
         .get(
             "fill/",
@@ -727,18 +672,7 @@ async fn a_corrupt_alarm_is_reported_and_left_to_a_human(ctx: TestContext) -> an
         )
         .await?;
     let api: Api<EtcdCluster> = ctx.api();
-    let said = wait_until(&api, "rotten", "CorruptAlarm", |c| {
-        c.status
-            .as_ref()
-            .is_some_and(|s| s.reason.as_deref() == Some("CorruptAlarm"))
-    })
-    .await?;
-    let message = said
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Degraded"))
-        .map(|c| c.message.clone())
-        .unwrap_or_default();
+    let message = degraded_for(&api, "rotten", "CorruptAlarm").await?;
     println!("rotten: {message}");
     ensure!(message.contains(victim.as_str()), "{message}");
     // A scale-up asked meanwhile waits; nothing is disarmed.

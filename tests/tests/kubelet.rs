@@ -644,24 +644,7 @@ async fn deleted_pod_is_stopped_and_only_its_claim_survives(
     let ns = ctx.ns().to_owned();
     let claims: Api<PersistentVolumeClaim> = ctx.api();
     claims
-        .create(
-            &PostParams::default(),
-            &PersistentVolumeClaim {
-                metadata: ObjectMeta {
-                    name: Some("keep".into()),
-                    ..ObjectMeta::default()
-                },
-                spec: Some(PersistentVolumeClaimSpec {
-                    access_modes: Some(vec!["ReadWriteOnce".into()]),
-                    resources: Some(VolumeResourceRequirements {
-                        requests: Some([("storage".to_owned(), Quantity("1Gi".into()))].into()),
-                        ..VolumeResourceRequirements::default()
-                    }),
-                    ..PersistentVolumeClaimSpec::default()
-                }),
-                status: None,
-            },
-        )
+        .create(&PostParams::default(), &claim("keep"))
         .await?;
     let api: Api<Pod> = ctx.api();
     let mut first = Member::new("first", V36);

@@ -17,9 +17,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
-use k8s_openapi::api::core::v1::{Event as CoreEvent, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, ResourceExt as _};
 
 use etcd_shared::EtcdCluster;
@@ -30,7 +30,10 @@ use etcd_tests::suite::TestContext;
 
 use support::operator::{Controller, create_cluster, install};
 use support::phases::PhaseWatch;
-use support::{WAIT, bulk_put, check_every_member, member_pods, pinned_etcd, settled, wait_until};
+use support::{
+    WAIT, bulk_put, check_every_member, degraded_for, events, manifest, member_pods, pinned_etcd,
+    settled, wait_until,
+};
 
 fn main() -> std::process::ExitCode {
     let long = Duration::from_secs(600);
@@ -62,25 +65,6 @@ fn main() -> std::process::ExitCode {
         .with_timeout(long),
     ];
     etcd_tests::run_suite_with_kubelet(tests.into_iter().collect())
-}
-
-fn manifest(name: &str, spec: &str) -> String {
-    let indented: String = spec.lines().map(|l| format!("  {l}\n")).collect();
-    format!(
-        "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdCluster\nmetadata:\n  name: {name}\nspec:\n{indented}"
-    )
-}
-
-/// Events of the namespace with `reason`.
-async fn events(ctx: &TestContext, reason: &str) -> anyhow::Result<Vec<CoreEvent>> {
-    let api: Api<CoreEvent> = ctx.api();
-    Ok(api
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some(reason))
-        .collect())
 }
 
 /// Creates a 3-member cluster of `version` with `spec` lines, waits until it runs, writes 200
@@ -274,18 +258,7 @@ async fn manual_waits_with_the_survivor_untouched_then_recovers_once_approved(
     let (survivor, uid) = lose_two(&ctx, "manual").await?;
     let lost_at = Instant::now();
     let api: Api<EtcdCluster> = ctx.api();
-    let said = wait_until(&api, "manual", "QuorumLostForGood", |c| {
-        c.status
-            .as_ref()
-            .is_some_and(|s| s.reason.as_deref() == Some("QuorumLostForGood"))
-    })
-    .await?;
-    let message = said
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Degraded"))
-        .map(|c| c.message.clone())
-        .unwrap_or_default();
+    let message = degraded_for(&api, "manual", "QuorumLostForGood").await?;
     println!("manual: {message}");
     let command = format!(
         "kubectl annotate etcdcluster manual -n {} etcd.database.coreos.com/recover=now",
@@ -373,18 +346,7 @@ async fn a_temporary_loss_is_waited_for_never_recovered(ctx: TestContext) -> any
     };
     let api: Api<EtcdCluster> = ctx.api();
     let waited = async {
-        let lost = wait_until(&api, "paused", "QuorumLost", |c| {
-            c.status
-                .as_ref()
-                .is_some_and(|s| s.reason.as_deref() == Some("QuorumLost"))
-        })
-        .await?;
-        let message = lost
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Degraded"))
-            .map(|c| c.message.clone())
-            .unwrap_or_default();
+        let message = degraded_for(&api, "paused", "QuorumLost").await?;
         println!("paused: {message}");
         ensure!(
             message.contains("can come back") && message.contains("Automatic"),

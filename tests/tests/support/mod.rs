@@ -284,3 +284,59 @@ pub async fn create_settled(
     }
     Ok(version)
 }
+
+#[allow(dead_code, reason = "used by some of the suites sharing this module")]
+/// A manifest of EtcdCluster `name` with the spec lines `spec` (indented by two).
+pub fn manifest(name: &str, spec: &str) -> String {
+    let indented: String = spec.lines().map(|l| format!("  {l}\n")).collect();
+    format!(
+        "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdCluster\nmetadata:\n  name: {name}\nspec:\n{indented}"
+    )
+}
+
+#[allow(dead_code, reason = "used by some of the suites sharing this module")]
+/// The Events of the test's namespace with `reason`.
+pub async fn events(
+    ctx: &TestContext,
+    reason: &str,
+) -> anyhow::Result<Vec<k8s_openapi::api::core::v1::Event>> {
+    let api: Api<k8s_openapi::api::core::v1::Event> = ctx.api();
+    Ok(api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .collect())
+}
+
+#[allow(dead_code, reason = "used by some of the suites sharing this module")]
+/// How many times Events of `reason` were reported (a series counts each).
+pub async fn event_count(ctx: &TestContext, reason: &str) -> anyhow::Result<usize> {
+    Ok(events(ctx, reason)
+        .await?
+        .iter()
+        .map(|e| usize::try_from(e.count.unwrap_or(1)).unwrap_or(1))
+        .sum())
+}
+
+/// Waits until the cluster's status gives `reason`; returns the Degraded condition's message.
+#[allow(dead_code, reason = "used by some of the suites sharing this module")]
+pub async fn degraded_for(
+    api: &Api<EtcdCluster>,
+    name: &str,
+    reason: &str,
+) -> anyhow::Result<String> {
+    let said = wait_until(api, name, reason, |c| {
+        c.status
+            .as_ref()
+            .is_some_and(|s| s.reason.as_deref() == Some(reason))
+    })
+    .await?;
+    Ok(said
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Degraded"))
+        .map(|c| c.message.clone())
+        .unwrap_or_default())
+}
