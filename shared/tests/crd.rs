@@ -309,6 +309,25 @@ fn every_coreos_v1beta2_field_is_in_the_schema() {
     }
     let condition = schema_at(root, "status.conditions.[]").expect("present");
     assert_eq!(condition["required"], serde_json::json!(["status", "type"]));
+    // Issue 24: kubectl explain etcdcluster.spec.recovery documents the extension.
+    let recovery = schema_at(root, "spec.recovery").expect("spec.recovery in the schema");
+    assert!(
+        recovery["description"]
+            .as_str()
+            .is_some_and(|d| d.contains("lost quorum for good")),
+        "{recovery}"
+    );
+    let policy = schema_at(root, "spec.recovery.policy").expect("present");
+    assert_eq!(policy["enum"], serde_json::json!(["Manual", "Automatic"]));
+    assert!(
+        policy["description"]
+            .as_str()
+            .is_some_and(|d| d.contains("etcd.database.coreos.com/recover=now")),
+        "{policy}"
+    );
+    for field in ["status.recovery", "status.lastRecovery", "status.maintenance"] {
+        assert!(schema_at(root, field).is_some(), "{field} not in the schema");
+    }
     // Size 0 is refused with a message that says why a Go client sent it.
     let size = schema_at(root, "spec.size").expect("present");
     assert!(
