@@ -325,8 +325,15 @@ fn every_coreos_v1beta2_field_is_in_the_schema() {
             .is_some_and(|d| d.contains("etcd.database.coreos.com/recover=now")),
         "{policy}"
     );
-    for field in ["status.recovery", "status.lastRecovery", "status.maintenance"] {
-        assert!(schema_at(root, field).is_some(), "{field} not in the schema");
+    for field in [
+        "status.recovery",
+        "status.lastRecovery",
+        "status.maintenance",
+    ] {
+        assert!(
+            schema_at(root, field).is_some(),
+            "{field} not in the schema"
+        );
     }
     // Size 0 is refused with a message that says why a Go client sent it.
     let size = schema_at(root, "spec.size").expect("present");
