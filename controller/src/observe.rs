@@ -115,8 +115,79 @@ fn health_of(name: &str, statuses: &[PodStatus]) -> Health {
     }
 }
 
+/// Who made a member pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodOrigin {
+    /// This operator: the member labels of the cluster (`app.kubernetes.io/component=member`).
+    Operator,
+    /// CoreOS' operator: `app=etcd`, `etcd_cluster=NAME` and `etcd_node=MEMBER`, none of this
+    /// operator's labels, and a controller reference to this very EtcdCluster (its uid), so a
+    /// pod of an unrelated etcd that happens to carry CoreOS' labels is never taken.
+    CoreOS,
+}
+
+/// Who made `meta`'s pod, if it is a member pod of `view`'s cluster.
+pub fn member_pod_origin(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    view: &ClusterView,
+) -> Option<PodOrigin> {
+    let labels = meta.labels.as_ref()?;
+    let has = |key: &str, value: &str| labels.get(key).is_some_and(|v| v == value);
+    let ours = names::selector_labels(&view.name)
+        .iter()
+        .all(|(k, v)| has(k, v))
+        && has(names::LABEL_COMPONENT, "member");
+    if ours {
+        return Some(PodOrigin::Operator);
+    }
+    let coreos_labels = names::coreos_selector(&view.name)
+        .iter()
+        .all(|(k, v)| has(k, v))
+        && labels.contains_key(names::COREOS_LABEL_NODE)
+        && !labels.contains_key(names::LABEL_MANAGED_BY);
+    let owned = meta
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.uid == view.uid && o.kind == "EtcdCluster" && o.controller == Some(true));
+    (coreos_labels && owned).then_some(PodOrigin::CoreOS)
+}
+
+/// The member pods of a cluster in the cache, with who made each.
+pub fn member_pods(caches: &Caches, view: &ClusterView) -> Vec<(Arc<CachedPod>, PodOrigin)> {
+    cache::select(
+        &caches.pods,
+        &view.namespace,
+        &names::coreos_selector(&view.name),
+    )
+    .into_iter()
+    .filter_map(|p| member_pod_origin(&p.metadata, view).map(|origin| (p, origin)))
+    .collect()
+}
+
+/// Whether CoreOS' operator's member pods of `view`'s cluster are still there (not being
+/// deleted): the Services then keep CoreOS' selector, which selects them and this operator's
+/// members alike.
+pub fn coreos_members_present(caches: &Caches, view: &ClusterView) -> bool {
+    member_pods(caches, view)
+        .iter()
+        .any(|(p, origin)| *origin == PodOrigin::CoreOS && p.metadata.deletion_timestamp.is_none())
+}
+
+/// The version in an image's tag (`quay.io/coreos/etcd:v3.2.13` is 3.2.13), for pods that do
+/// not say it in this operator's version label.
+fn version_of_image(image: &str) -> Option<EtcdVersion> {
+    let without_digest = image.split('@').next()?;
+    let (_, tag) = without_digest.rsplit_once(':')?;
+    if tag.contains('/') {
+        return None;
+    }
+    tag.strip_prefix('v').unwrap_or(tag).parse().ok()
+}
+
 fn pod_state(
     pod: &CachedPod,
+    origin: PodOrigin,
     claim_created_on: &BTreeMap<String, EtcdVersion>,
     now: Timestamp,
 ) -> Option<PodState> {
@@ -139,7 +210,8 @@ fn pod_state(
         .labels
         .as_ref()
         .and_then(|l| l.get(names::LABEL_VERSION))
-        .and_then(|v| v.parse::<EtcdVersion>().ok());
+        .and_then(|v| v.parse::<EtcdVersion>().ok())
+        .or_else(|| version_of_image(&image));
     let restarts = status
         .container_statuses
         .iter()
@@ -194,6 +266,7 @@ fn pod_state(
         overdue,
         running_for,
         reason: status.reason.clone(),
+        coreos: origin == PodOrigin::CoreOS,
     })
 }
 
@@ -330,11 +403,9 @@ pub async fn observe(
     replaced: &[String],
 ) -> Result<Observation, Error> {
     let now = Timestamp::now();
-    let mut pod_selector = names::selector_labels(&view.name);
-    pod_selector.insert(names::LABEL_COMPONENT.into(), "member".into());
     let mut claim_selector = names::selector_labels(&view.name);
     claim_selector.insert(names::LABEL_COMPONENT.into(), "data".into());
-    let pods = cache::select(&caches.pods, &view.namespace, &pod_selector);
+    let pods = member_pods(caches, view);
     let claims = cache::select(&caches.claims, &view.namespace, &claim_selector);
     let tls = operator_tls(client, view).await?;
     // The version each member's claim was made under, from its annotation.
@@ -354,7 +425,7 @@ pub async fn observe(
         .collect();
     let pods: Vec<PodState> = pods
         .iter()
-        .filter_map(|p| pod_state(p, &claim_created_on, now))
+        .filter_map(|(p, origin)| pod_state(p, *origin, &claim_created_on, now))
         .collect();
     // The pods and claims of a cluster being replaced by a recovery are not this cluster's.
     let (replaced_pods, pods): (Vec<PodState>, Vec<PodState>) =
@@ -442,6 +513,7 @@ pub async fn observe(
                         revision: own.map_or(0, |s| s.revision),
                         answered: own.is_some(),
                         raft_index: own.map_or(0, |s| s.raft_index),
+                        peer_url: m.peer_urls.first().cloned(),
                     });
                 }
                 Ok(states)
@@ -469,6 +541,8 @@ pub async fn observe(
         }
     }
     let alarms = named_alarms(&raised, members.as_deref().unwrap_or(&[]));
+    // A cluster CoreOS' operator made exists, whatever our status says of it.
+    let bootstrapped = bootstrapped || pods.iter().any(|p| p.coreos);
     let quota_bytes = quota_bytes(view, &statuses);
     Ok(Observation {
         model: Observed {
@@ -521,6 +595,84 @@ mod tests {
             pod: pod.into(),
             endpoint: format!("http://{pod}:2379"),
             status: Err("connection refused".into()),
+        }
+    }
+
+    fn meta(json: serde_json::Value) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        serde_json::from_value(json).unwrap_or_else(|e| panic!("fixture: {e}"))
+    }
+
+    /// Member pods are this operator's (its labels) or CoreOS' (CoreOS' labels with
+    /// `etcd_node`, a controller reference to this very cluster, none of this operator's
+    /// labels); anything else carrying `app=etcd` is left alone (issue 28).
+    #[test]
+    fn member_pods_are_ours_or_coreos_and_nothing_else() {
+        let view = crate::view::fixtures::view_of("size: 3");
+        let owner = |uid: &str, controller: bool| {
+            serde_json::json!([{"apiVersion": "etcd.database.coreos.com/v1beta2",
+                "kind": "EtcdCluster", "name": "demo", "uid": uid, "controller": controller}])
+        };
+        let coreos_labels = serde_json::json!({"app": "etcd", "etcd_cluster": "demo",
+            "etcd_node": "demo-4bq7xk2m9z"});
+        let ours = serde_json::to_value(names::member_labels("demo", "demo-0", "3.6.16"))
+            .unwrap_or_default();
+        for (what, m, want) in [
+            (
+                "this operator's member",
+                serde_json::json!({"labels": ours, "ownerReferences": owner("uid-1", true)}),
+                Some(PodOrigin::Operator),
+            ),
+            (
+                "CoreOS' member of this cluster",
+                serde_json::json!({"labels": coreos_labels, "ownerReferences": owner("uid-1", true)}),
+                Some(PodOrigin::CoreOS),
+            ),
+            (
+                "CoreOS' labels, owned by another object of the same name (an earlier uid)",
+                serde_json::json!({"labels": coreos_labels, "ownerReferences": owner("uid-0", true)}),
+                None,
+            ),
+            (
+                "CoreOS' labels, no owner (a hand-made etcd)",
+                serde_json::json!({"labels": coreos_labels}),
+                None,
+            ),
+            (
+                "CoreOS' labels, a reference that is not the controller",
+                serde_json::json!({"labels": coreos_labels, "ownerReferences": owner("uid-1", false)}),
+                None,
+            ),
+            (
+                "no etcd_node: not a member pod of CoreOS' operator",
+                serde_json::json!({"labels": {"app": "etcd", "etcd_cluster": "demo"},
+                    "ownerReferences": owner("uid-1", true)}),
+                None,
+            ),
+            (
+                "another cluster's CoreOS member",
+                serde_json::json!({"labels": {"app": "etcd", "etcd_cluster": "other",
+                    "etcd_node": "other-1"}, "ownerReferences": owner("uid-1", true)}),
+                None,
+            ),
+        ] {
+            assert_eq!(member_pod_origin(&meta(m), &view), want, "{what}");
+        }
+    }
+
+    #[test]
+    fn versions_are_read_from_image_tags() {
+        for (image, want) in [
+            ("quay.io/coreos/etcd:v3.2.13", Some("3.2.13")),
+            ("registry:5000/etcd:3.4.37", Some("3.4.37")),
+            ("quay.io/coreos/etcd:v3.3.27@sha256:abcd", Some("3.3.27")),
+            ("registry:5000/etcd", None),
+            ("quay.io/coreos/etcd:latest", None),
+        ] {
+            assert_eq!(
+                version_of_image(image).map(|v| v.to_string()).as_deref(),
+                want,
+                "{image}"
+            );
         }
     }
 

@@ -18,7 +18,8 @@ use etcd_shared::version::EtcdVersion;
 use crate::conditions;
 
 use crate::planner::{
-    Blocked, DefragReason, Health, MemberState, Observed, RecoverFrom, RemovalReason, Step, Waiting,
+    Blocked, DefragReason, Handover, Health, MemberState, Observed, RecoverFrom, RemovalReason,
+    Step, Waiting,
 };
 use crate::view::{ClusterView, InvalidCluster};
 
@@ -64,6 +65,13 @@ pub fn describe(step: &Step) -> String {
         } => format!(
             "remove member {name}, whose pod is stuck terminating past its grace period, to replace it under a new name"
         ),
+        Step::RemoveMember {
+            name,
+            reason: RemovalReason::Adopted,
+            ..
+        } => format!(
+            "remove member {name} of CoreOS' operator (this operator's members hold its data); its pod is deleted once it is out of the member list"
+        ),
         Step::RestartBootstrap(name) => format!(
             "start the cluster over: the first member {name} never became ready; its pod and data claim are deleted and a new first member is created"
         ),
@@ -103,9 +111,20 @@ pub fn describe(step: &Step) -> String {
         Step::DeletePod(n) => format!("delete pod {n}"),
         Step::DeleteClaim(n) => format!("delete the data claim of {n}"),
         Step::UpgradeMember { name, version, .. } => format!("upgrade member {name} to {version}"),
-        Step::TransferLeadership { from, to, .. } => {
-            format!("hand leadership from {from} to {to} before upgrading {from}")
-        }
+        Step::TransferLeadership {
+            from,
+            to,
+            before: Handover::Upgrade,
+            ..
+        } => format!("hand leadership from {from} to {to} before upgrading {from}"),
+        Step::TransferLeadership {
+            from,
+            to,
+            before: Handover::Removal,
+            ..
+        } => format!(
+            "hand leadership from {from} to {to} before removing {from}, the last member of CoreOS' operator"
+        ),
         Step::Wait(Waiting::MemberStarting(n)) => format!("wait for member {n} to start"),
         Step::Wait(Waiting::MemberPending(n)) => format!(
             "wait for the pod of member {n}, which is Pending (being scheduled, pulling its image or running its init containers)"
@@ -311,6 +330,8 @@ fn phase(obs: &Observed, step: &Step, previous: Option<ClusterPhase>) -> Cluster
         // An alarm refuses writes (NOSPACE) or everything (CORRUPT) while quorum holds.
         _ if !obs.alarms.is_empty() && obs.bootstrapped => ClusterPhase::Degraded,
         Step::Done => ClusterPhase::Running,
+        // Adopting CoreOS' members: members are added, then removed.
+        _ if !obs.coreos_members().is_empty() => ClusterPhase::Scaling,
         _ if creating => ClusterPhase::Creating,
         Step::Defragment {
             reason: DefragReason::Fragmented,
@@ -324,6 +345,10 @@ fn phase(obs: &Observed, step: &Step, previous: Option<ClusterPhase>) -> Cluster
         | Step::Wait(Waiting::MemberUpgrading(_) | Waiting::SnapshotBeforeUpgrade { .. }) => {
             ClusterPhase::Upgrading
         }
+        Step::RemoveMember {
+            reason: RemovalReason::Adopted,
+            ..
+        } => ClusterPhase::Scaling,
         Step::RemoveMember {
             reason: RemovalReason::Replace | RemovalReason::StuckTerminating,
             ..
@@ -359,7 +384,10 @@ fn upgrading(view: &ClusterView, step: &Step, current: Option<&str>) -> bool {
     let moving = matches!(
         step,
         Step::UpgradeMember { .. }
-            | Step::TransferLeadership { .. }
+            | Step::TransferLeadership {
+                before: Handover::Upgrade,
+                ..
+            }
             | Step::Wait(Waiting::MemberUpgrading(_))
     );
     moving
@@ -485,6 +513,10 @@ pub fn compute(
     };
     let progressing = step.is_change() || matches!(step, Step::Wait(_));
     let progressing_reason = match step {
+        // Every step of an adoption (adding, promoting, waiting, handing over, removing).
+        _ if !obs.coreos_members().is_empty() && !matches!(step, Step::Blocked(_)) => {
+            "AdoptingCoreOSMembers"
+        }
         Step::Bootstrap(_) => "Bootstrapping",
         Step::AddMember { .. } | Step::PromoteLearner { .. } | Step::CreatePod(_) => "ScalingUp",
         Step::RemoveMember {
@@ -497,6 +529,10 @@ pub fn compute(
             reason: RemovalReason::Replace | RemovalReason::StuckTerminating,
             ..
         } => "ReplacingMember",
+        Step::RemoveMember {
+            reason: RemovalReason::Adopted,
+            ..
+        } => "AdoptingCoreOSMembers",
         Step::RestartBootstrap(_) => "Bootstrapping",
         Step::StartRecovery { .. } | Step::FinishRecovery => "Recovering",
         _ if obs.recovery.is_some() => "Recovering",
@@ -620,6 +656,11 @@ pub fn compute(
         maintenance: previous.and_then(|p| p.maintenance.clone()),
         recovery: previous.and_then(|p| p.recovery.clone()),
         last_recovery: previous.and_then(|p| p.last_recovery.clone()),
+        coreos_members: obs
+            .coreos_members()
+            .into_iter()
+            .map(str::to_string)
+            .collect(),
     }
 }
 

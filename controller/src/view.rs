@@ -226,7 +226,10 @@ impl ClusterView {
 
     /// The member name a peer URL belongs to, if it is one of this cluster's: `MEMBER.NAME.NS.svc`
     /// with or without a domain after it, so members that joined before the cluster domain
-    /// changed, or under an earlier operator's address layout, are still recognised.
+    /// changed, or under an earlier operator's address layout, are still recognised. `MEMBER` is
+    /// any DNS label: this operator's `NAME-<index>` or CoreOS' `NAME-<10 random characters>`
+    /// (whose members are adopted), also for a member that never started (etcd knows only its
+    /// peer URL then).
     pub fn member_of_peer_url(&self, url: &str) -> Option<String> {
         let host = url.split("://").nth(1)?.split([':', '/']).next()?;
         let (member, rest) = host.split_once('.')?;
@@ -238,7 +241,7 @@ impl ClusterView {
         let ours = rest
             .strip_prefix(service.as_str())
             .is_some_and(|domain| domain.is_empty() || domain.starts_with('.'));
-        (ours && names::member_index(&self.name, member).is_some()).then(|| member.to_string())
+        (ours && !member.is_empty()).then(|| member.to_string())
     }
 
     /// Number of voters that make a majority of `voters`.
@@ -291,7 +294,11 @@ mod tests {
             ),
             ("http://demo-1.demo.ns1.svcx:2380", None),
             ("http://demo-1.other.ns1.svc:2380", None),
-            ("http://demo-x.demo.ns1.svc:2380", None),
+            // CoreOS' member names: NAME- and 10 random characters.
+            (
+                "http://demo-x7k2m9q4bz.demo.ns1.svc:2380",
+                Some("demo-x7k2m9q4bz"),
+            ),
             ("http://10.0.0.1:2380", None),
         ] {
             assert_eq!(view.member_of_peer_url(url).as_deref(), member, "{url}");

@@ -70,6 +70,11 @@ pub const ANNOTATION_RECOVER: &str = "etcd.database.coreos.com/recover";
 pub const RECOVER_NOW: &str = "now";
 /// CoreOS' legacy label `app=etcd`.
 pub const LEGACY_LABEL_APP: &str = "app";
+/// The label CoreOS' operator put on its member pods only (`etcd_node=MEMBER`): a pod carrying
+/// it was made by CoreOS' operator, never by this one.
+pub const COREOS_LABEL_NODE: &str = "etcd_node";
+/// The annotation CoreOS' operator put on its member pods: the etcd version the pod runs.
+pub const COREOS_ANNOTATION_VERSION: &str = "etcd.version";
 /// The value of `app.kubernetes.io/managed-by`.
 pub const MANAGED_BY: &str = "etcd-operator";
 
@@ -142,6 +147,16 @@ pub fn selector_labels(cluster: &str) -> BTreeMap<String, String> {
         (LABEL_NAME.to_string(), "etcd".to_string()),
         (LABEL_INSTANCE.to_string(), cluster.to_string()),
         (LABEL_MANAGED_BY.to_string(), MANAGED_BY.to_string()),
+    ])
+}
+
+/// CoreOS' selector of a cluster's member pods (`app=etcd, etcd_cluster=NAME`): the selector of
+/// the Services CoreOS' operator made. Every member pod carries it, this operator's and CoreOS',
+/// and no other pod this operator makes does.
+pub fn coreos_selector(cluster: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LEGACY_LABEL_APP.to_string(), "etcd".to_string()),
+        (LEGACY_LABEL_CLUSTER.to_string(), cluster.to_string()),
     ])
 }
 

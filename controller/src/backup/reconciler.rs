@@ -468,9 +468,8 @@ pub(crate) async fn most_advanced_member(
     access: &EtcdAccess,
 ) -> Result<(String, String, MemberStatus), BackupError> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), &view.namespace);
-    let mut selector = names::selector_labels(&view.name);
-    selector.insert(names::LABEL_COMPONENT.into(), "member".into());
-    let selector = selector
+    // Every member pod: this operator's and those of CoreOS' operator being adopted.
+    let selector = names::coreos_selector(&view.name)
         .iter()
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
@@ -483,6 +482,7 @@ pub(crate) async fn most_advanced_member(
         .items
         .iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| observe::member_pod_origin(&p.metadata, view).is_some())
         .filter_map(|p| {
             let ip = p.status.as_ref()?.pod_ip.as_deref()?;
             Some((observe::endpoint(view, ip), p.name_any()))

@@ -14,4 +14,4 @@ pub use claim::data_claim;
 pub use pdb::disruption_budget;
 pub use pod::member_pod;
 pub use seed::seed_member;
-pub use services::{client_service, peer_service};
+pub use services::{client_service, member_selector, peer_service};

@@ -41,8 +41,9 @@ pub fn min_available(view: &ClusterView, obs: &Observed) -> usize {
 
 /// The cluster's budget (see [`min_available`]).
 pub fn disruption_budget(view: &ClusterView, obs: &Observed) -> PodDisruptionBudget {
-    let mut selector = names::selector_labels(&view.name);
-    selector.insert(names::LABEL_COMPONENT.into(), "member".into());
+    // CoreOS' member pods being adopted are members the budget protects too.
+    let coreos = obs.pods.iter().any(|p| p.coreos && !p.terminating);
+    let selector = super::services::member_selector(view, coreos);
     let labels = names::object_labels(&view.name, "disruption-budget");
     let quorum = i32::try_from(min_available(view, obs)).unwrap_or(i32::MAX);
     PodDisruptionBudget {
@@ -87,6 +88,7 @@ mod tests {
             revision: 0,
             answered: true,
             raft_index: 0,
+            peer_url: None,
         }
     }
 

@@ -10,7 +10,16 @@ use etcd_shared::names::{self, CLIENT_PORT, PEER_PORT};
 
 use crate::view::ClusterView;
 
-fn member_selector(view: &ClusterView) -> BTreeMap<String, String> {
+/// The selector of a cluster's member pods for its Services and budget: this operator's member
+/// labels, or, while member pods made by CoreOS' operator are there (`coreos_members`), CoreOS'
+/// own selector (`app=etcd, etcd_cluster=NAME`), which selects those and this operator's
+/// members alike (and no other pod this operator makes). So a Service never stops selecting
+/// members that serve, from the first reconcile of an adopted cluster to its last CoreOS
+/// member, and the switch back selects the same pods.
+pub fn member_selector(view: &ClusterView, coreos_members: bool) -> BTreeMap<String, String> {
+    if coreos_members {
+        return names::coreos_selector(&view.name);
+    }
     let mut s = names::selector_labels(&view.name);
     s.insert(names::LABEL_COMPONENT.into(), "member".into());
     s
@@ -38,14 +47,15 @@ fn service_port(name: &str, port: i32) -> ServicePort {
 }
 
 /// Headless Service that gives every member `MEMBER.NAME.NS.svc` and publishes members
-/// before they are ready (a joining member must be reachable to catch up).
-pub fn peer_service(view: &ClusterView) -> Service {
+/// before they are ready (a joining member must be reachable to catch up). `coreos_members`:
+/// see [`member_selector`].
+pub fn peer_service(view: &ClusterView, coreos_members: bool) -> Service {
     Service {
         metadata: meta(view, names::peer_service_name(&view.name), "peer-service"),
         spec: Some(ServiceSpec {
             cluster_ip: Some("None".into()),
             publish_not_ready_addresses: Some(true),
-            selector: Some(member_selector(view)),
+            selector: Some(member_selector(view, coreos_members)),
             ports: Some(vec![
                 service_port("client", CLIENT_PORT),
                 service_port("peer", PEER_PORT),
@@ -56,8 +66,9 @@ pub fn peer_service(view: &ClusterView) -> Service {
     }
 }
 
-/// Service clients use: only ready members receive traffic.
-pub fn client_service(view: &ClusterView) -> Service {
+/// Service clients use: only ready members receive traffic. `coreos_members`: see
+/// [`member_selector`].
+pub fn client_service(view: &ClusterView, coreos_members: bool) -> Service {
     Service {
         metadata: meta(
             view,
@@ -66,7 +77,7 @@ pub fn client_service(view: &ClusterView) -> Service {
         ),
         spec: Some(ServiceSpec {
             type_: Some("ClusterIP".into()),
-            selector: Some(member_selector(view)),
+            selector: Some(member_selector(view, coreos_members)),
             ports: Some(vec![service_port("client", CLIENT_PORT)]),
             ..ServiceSpec::default()
         }),
@@ -81,7 +92,7 @@ mod tests {
 
     #[test]
     fn peer_service_is_headless_and_publishes_not_ready() {
-        let s = peer_service(&view_of("size: 3"));
+        let s = peer_service(&view_of("size: 3"), false);
         assert_eq!(s.metadata.name.as_deref(), Some("demo"));
         let spec = s.spec.unwrap();
         assert_eq!(spec.cluster_ip.as_deref(), Some("None"));
@@ -98,7 +109,7 @@ mod tests {
 
     #[test]
     fn client_service_serves_2379() {
-        let s = client_service(&view_of("size: 3"));
+        let s = client_service(&view_of("size: 3"), false);
         assert_eq!(s.metadata.name.as_deref(), Some("demo-client"));
         assert_eq!(
             s.metadata.owner_references.unwrap()[0].controller,
@@ -114,10 +125,39 @@ mod tests {
     #[test]
     fn services_carry_coreos_labels() {
         let view = view_of("size: 3");
-        for s in [peer_service(&view), client_service(&view)] {
+        for s in [peer_service(&view, false), client_service(&view, false)] {
             let labels = s.metadata.labels.unwrap();
             assert_eq!(labels.get("app").map(String::as_str), Some("etcd"));
             assert_eq!(labels.get("etcd_cluster").map(String::as_str), Some("demo"));
         }
+    }
+
+    /// While CoreOS' member pods are there, both Services select with CoreOS' selector, which
+    /// this operator's member pods also match; afterwards with this operator's labels (issue
+    /// 28: the selectors were re-pointed away from CoreOS' serving members).
+    #[test]
+    fn services_keep_coreos_selector_while_coreos_members_run() {
+        let view = view_of("size: 3");
+        let ours = names::member_labels("demo", "demo-0", "3.2.13");
+        for (coreos, want) in [
+            (true, names::coreos_selector("demo")),
+            (false, member_selector(&view, false)),
+        ] {
+            for s in [peer_service(&view, coreos), client_service(&view, coreos)] {
+                let selector = s.spec.and_then(|s| s.selector).unwrap_or_default();
+                assert_eq!(selector, want);
+                assert!(
+                    selector.iter().all(|(k, v)| ours.get(k) == Some(v)),
+                    "this operator's member pods match {selector:?}"
+                );
+            }
+        }
+        assert_eq!(
+            names::coreos_selector("demo"),
+            std::collections::BTreeMap::from([
+                ("app".to_string(), "etcd".to_string()),
+                ("etcd_cluster".to_string(), "demo".to_string())
+            ])
+        );
     }
 }

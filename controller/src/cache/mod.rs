@@ -1,8 +1,10 @@
 //! Watch caches of the objects the operator derives (pods, claims, Services, budgets), so a
 //! reconcile reads them from memory instead of listing them, and skips applying objects that
 //! already carry the desired content. Each cache is filled by one watch of the objects
-//! labelled `app.kubernetes.io/managed-by=etcd-operator`, and the same watch's stream is the
-//! Controller's trigger for that kind (`owns_stream`): one list and one watch per kind.
+//! labelled `app.kubernetes.io/managed-by=etcd-operator` (pods: `app=etcd`, the label of
+//! every member pod, this operator's and those CoreOS' operator left running), and the same
+//! watch's stream is the Controller's trigger for that kind (`owns_stream`): one list and one
+//! watch per kind.
 
 use std::collections::BTreeMap;
 use std::collections::hash_map::DefaultHasher;
@@ -95,17 +97,18 @@ where
 }
 
 impl Caches {
-    /// Caches of the objects `config` selects through each Api, and the streams that fill
-    /// them: hand those to the Controller as its `owns_stream` triggers (or poll them some
-    /// other way), else the caches stay empty.
+    /// Caches of the objects `config` selects through each Api (the pods: those
+    /// `pod_config` selects), and the streams that fill them: hand those to the Controller as
+    /// its `owns_stream` triggers (or poll them some other way), else the caches stay empty.
     pub fn new(
         pods: Api<CachedPod>,
         claims: Api<CachedClaim>,
         services: Api<CachedService>,
         pdbs: Api<CachedPdb>,
         config: &watcher::Config,
+        pod_config: &watcher::Config,
     ) -> (Self, Triggers) {
-        let (pods, p, pods_synced) = cached(pods, config.clone());
+        let (pods, p, pods_synced) = cached(pods, pod_config.clone());
         let (claims, c, claims_synced) = cached(claims, config.clone());
         let (services, s, services_synced) = cached(services, config.clone());
         let (pdbs, b, pdbs_synced) = cached(pdbs, config.clone());

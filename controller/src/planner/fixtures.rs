@@ -20,5 +20,6 @@ pub(crate) fn ready_pod(i: u32, version: &str) -> super::PodState {
         overdue: std::time::Duration::ZERO,
         running_for: Some(std::time::Duration::from_secs(3600)),
         reason: None,
+        coreos: false,
     }
 }

@@ -17,6 +17,7 @@
 //! - upgrades move one member at a time, followers first, only while every member is
 //!   healthy, and only along a path etcd supports.
 
+pub mod adoption;
 /// Test fixtures: pods as the planner sees them.
 #[cfg(test)]
 pub(crate) mod fixtures;
@@ -25,6 +26,8 @@ pub mod model;
 pub mod recovery;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_adoption;
 
 use std::time::Duration;
 
@@ -127,6 +130,17 @@ pub enum RemovalReason {
     /// Its pod is stuck terminating past its grace period (its node is gone, or a finalizer
     /// holds it); it is replaced under a new name.
     StuckTerminating,
+    /// A member of CoreOS' operator, whose data this operator's members now hold (adoption).
+    Adopted,
+}
+
+/// Why leadership is handed over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handover {
+    /// The leader is restarted on a new version next.
+    Upgrade,
+    /// The leader is removed from the cluster next (the last member of CoreOS' operator).
+    Removal,
 }
 
 /// Why the planner makes no change.
@@ -249,8 +263,8 @@ pub enum Step {
         /// Version it moves to.
         version: EtcdVersion,
     },
-    /// Hand raft leadership to another voter before the leader is restarted for an upgrade,
-    /// so clients see a planned handover instead of an election timeout.
+    /// Hand raft leadership to another voter before the leader is restarted for an upgrade
+    /// or removed, so clients see a planned handover instead of an election timeout.
     TransferLeadership {
         /// The leader.
         from: String,
@@ -258,6 +272,8 @@ pub enum Step {
         to: String,
         /// Its member ID.
         to_id: u64,
+        /// What happens to the leader next.
+        before: Handover,
     },
     /// Record a raft index after every v2-format entry of the cluster (on every member pod),
     /// from which the members' next raft snapshot is counted.
@@ -367,6 +383,23 @@ fn member_plan(
     }
 }
 
+/// `plan` with the peer URL etcd lists for each member of `members` in its `--initial-cluster`:
+/// a joining member must name every member exactly as the cluster knows it, and members made
+/// by CoreOS' operator (or under another cluster domain) may advertise another form than this
+/// operator's.
+fn with_listed_peer_urls(mut plan: MemberPlan, members: &[MemberState]) -> MemberPlan {
+    for (name, url) in &mut plan.initial_cluster {
+        if let Some(listed) = members
+            .iter()
+            .find(|m| &m.name == name)
+            .and_then(|m| m.peer_url.as_ref())
+        {
+            url.clone_from(listed);
+        }
+    }
+    plan
+}
+
 /// The `--initial-cluster-token` of a member: the cluster's, except for a seed that is not
 /// the cluster's first member (a bootstrap that started over), whose index is appended.
 fn cluster_token(view: &ClusterView, name: &str, state: InitialState) -> String {
@@ -470,7 +503,8 @@ pub fn plan(view: &ClusterView, obs: &Observed, settings: &PlannerSettings) -> S
 /// `member_start` without becoming ready. A Ready seed the operator cannot reach is left
 /// running (the status says it is unreachable). `None` once there is more than one member.
 fn plan_bootstrap(view: &ClusterView, obs: &Observed, settings: &PlannerSettings) -> Option<Step> {
-    if obs.members.is_ok() {
+    // A cluster CoreOS' operator made is running (or was): never a new one beside it.
+    if obs.members.is_ok() || obs.pods.iter().any(|p| p.coreos) {
         return None;
     }
     let live: Vec<&PodState> = obs.pods.iter().filter(|p| !is_stuck(p, settings)).collect();
@@ -597,12 +631,15 @@ fn plan_with_members(
     for m in members {
         if obs.pod(&m.name).is_none() && (!m.started || (durable && obs.has_claim(&m.name))) {
             let version = running_version(obs, members).unwrap_or(view.version);
-            return Step::CreatePod(member_plan(
-                view,
-                &m.name,
-                &member_names,
-                InitialState::Existing,
-                version,
+            return Step::CreatePod(with_listed_peer_urls(
+                member_plan(
+                    view,
+                    &m.name,
+                    &member_names,
+                    InitialState::Existing,
+                    version,
+                ),
+                members,
             ));
         }
     }
@@ -693,9 +730,11 @@ fn plan_with_members(
         };
     }
 
-    // 5. Scale down: unhealthy members first, then followers, newest first.
+    // 5. Scale down: unhealthy members first, then followers, newest first. Not while members
+    //    of CoreOS' operator are adopted: they are the ones that go (7.).
     let unhealthy: Vec<&MemberState> = members.iter().filter(|m| !m.health.is_healthy()).collect();
-    if members.len() > view.size {
+    let adopting = members.iter().any(|m| obs.is_coreos(&m.name));
+    if members.len() > view.size && !adopting {
         let victim = unhealthy.first().copied().or_else(|| {
             members
                 .iter()
@@ -734,7 +773,13 @@ fn plan_with_members(
         return maintenance::heal_no_space(view, obs, members);
     }
 
-    // 7. Scale up, one member at a time.
+    // 7. Adopt the members of CoreOS' operator: this operator's added one at a time, then
+    //    CoreOS' removed one at a time.
+    if let Some(step) = adoption::adopt(view, obs, members) {
+        return step;
+    }
+
+    // 8. Scale up, one member at a time.
     if members.len() < view.size {
         let name = names::member_name(&view.name, next_index(view, obs));
         return Step::AddMember {
@@ -744,7 +789,7 @@ fn plan_with_members(
         };
     }
 
-    // 8. Upgrade, one member at a time, followers first; then, with nothing else to do,
+    // 9. Upgrade, one member at a time, followers first; then, with nothing else to do,
     //    defragment members whose files hold much more than their data.
     match plan_upgrade(view, obs, members) {
         Step::Done => maintenance::defragment_fragmented(obs, members, &settings.defragmentation)
@@ -827,6 +872,7 @@ fn plan_upgrade(view: &ClusterView, obs: &Observed, members: &[MemberState]) -> 
             from: m.name.clone(),
             to: successor.name.clone(),
             to_id: successor.id,
+            before: Handover::Upgrade,
         };
     }
     Step::UpgradeMember {

@@ -46,6 +46,9 @@ pub struct PodState {
     /// Why the pod is in its phase, as the kubelet says (`Terminated` after a graceful node
     /// shutdown, `Evicted`, ...).
     pub reason: Option<String>,
+    /// The pod was made by CoreOS' operator (its member is adopted: replaced by a member of
+    /// this operator, never upgraded, restarted or recreated).
+    pub coreos: bool,
 }
 
 impl PodState {
@@ -128,6 +131,9 @@ pub struct MemberState {
     pub answered: bool,
     /// The raft index it has (every line reports it; 0 when it did not answer).
     pub raft_index: u64,
+    /// The peer URL etcd lists for it (`None` when it lists none): what a joining member's
+    /// `--initial-cluster` must name for it.
+    pub peer_url: Option<String>,
 }
 
 /// The size of a member's backend database, bytes.
@@ -252,6 +258,20 @@ impl Observed {
     /// Whether a member has a data claim.
     pub fn has_claim(&self, name: &str) -> bool {
         self.claims.iter().any(|c| c == name)
+    }
+
+    /// The members whose pods CoreOS' operator made, by name: adopted one at a time.
+    pub fn coreos_members(&self) -> Vec<&str> {
+        self.pods
+            .iter()
+            .filter(|p| p.coreos)
+            .map(|p| p.name.as_str())
+            .collect()
+    }
+
+    /// Whether `member`'s pod was made by CoreOS' operator.
+    pub fn is_coreos(&self, member: &str) -> bool {
+        self.pod(member).is_some_and(|p| p.coreos)
     }
 
     /// Whether an alarm of `kind` is raised.

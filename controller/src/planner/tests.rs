@@ -34,6 +34,7 @@ fn member(i: u32, version: &str) -> MemberState {
         revision: 0,
         answered: true,
         raft_index: 0,
+        peer_url: None,
     }
 }
 
@@ -544,6 +545,7 @@ fn upgrades_followers_first_one_at_a_time() {
             from: "demo-0".into(),
             to: "demo-1".into(),
             to_id: successor_id,
+            before: Handover::Upgrade,
         }
     );
     // Once demo-1 leads, demo-0 is a follower and moves.

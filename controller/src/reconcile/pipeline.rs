@@ -74,9 +74,12 @@ pub async fn reconcile(
         }
     };
 
+    // While member pods of CoreOS' operator run, the Services keep CoreOS' selector (read from
+    // the cache, which has listed every member pod before the first reconcile).
+    let coreos_members = crate::observe::coreos_members_present(caches, &view);
     let (peer, client) = (
-        builders::peer_service(&view),
-        builders::client_service(&view),
+        builders::peer_service(&view, coreos_members),
+        builders::client_service(&view, coreos_members),
     );
     // What the API server holds of the status, where acting on a stale cached one would be
     // harmful: the safety-backup record, and a recovery in progress (its record says which
@@ -377,7 +380,24 @@ pub struct Announcement {
 /// Warnings with the condition's reason; `Available` turning True is a Normal `Available`.
 /// A condition whose status and reason stay is announced once, when it changed.
 pub fn transition_events(new: &EtcdClusterStatus, old: &EtcdClusterStatus) -> Vec<Announcement> {
-    new.conditions
+    let adoption = match (old.coreos_members.is_empty(), new.coreos_members.is_empty()) {
+        (true, false) => Some(Announcement {
+            type_: EventType::Normal,
+            reason: "AdoptingCoreOSMembers".into(),
+            note: format!(
+                "members made by CoreOS' operator found ({}): this operator adds its own members one at a time, then removes those one at a time",
+                new.coreos_members.join(", ")
+            ),
+        }),
+        (false, true) => Some(Announcement {
+            type_: EventType::Normal,
+            reason: "CoreOSMembersAdopted".into(),
+            note: "the cluster runs on this operator's members alone".into(),
+        }),
+        _ => None,
+    };
+    let conditions = new
+        .conditions
         .iter()
         .filter(|c| {
             !old.conditions
@@ -399,8 +419,8 @@ pub fn transition_events(new: &EtcdClusterStatus, old: &EtcdClusterStatus) -> Ve
                 reason,
                 note: c.message.clone(),
             })
-        })
-        .collect()
+        });
+    adoption.into_iter().chain(conditions).collect()
 }
 
 /// Server-side applies one derived object under the operator's field manager, unless the
@@ -603,5 +623,28 @@ mod tests {
                 "{old:?} -> {new:?}"
             );
         }
+    }
+
+    /// The start and the end of an adoption of CoreOS' members are announced once each.
+    #[test]
+    fn adoption_start_and_end_are_announced() {
+        let listing = |members: &[&str]| EtcdClusterStatus {
+            coreos_members: members.iter().map(|m| m.to_string()).collect(),
+            ..EtcdClusterStatus::default()
+        };
+        let reasons = |new: &EtcdClusterStatus, old: &EtcdClusterStatus| {
+            transition_events(new, old)
+                .into_iter()
+                .map(|a| a.reason)
+                .collect::<Vec<_>>()
+        };
+        let three = listing(&["demo-a", "demo-b", "demo-c"]);
+        assert_eq!(reasons(&three, &listing(&[])), ["AdoptingCoreOSMembers"]);
+        assert!(reasons(&listing(&["demo-c"]), &three).is_empty());
+        assert_eq!(
+            reasons(&listing(&[]), &listing(&["demo-c"])),
+            ["CoreOSMembersAdopted"]
+        );
+        assert!(transition_events(&three, &three).is_empty());
     }
 }

@@ -85,6 +85,9 @@ pub async fn run_controller(
             names::LABEL_MANAGED_BY,
             names::MANAGED_BY
         )),
+        // Pods by CoreOS' label `app=etcd`, which every member pod carries: this operator's
+        // and those CoreOS' operator left running (adopted).
+        &watcher::Config::default().labels(&format!("{}=etcd", names::LEGACY_LABEL_APP)),
     );
     let controller = Controller::new(clusters, watcher::Config::default())
         .owns_stream(triggers.pods)

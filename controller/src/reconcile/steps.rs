@@ -58,6 +58,11 @@ pub fn record_of(step: &Step) -> Option<StepRecord> {
             reason: RemovalReason::StuckTerminating,
             ..
         } => ("StuckMemberReplaced", "replace_stuck", pod(name)),
+        Step::RemoveMember {
+            name,
+            reason: RemovalReason::Adopted,
+            ..
+        } => ("CoreOSMemberRemoved", "remove_coreos", pod(name)),
         Step::RestartBootstrap(name) => ("BootstrapRestarted", "restart_bootstrap", pod(name)),
         Step::Compact { .. } => ("Compacted", "compact", None),
         Step::Defragment { name, .. } => ("MemberDefragmented", "defragment", pod(name)),
@@ -417,6 +422,7 @@ mod tests {
                     from: "demo-0".into(),
                     to: "demo-1".into(),
                     to_id: 9,
+                    before: crate::planner::Handover::Upgrade,
                 },
                 "LeadershipTransferred",
                 "transfer_leadership",

@@ -44,6 +44,7 @@ fn member(i: u32, version: &str, healthy: bool) -> MemberState {
         revision: 0,
         answered: healthy,
         raft_index: 0,
+        peer_url: None,
     }
 }
 
@@ -171,6 +172,7 @@ fn rows() -> Vec<Row> {
                 from: "demo-0".into(),
                 to: "demo-1".into(),
                 to_id: 101,
+                before: crate::planner::Handover::Upgrade,
             },
             phase: ClusterPhase::Upgrading,
             target: Some("3.6.16"),
@@ -578,4 +580,69 @@ fn ready_pods_the_operator_cannot_reach_are_degraded_not_healthy() {
     );
     assert_eq!(status.reason.as_deref(), Some("MembersUnreachable"));
     assert_ne!(status.phase, Some(ClusterPhase::Running));
+}
+
+/// While members of CoreOS' operator are adopted, the status lists them, the phase is Scaling
+/// and Progressing says `AdoptingCoreOSMembers` for every step of it; a failure still says so
+/// as a failure (issue 28).
+#[test]
+fn an_adoption_is_reported_with_the_coreos_members_left() {
+    let view = view_of("size: 3\nversion: 3.6.16");
+    let mut obs = three(AT_3_6);
+    obs.pods[1].coreos = true;
+    obs.pods[2].coreos = true;
+    let previous = EtcdClusterStatus {
+        phase: Some(ClusterPhase::Running),
+        ..EtcdClusterStatus::default()
+    };
+    for step in [
+        Step::AddMember {
+            name: "demo-3".into(),
+            peer_url: "http://demo-3.demo.ns1.svc:2380".into(),
+            learner: true,
+        },
+        Step::Wait(Waiting::LearnerCatchingUp("demo-3".into())),
+        Step::RemoveMember {
+            id: 101,
+            name: "demo-1".into(),
+            reason: crate::planner::RemovalReason::Adopted,
+        },
+        Step::TransferLeadership {
+            from: "demo-2".into(),
+            to: "demo-0".into(),
+            to_id: 100,
+            before: crate::planner::Handover::Removal,
+        },
+    ] {
+        let s = compute(&view, &obs, &step, Some(&previous), now());
+        assert_eq!(s.phase, Some(ClusterPhase::Scaling), "{step:?}");
+        assert_eq!(
+            condition_of(&s, PROGRESSING),
+            (true, "AdoptingCoreOSMembers".into()),
+            "{step:?}"
+        );
+        assert_eq!(s.coreos_members, ["demo-1", "demo-2"], "{step:?}");
+        assert_eq!(s.target_version, None, "a handover is no upgrade: {step:?}");
+    }
+    let lost = compute(
+        &view,
+        &obs,
+        &Step::Blocked(Blocked::QuorumLost {
+            missing: vec!["demo-1".into(), "demo-2".into()],
+            voters: 3,
+        }),
+        Some(&previous),
+        now(),
+    );
+    assert_eq!(lost.phase, Some(ClusterPhase::QuorumLost));
+    assert_eq!(condition_of(&lost, PROGRESSING).1, "Blocked");
+    // Adopted: nothing listed, and the field is left out of the JSON.
+    let done = compute(&view, &three(AT_3_6), &Step::Done, Some(&previous), now());
+    assert!(done.coreos_members.is_empty());
+    assert!(
+        serde_json::to_value(&done)
+            .expect("serializes")
+            .get("coreosMembers")
+            .is_none()
+    );
 }

@@ -134,6 +134,15 @@ pub struct EtcdClusterStatus {
     /// The last recovery from permanent quorum loss (an extension of this operator).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_recovery: Option<RecoveryRecord>,
+
+    /// Members whose pods CoreOS' operator made, still to be replaced by this operator's (an
+    /// extension of this operator): empty once the cluster runs on its own members alone.
+    #[serde(
+        default,
+        rename = "coreosMembers",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub coreos_members: Vec<String>,
 }
 
 /// A recovery in progress.
