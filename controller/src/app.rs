@@ -60,6 +60,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         },
         shutdown.clone(),
     )?;
+    // Readiness says plainly when the installed CRDs are not this operator's (CoreOS').
+    let crd_watch = tokio::spawn(crate::installed_crds::watch(
+        client.clone(),
+        readiness.clone(),
+        shutdown.clone(),
+    ));
     let admin_stop = shutdown.clone();
     let admin_task = tokio::spawn(async move {
         let result = admin.wait().await;
@@ -104,6 +110,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let by_signal = shutdown.is_cancelled();
     readiness.set(false);
     shutdown.cancel();
+    crd_watch.abort();
 
     let admin_result = match tokio::time::timeout(ADMIN_STOP_TIMEOUT, admin_task).await {
         Ok(joined) => joined.context("the admin server task")?,

@@ -25,6 +25,7 @@ pub mod error;
 pub mod etcd;
 pub mod etcd_tls;
 pub mod events;
+pub mod installed_crds;
 pub mod leader;
 pub mod metrics;
 pub mod observe;

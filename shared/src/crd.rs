@@ -20,22 +20,32 @@ pub struct GeneratedCrd {
     pub source: &'static str,
 }
 
+/// `crd` with `spec.preserveUnknownFields: false` said explicitly. A CRD CoreOS' operators
+/// registered (apiextensions v1beta1, no schema) is stored with `preserveUnknownFields: true`;
+/// a server-side apply of this one over it must turn that off, or the API server refuses the
+/// schema's defaults (and keeps unknown fields). Said by the manifest, the field is the
+/// applier's to set.
+fn replacing_coreos(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    crd.spec.preserve_unknown_fields = Some(false);
+    crd
+}
+
 /// Every CRD this operator serves: EtcdCluster, EtcdBackup, EtcdRestore.
 pub fn all_crds() -> Vec<GeneratedCrd> {
     vec![
         GeneratedCrd {
             path: CRD_MANIFEST_PATH,
-            crd: EtcdCluster::crd(),
+            crd: replacing_coreos(EtcdCluster::crd()),
             source: "shared/src/types.rs",
         },
         GeneratedCrd {
             path: "charts/etcd-operator/crds/etcdbackups.etcd.database.coreos.com.yaml",
-            crd: EtcdBackup::crd(),
+            crd: replacing_coreos(EtcdBackup::crd()),
             source: "shared/src/types/backup.rs",
         },
         GeneratedCrd {
             path: "charts/etcd-operator/crds/etcdrestores.etcd.database.coreos.com.yaml",
-            crd: EtcdRestore::crd(),
+            crd: replacing_coreos(EtcdRestore::crd()),
             source: "shared/src/types/restore.rs",
         },
     ]
@@ -64,7 +74,7 @@ impl GeneratedCrd {
 pub fn crd_yaml() -> Result<String, CrdError> {
     GeneratedCrd {
         path: CRD_MANIFEST_PATH,
-        crd: EtcdCluster::crd(),
+        crd: replacing_coreos(EtcdCluster::crd()),
         source: "shared/src/types.rs",
     }
     .yaml()

@@ -54,9 +54,18 @@ pub const HEALTHZ_BODY: &str = "ok\n";
 /// The body of a ready `/readyz` (the same as `/healthz`).
 pub const READYZ_BODY: &str = HEALTHZ_BODY;
 
-/// Whether `/readyz` answers 200. Starts not ready; clones share the flag.
+/// Whether `/readyz` answers 200: the flag is set and nothing blocks it. Starts not ready;
+/// clones share the state.
 #[derive(Debug, Clone, Default)]
-pub struct Readiness(Arc<AtomicBool>);
+pub struct Readiness {
+    flag: Arc<AtomicBool>,
+    /// Why the process must not be taken as ready whatever the flag says (a precondition that
+    /// only a human can fix), said in the `/readyz` body.
+    blocker: Arc<std::sync::Mutex<Option<String>>>,
+}
+
+/// The longest blocker message `/readyz` repeats (bounded like any other output).
+const MAX_BLOCKER_LEN: usize = 2048;
 
 impl Readiness {
     /// A flag that starts not ready.
@@ -66,12 +75,39 @@ impl Readiness {
 
     /// Sets the flag.
     pub fn set(&self, ready: bool) {
-        self.0.store(ready, Ordering::SeqCst);
+        self.flag.store(ready, Ordering::SeqCst);
     }
 
-    /// Reads the flag.
+    /// Whether `/readyz` answers 200: the flag is set and nothing blocks.
     pub fn get(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        self.flag.load(Ordering::SeqCst) && self.blocker().is_none()
+    }
+
+    /// Blocks readiness with a message that says why (or lifts the block with `None`).
+    /// Returns whether the message changed, so the caller logs only changes.
+    pub fn block(&self, why: Option<String>) -> bool {
+        let why = why.map(|mut w| {
+            if w.len() > MAX_BLOCKER_LEN {
+                let mut end = MAX_BLOCKER_LEN;
+                while !w.is_char_boundary(end) {
+                    end -= 1;
+                }
+                w.truncate(end);
+            }
+            w
+        });
+        let mut blocker = self.blocker.lock().unwrap_or_else(|e| e.into_inner());
+        let changed = *blocker != why;
+        *blocker = why;
+        changed
+    }
+
+    /// Why readiness is blocked, if it is.
+    pub fn blocker(&self) -> Option<String> {
+        self.blocker
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 
@@ -112,7 +148,12 @@ pub fn probe_router(readiness: Readiness) -> Router {
 }
 
 async fn readyz(State(readiness): State<Readiness>) -> Response {
-    if readiness.get() {
+    if let Some(why) = readiness.blocker() {
+        plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!("not ready: {why}\n"),
+        )
+    } else if readiness.get() {
         plain(StatusCode::OK, READYZ_BODY)
     } else {
         plain(StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
@@ -418,6 +459,17 @@ mod tests {
         assert_eq!((status, body.as_str()), (200, READYZ_BODY));
         readiness.clone().set(false);
         assert_eq!(get(probes, "/readyz").await.0, 503);
+        // A blocker keeps it unready, whatever the flag, and says why.
+        readiness.set(true);
+        assert!(readiness.block(Some("the installed CRD is not ours".into())));
+        assert!(!readiness.block(Some("the installed CRD is not ours".into())));
+        let (status, _, body) = get(probes, "/readyz").await;
+        assert_eq!(
+            (status, body.as_str()),
+            (503, "not ready: the installed CRD is not ours\n")
+        );
+        assert!(readiness.block(None));
+        assert_eq!(get(probes, "/readyz").await.0, 200);
 
         let (status, head, body) = get(metrics, "/metrics").await;
         assert_eq!(status, 200);

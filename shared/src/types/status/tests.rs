@@ -189,9 +189,11 @@ fn this_operators_status_round_trips_and_writes_only_what_is_set() {
             sha256: "ab".repeat(32),
             members_lost: 2,
         }),
+        coreos_members: vec!["demo-4bq7xk2m9z".into()],
     };
     let written = serde_json::to_value(&ours).expect("serializes");
     assert_eq!(written["lastRecovery"]["source"], "member demo-0");
+    assert_eq!(written["coreosMembers"][0], "demo-4bq7xk2m9z");
     assert_eq!(written["lastRecovery"]["membersLost"], 2);
     assert_eq!(written["maintenance"]["compaction"]["revision"], 500);
     assert_eq!(
