@@ -140,6 +140,12 @@ impl Workload {
     /// running reconciles before dropping it. (kube-runtime's graceful shutdown can wait
     /// forever when it is triggered before the watches' first sync.)
     async fn run(&self, stop: CancellationToken) {
+        // Nothing is reconciled under CRDs that are not this operator's: with CoreOS' (no
+        // status subresource) every status write fails, and the records the status keeps (a
+        // recovery in progress, a safety backup) would be lost.
+        if !crate::installed_crds::until_ours(&self.ctx.client, &stop).await {
+            return;
+        }
         let controller = controllers::run_all(
             self.ctx.clone(),
             self.namespace.clone(),

@@ -18,8 +18,11 @@ pub const GROUP_VERSION: &str = "etcd.database.coreos.com/v1beta2";
 /// The resources the operator needs, each with a status subresource.
 pub const RESOURCES: [&str; 3] = ["etcdclusters", "etcdbackups", "etcdrestores"];
 
-/// How often the served resources are checked again.
-pub const CHECK_INTERVAL: Duration = Duration::from_secs(30);
+/// How often the served resources are checked again (readiness).
+pub const CHECK_INTERVAL: Duration = Duration::from_secs(10);
+
+/// How often the controller, waiting to start, checks them.
+pub const WAIT_INTERVAL: Duration = Duration::from_secs(5);
 
 /// What the user runs to install (or replace) the CRDs.
 pub const REPLACE_COMMAND: &str =
@@ -89,6 +92,20 @@ pub async fn watch(client: kube::Client, readiness: Readiness, stop: Cancellatio
         tokio::select! {
             () = stop.cancelled() => return,
             () = tokio::time::sleep(CHECK_INTERVAL) => {}
+        }
+    }
+}
+
+/// Waits until the served resources are this operator's (`true`), or `stop` (`false`). The
+/// problem is logged by [`watch`].
+pub async fn until_ours(client: &kube::Client, stop: &CancellationToken) -> bool {
+    loop {
+        if matches!(check(client).await, Ok(None)) {
+            return true;
+        }
+        tokio::select! {
+            () = stop.cancelled() => return false,
+            () = tokio::time::sleep(WAIT_INTERVAL) => {}
         }
     }
 }

@@ -3,6 +3,8 @@
 
 #[allow(dead_code, reason = "used by the backup suites only")]
 pub mod backups;
+#[allow(dead_code, reason = "used by the take-over suite only")]
+pub mod coreos;
 pub mod operator;
 #[allow(dead_code, reason = "used by some of the suites sharing this module")]
 pub mod phases;
@@ -116,20 +118,73 @@ pub async fn client_service_urls(
     slices: &Api<EndpointSlice>,
     cluster: &str,
 ) -> anyhow::Result<Vec<String>> {
+    client_service_urls_with(slices, cluster, &Access::Plain).await
+}
+
+/// How a test client reaches a cluster's members: plain, or with a client certificate over TLS
+/// (members are dialled by IP and their certificates checked against `domain`).
+#[derive(Clone)]
+pub enum Access {
+    /// `http://`.
+    Plain,
+    /// `https://` with the client certificate of `tls`.
+    Tls {
+        /// CA, client certificate and the name the member certificates are checked against.
+        tls: etcd_client::TlsOptions,
+    },
+}
+
+impl Access {
+    /// The URL scheme.
+    pub fn scheme(&self) -> &'static str {
+        match self {
+            Access::Plain => "http",
+            Access::Tls { .. } => "https",
+        }
+    }
+
+    /// Client access with `client`'s certificate, trusting `ca`, checking member certificates
+    /// against `domain`.
+    #[allow(dead_code, reason = "used by the suites with TLS clusters")]
+    pub fn tls(ca: &str, client: &etcd_tests::IssuedCert, domain: &str) -> Self {
+        use etcd_client::{Certificate, Identity, TlsOptions};
+        Access::Tls {
+            tls: TlsOptions::new()
+                .ca_certificate(Certificate::from_pem(ca))
+                .domain_name(domain)
+                .identity(Identity::from_pem(&client.cert_pem, &client.key_pem)),
+        }
+    }
+}
+
+/// [`client_service_urls`] with the scheme of `access`.
+pub async fn client_service_urls_with(
+    slices: &Api<EndpointSlice>,
+    cluster: &str,
+    access: &Access,
+) -> anyhow::Result<Vec<String>> {
     Ok(
         ready_addresses(slices, &names::client_service_name(cluster))
             .await?
             .iter()
-            .map(|a| format!("http://{a}:{}", names::CLIENT_PORT))
+            .map(|a| format!("{}://{a}:{}", access.scheme(), names::CLIENT_PORT))
             .collect(),
     )
 }
 
 /// An etcd client for `endpoints`, with short timeouts.
 pub async fn connect(endpoints: &[String]) -> anyhow::Result<Client> {
-    let options = ConnectOptions::new()
+    connect_with(endpoints, &Access::Plain).await
+}
+
+/// [`connect`] with `access`.
+pub async fn connect_with(endpoints: &[String], access: &Access) -> anyhow::Result<Client> {
+    let mut options = ConnectOptions::new()
         .with_connect_timeout(ETCD_TIMEOUT)
         .with_timeout(ETCD_TIMEOUT);
+    if let Access::Tls { tls } = access {
+        options = options.with_tls(tls.clone());
+    }
     Client::connect(endpoints, Some(options))
         .await
         .with_context(|| format!("connecting to {endpoints:?}"))

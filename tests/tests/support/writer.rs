@@ -12,7 +12,7 @@ use kube::Api;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::{ETCD_TIMEOUT, client_service_urls, connect};
+use super::{Access, ETCD_TIMEOUT, client_service_urls_with, connect_with};
 
 /// Pause between two writes: a steady load that leaves the two CPUs to the members.
 const WRITE_INTERVAL: Duration = Duration::from_millis(25);
@@ -40,6 +40,16 @@ pub struct Writer {
 impl Writer {
     /// Starts writing `PREFIX<n>` = `value-<n>` for n = 0, 1, 2, ... to `cluster`.
     pub fn start(slices: Api<EndpointSlice>, cluster: &str, prefix: &str) -> Self {
+        Self::start_with(slices, cluster, prefix, Access::Plain)
+    }
+
+    /// [`Writer::start`], reaching the members with `access`.
+    pub fn start_with(
+        slices: Api<EndpointSlice>,
+        cluster: &str,
+        prefix: &str,
+        access: Access,
+    ) -> Self {
         let stop = CancellationToken::new();
         let acked = Arc::new(AtomicUsize::new(0));
         let failed = Arc::new(AtomicUsize::new(0));
@@ -51,6 +61,7 @@ impl Writer {
             slices,
             cluster.to_string(),
             prefix.to_string(),
+            access,
             stop.clone(),
             counters,
         ));
@@ -104,6 +115,7 @@ async fn write_loop(
     slices: Api<EndpointSlice>,
     cluster: String,
     prefix: String,
+    access: Access,
     stop: CancellationToken,
     counters: Counters,
 ) -> WriteReport {
@@ -117,8 +129,8 @@ async fn write_loop(
             _ = ticker.tick() => {}
         }
         if client.is_none() {
-            client = match client_service_urls(&slices, &cluster).await {
-                Ok(urls) if !urls.is_empty() => connect(&urls).await.ok(),
+            client = match client_service_urls_with(&slices, &cluster, &access).await {
+                Ok(urls) if !urls.is_empty() => connect_with(&urls, &access).await.ok(),
                 _ => None,
             };
         }
