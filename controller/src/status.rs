@@ -656,6 +656,13 @@ pub fn compute(
         maintenance: previous.and_then(|p| p.maintenance.clone()),
         recovery: previous.and_then(|p| p.recovery.clone()),
         last_recovery: previous.and_then(|p| p.last_recovery.clone()),
+        selector: Some(
+            crate::builders::member_selector(view, !obs.coreos_members().is_empty())
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
         coreos_members: obs
             .coreos_members()
             .into_iter()

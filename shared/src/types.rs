@@ -47,6 +47,13 @@ pub use storage::{PvcSource, S3Source, StorageSource};
     namespaced,
     doc = "An etcd cluster run by the etcd operator: members, Services and disruption budget are derived from the spec.",
     status = "EtcdClusterStatus",
+    // `kubectl scale etcdcluster/NAME --replicas=N` (and autoscalers, GitOps tools) act on
+    // spec.size; status.size is the members the cluster has, status.selector its member pods.
+    scale(
+        spec_replicas_path = ".spec.size",
+        status_replicas_path = ".status.size",
+        label_selector_path = ".status.selector"
+    ),
     printcolumn = r#"{"name":"Size","type":"integer","jsonPath":".spec.size","description":"Desired number of members"}"#,
     printcolumn = r#"{"name":"Version","type":"string","jsonPath":".status.currentVersion","description":"etcd version the members run"}"#,
     printcolumn = r#"{"name":"Ready","type":"integer","jsonPath":".status.readyMembers","description":"Members that are healthy"}"#,

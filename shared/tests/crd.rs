@@ -184,6 +184,17 @@ fn crd_schema_carries_the_static_bounds_and_docs() {
         version["subresources"]["status"].is_object(),
         "status subresource"
     );
+    // `kubectl scale` and autoscalers act on spec.size (issue 27, item 4).
+    assert_eq!(
+        version["subresources"]["scale"],
+        serde_json::json!({
+            "specReplicasPath": ".spec.size",
+            "statusReplicasPath": ".status.size",
+            "labelSelectorPath": ".status.selector"
+        })
+    );
+    // A server-side apply over CoreOS' v1beta1-born CRD turns its preserveUnknownFields off.
+    assert_eq!(crd["spec"]["preserveUnknownFields"], false);
     let size = &version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["size"];
     assert_eq!(size["minimum"], 1.0);
     assert_eq!(size["maximum"], 7.0);

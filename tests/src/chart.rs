@@ -248,9 +248,14 @@ pub fn check_webhook(
         hook["admissionReviewVersions"] == json!(["v1"]),
         "{id}: admissionReviewVersions"
     );
-    // Every kind is validated; only clusters are defaulted.
+    // Every kind (and a cluster's scale subresource) is validated; only clusters are defaulted.
     let resources = if path == "/validate" {
-        json!(["etcdclusters", "etcdbackups", "etcdrestores"])
+        json!([
+            "etcdclusters",
+            "etcdclusters/scale",
+            "etcdbackups",
+            "etcdrestores"
+        ])
     } else {
         json!(["etcdclusters"])
     };

@@ -27,7 +27,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use decode::{decode, decode_backup, decode_restore};
+use decode::{decode, decode_backup, decode_restore, decode_scale};
 use etcd_shared::admission::clipped;
 
 /// The longest part of the request an error or refusal of the envelope quotes, bytes
@@ -280,12 +280,13 @@ impl Reviewer {
             };
             let got = clipped(got, MAX_QUOTED);
             let message = format!(
-                "this webhook only handles {}/{} {}, {} and {}, got {got}",
+                "this webhook only handles {}/{} {}, {} and {} (and the Scale of {}), got {got}",
                 EtcdCluster::group(&()),
                 EtcdCluster::version(&()),
                 EtcdCluster::kind(&()),
                 EtcdBackup::kind(&()),
                 EtcdRestore::kind(&()),
+                EtcdCluster::plural(&()),
             );
             return Ok(Decision::Deny(Box::new(failure(
                 message,
@@ -322,6 +323,15 @@ impl Reviewer {
                 verdict,
                 decode_restore,
                 |new, old| self.policy.validate_restore(new, old),
+            ),
+            // `kubectl scale etcdcluster/NAME`: the size rules, never a patch.
+            Reviewed::Scale => judge(
+                request,
+                object,
+                old_object,
+                verdict,
+                decode_scale,
+                |new, old| self.policy.validate_scale(*new, old.copied()),
             ),
         }
     }
@@ -590,12 +600,24 @@ enum Reviewed {
     Cluster,
     Backup,
     Restore,
+    /// The `autoscaling/v1` Scale of an EtcdCluster (its scale subresource).
+    Scale,
 }
 
 impl Reviewed {
     /// The kind of the request's object, when it is one of ours (group and version included).
     fn of(request: &AdmissionRequest<Unread>) -> Option<Self> {
         let kind = &request.kind;
+        let resource = &request.resource;
+        if kind.group == "autoscaling"
+            && kind.version == "v1"
+            && kind.kind == "Scale"
+            && resource.group == EtcdCluster::group(&())
+            && resource.resource == EtcdCluster::plural(&())
+            && request.sub_resource.as_deref() == Some("scale")
+        {
+            return Some(Reviewed::Scale);
+        }
         if kind.group != EtcdCluster::group(&()) || kind.version != EtcdCluster::version(&()) {
             return None;
         }

@@ -80,10 +80,12 @@ fn rules(resources: Vec<String>) -> Vec<RuleWithOperations> {
     }]
 }
 
-/// What `/validate` judges: every kind of ours.
+/// What `/validate` judges: every kind of ours, and a cluster's scale subresource
+/// (`kubectl scale`).
 fn validated_resources() -> Vec<String> {
     vec![
         EtcdCluster::plural(&()).into_owned(),
+        format!("{}/scale", EtcdCluster::plural(&())),
         EtcdBackup::plural(&()).into_owned(),
         EtcdRestore::plural(&()).into_owned(),
     ]
@@ -181,7 +183,7 @@ mod tests {
                 "apiGroups": ["etcd.database.coreos.com"],
                 "apiVersions": ["v1beta2"],
                 "operations": ["CREATE", "UPDATE"],
-                "resources": ["etcdclusters", "etcdbackups", "etcdrestores"],
+                "resources": ["etcdclusters", "etcdclusters/scale", "etcdbackups", "etcdrestores"],
                 "scope": "Namespaced"
             }])
         );

@@ -20,6 +20,7 @@ fn main() -> std::process::ExitCode {
         a_bad_spec_is_refused_with_the_webhooks_message,
         an_update_that_skips_a_minor_line_is_refused,
         a_schema_bound_is_enforced_by_the_api_server_itself,
+        kubectl_scale_meets_the_size_rules_of_kubectl_apply,
     ])
 }
 
@@ -117,5 +118,97 @@ async fn a_schema_bound_is_enforced_by_the_api_server_itself(
         said.contains("spec.size") && said.contains("greater than or equal to 1"),
         "{said}"
     );
+    Ok(())
+}
+
+/// Issue 27, item 4: `kubectl scale etcdcluster/NAME --replicas=N` works through the scale
+/// subresource (`spec.size`, `status.size`, `status.selector`), warns like `kubectl apply` for an
+/// even size (the webhook judges `etcdclusters/scale`) and is refused where `kubectl apply`
+/// would be, with the same message.
+async fn kubectl_scale_meets_the_size_rules_of_kubectl_apply(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    install(&ctx).await?;
+    let sized = |name: &str, size: i32| {
+        format!(
+            "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdCluster\nmetadata:\n  name: {name}\nspec:\n  size: {size}\n  version: \"3.6.16\"\n"
+        )
+    };
+    let out = kubectl(&ctx, &["apply", "-f", "-"], Some(&sized("scaled", 3))).await?;
+    ensure!(out.status.success(), "{}", text(&out));
+    let api: Api<EtcdCluster> = ctx.api();
+    let size = || async { anyhow::Ok(api.get("scaled").await?.spec.size) };
+
+    let out = kubectl(&ctx, &["scale", "etcdcluster/scaled", "--replicas=5"], None).await?;
+    let said = text(&out);
+    println!("kubectl scale --replicas=5: {said}");
+    ensure!(out.status.success(), "{said}");
+    ensure!(size().await? == Some(5), "spec.size is not 5");
+    // The subresource reads spec.size as its replicas.
+    let raw = kubectl(
+        &ctx,
+        &[
+            "get",
+            "--raw",
+            &format!(
+                "/apis/etcd.database.coreos.com/v1beta2/namespaces/{}/etcdclusters/scaled/scale",
+                ctx.ns()
+            ),
+        ],
+        None,
+    )
+    .await?;
+    let scale: serde_json::Value = serde_json::from_slice(&raw.stdout)?;
+    ensure!(
+        scale["kind"] == "Scale" && scale["spec"]["replicas"] == 5,
+        "{scale}"
+    );
+
+    // An even size is taken with the warning `kubectl apply` gives.
+    let out = kubectl(&ctx, &["scale", "etcdcluster/scaled", "--replicas=4"], None).await?;
+    let said = text(&out);
+    println!("kubectl scale --replicas=4: {said}");
+    ensure!(out.status.success(), "{said}");
+    ensure!(
+        said.contains("Warning: spec.size: 4 members tolerate no more failures than 3"),
+        "no even-size warning: {said}"
+    );
+    ensure!(size().await? == Some(4));
+
+    // 0 and 8 are refused as `kubectl apply` refuses them, and nothing changes.
+    for replicas in [0, 8] {
+        let applied = kubectl(
+            &ctx,
+            &["apply", "-f", "-"],
+            Some(&sized(&format!("applied-{replicas}"), replicas)),
+        )
+        .await?;
+        let scaled = kubectl(
+            &ctx,
+            &[
+                "scale",
+                "etcdcluster/scaled",
+                &format!("--replicas={replicas}"),
+            ],
+            None,
+        )
+        .await?;
+        let (applied, scaled_said) = (text(&applied), text(&scaled));
+        println!("kubectl scale --replicas={replicas}: {scaled_said}");
+        ensure!(!scaled.status.success(), "scale to {replicas} accepted");
+        let bound = if replicas == 0 {
+            "spec.size in body should be greater than or equal to 1"
+        } else {
+            "spec.size in body should be less than or equal to 7"
+        };
+        ensure!(
+            applied.contains(bound) && scaled_said.contains(bound),
+            "apply said {applied:?}, scale said {scaled_said:?}"
+        );
+        ensure!(
+            size().await? == Some(4),
+            "a refused scale changed spec.size"
+        );
+    }
     Ok(())
 }

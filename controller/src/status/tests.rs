@@ -622,6 +622,12 @@ fn an_adoption_is_reported_with_the_coreos_members_left() {
             "{step:?}"
         );
         assert_eq!(s.coreos_members, ["demo-1", "demo-2"], "{step:?}");
+        // The scale subresource's selector names the member pods the Services select.
+        assert_eq!(
+            s.selector.as_deref(),
+            Some("app=etcd,etcd_cluster=demo"),
+            "{step:?}"
+        );
         assert_eq!(s.target_version, None, "a handover is no upgrade: {step:?}");
     }
     let lost = compute(
@@ -639,6 +645,12 @@ fn an_adoption_is_reported_with_the_coreos_members_left() {
     // Adopted: nothing listed, and the field is left out of the JSON.
     let done = compute(&view, &three(AT_3_6), &Step::Done, Some(&previous), now());
     assert!(done.coreos_members.is_empty());
+    assert_eq!(
+        done.selector.as_deref(),
+        Some(
+            "app.kubernetes.io/component=member,app.kubernetes.io/instance=demo,app.kubernetes.io/managed-by=etcd-operator,app.kubernetes.io/name=etcd"
+        )
+    );
     assert!(
         serde_json::to_value(&done)
             .expect("serializes")

@@ -136,6 +136,25 @@ impl AdmissionPolicy {
         report.finish()
     }
 
+    /// Validates a change of a cluster's size through its scale subresource (`kubectl scale
+    /// etcdcluster/NAME --replicas=N`, an autoscaler): `replicas` becomes `spec.size`, judged
+    /// by the size rules `kubectl apply` meets, with the same messages and warnings. An update
+    /// that leaves the size alone is never refused.
+    pub fn validate_scale(
+        &self,
+        replicas: i32,
+        old_replicas: Option<i32>,
+    ) -> Result<Vec<String>, Refusal> {
+        if old_replicas == Some(replicas) {
+            return Ok(Vec::new());
+        }
+        let mut sized = EtcdCluster::new("scale", crate::EtcdClusterSpec::default());
+        sized.spec.size = Some(replicas);
+        let mut report = Report::default();
+        spec_rules::check_size(&sized, &mut report);
+        report.finish()
+    }
+
     /// Validates an EtcdBackup of `namespace` (the request's): a create (`old` is `None`) or an
     /// update. Its endpoints must name one EtcdCluster of that namespace, its storage must be
     /// S3 with a valid path, secret and endpoint. Returns the warnings of an accepted object

@@ -111,6 +111,30 @@ fn size_rules() {
     assert!(warnings(&quiet("size: 3\nversion: 3.6.16"), None).is_empty());
 }
 
+/// `kubectl scale` (the scale subresource) meets the size rules of `kubectl apply`, with the
+/// same messages, warnings included; a scale that leaves the size alone is never refused.
+#[test]
+fn scale_rules_are_the_size_rules() {
+    let policy = AdmissionPolicy::default();
+    for size in [0, -1, 8] {
+        let applied = refusal(&quiet(&format!("size: {size}")), None);
+        let scaled: Vec<String> = match policy.validate_scale(size, Some(3)) {
+            Ok(w) => panic!("scale to {size} accepted with {w:?}"),
+            Err(r) => r.0.iter().map(ToString::to_string).collect(),
+        };
+        assert_eq!(scaled, applied, "size {size}");
+    }
+    for size in [1, 3, 4, 7] {
+        let applied = warnings(&quiet(&format!("size: {size}\nversion: 3.6.16")), None);
+        assert_eq!(
+            policy.validate_scale(size, Some(3)),
+            Ok(applied),
+            "size {size}"
+        );
+    }
+    assert_eq!(policy.validate_scale(9, Some(9)), Ok(vec![]));
+}
+
 #[test]
 fn version_rules() {
     let cases = [

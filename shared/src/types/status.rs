@@ -135,6 +135,11 @@ pub struct EtcdClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_recovery: Option<RecoveryRecord>,
 
+    /// The label selector of the cluster's member pods, serialized (`key=value,...`): the scale
+    /// subresource's `status.selector`, which autoscalers read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+
     /// Members whose pods CoreOS' operator made, still to be replaced by this operator's (an
     /// extension of this operator): empty once the cluster runs on its own members alone.
     #[serde(

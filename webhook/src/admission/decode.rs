@@ -119,6 +119,16 @@ pub(crate) fn decode_restore(raw: &RawValue) -> Result<EtcdRestore, DecodeError>
     Ok(restore)
 }
 
+/// Reads the `spec.replicas` of an `autoscaling/v1` Scale (the scale subresource of an
+/// EtcdCluster: its `spec.size`); absent, it is 0, as the API server reads it.
+pub(crate) fn decode_scale(raw: &RawValue) -> Result<i32, DecodeError> {
+    let (_, spec, _) = decode_parts::<k8s_openapi::api::autoscaling::v1::ScaleSpec>(
+        raw,
+        "an autoscaling/v1 Scale object",
+    )?;
+    Ok(spec.replicas.unwrap_or(0))
+}
+
 /// The typed `metadata` and `spec` of a raw object of any kind, and its raw status.
 fn decode_parts<'a, S: DeserializeOwned + Default>(
     raw: &'a RawValue,

@@ -189,6 +189,7 @@ fn this_operators_status_round_trips_and_writes_only_what_is_set() {
             sha256: "ab".repeat(32),
             members_lost: 2,
         }),
+        selector: Some("app=etcd,etcd_cluster=demo".into()),
         coreos_members: vec!["demo-4bq7xk2m9z".into()],
     };
     let written = serde_json::to_value(&ours).expect("serializes");
