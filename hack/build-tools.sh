@@ -9,6 +9,9 @@
 #   hack/build-tools.sh --check    exit 1 (building nothing) when something is missing
 #   ONLY=helm hack/build-tools.sh  only one group: etcd, etcd-source, kubernetes, helm, s3,
 #                                  abs, gcs or prometheus
+#   ONLY=demo hack/build-tools.sh  only what hack/demo.sh runs: Kubernetes, the API server's
+#                                  etcd (also the default member version), the example's etcd
+#                                  and Helm 3
 #
 # Cache: $ETCD_OPERATOR_TOOLS (default ~/.cache/etcd-operator/tools). Go's own module and
 # build caches (GOMODCACHE, GOCACHE) stay where Go puts them, also outside the repo.
@@ -19,6 +22,9 @@ source "$here/versions.env"
 TOOLS="${ETCD_OPERATOR_TOOLS:-$HOME/.cache/etcd-operator/tools}"
 mode="${1:-build}"
 export CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
+if [[ "$mode" != "--check" ]]; then
+  "$here/check-prereqs.sh" tools
+fi
 
 log() { printf '[build-tools %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -202,12 +208,20 @@ install_azurite() {
 # Prometheus and promtool (the Prometheus tests): `go install` of the module version pinned in
 # PROMETHEUS_VERSION (v0.3XX.Y is Prometheus 3.XX.Y), with the release's version stamped in as
 # upstream's Makefile does (read from the module's VERSION file), so `--version` names it.
-# The web UI's assets are not built (the tests use the HTTP API only).
+# The web UI's assets are not built (the tests use the HTTP API only), and of the service
+# discoveries only Kubernetes' (the tests discover targets as a cluster's Prometheus does;
+# static and file discovery are always in): upstream's build tags `remove_all_sd` and
+# `enable_kubernetes_sd` leave out the cloud SDKs, most of the build.
+PROMETHEUS_TAGS="remove_all_sd,enable_kubernetes_sd"
 build_prometheus() {
   local v="$PROMETHEUS_VERSION" out="$TOOLS/prometheus/v$PROMETHEUS_VERSION"
+  # A build of other tags (the full one of earlier caches) is built again.
+  if [[ -f "$out/.complete" && "$(cat "$out/.tags" 2>/dev/null)" != "$PROMETHEUS_TAGS" && "$mode" != "--check" ]]; then
+    rm -f "$out/.complete"
+  fi
   need "$out" || return 0
   local mod="github.com/prometheus/prometheus"
-  log "building prometheus and promtool ($mod@v$v); first build about 15 min of CPU on 2 cores"
+  log "building prometheus and promtool ($mod@v$v, tags $PROMETHEUS_TAGS)"
   local dir release
   dir="$(module_field Dir "$mod@v$v")"
   [[ -f "$dir/VERSION" ]] || { log "could not download $mod@v$v"; return 1; }
@@ -215,12 +229,12 @@ build_prometheus() {
   local pkg="github.com/prometheus/common/version"
   local ldf="-s -w -X $pkg.Version=$release -X $pkg.Revision=v$v -X $pkg.Branch=v$release -X $pkg.BuildUser=build-tools"
   mkdir -p "$out/bin.tmp"
-  GOBIN="$out/bin.tmp" go install -v -trimpath -ldflags "$ldf" \
+  GOBIN="$out/bin.tmp" go install -v -trimpath -tags "$PROMETHEUS_TAGS" -ldflags "$ldf" \
     "$mod/cmd/prometheus@v$v" "$mod/cmd/promtool@v$v" 2>&1 | progress "prometheus v$release"
   [[ "${PIPESTATUS[0]}" == 0 ]] || { rm -rf "$out/bin.tmp"; log "prometheus v$v build failed"; return 1; }
   "$out/bin.tmp/promtool" --version 2>&1 | grep -q "version $release" ||
     { rm -rf "$out/bin.tmp"; log "promtool: the binary does not report version $release"; return 1; }
-  rm -rf "$out/bin"; mv "$out/bin.tmp" "$out/bin"; touch "$out/.complete"
+  rm -rf "$out/bin"; mv "$out/bin.tmp" "$out/bin"; echo "$PROMETHEUS_TAGS" > "$out/.tags"; touch "$out/.complete"
 }
 
 # The archive of etcd tag v$1: from ../shared/third_party/etcd beside the repo when present,
@@ -311,8 +325,17 @@ build_helm() {
 }
 
 only="${ONLY:-all}"
-case "$only" in all|etcd) build_etcd "$APISERVER_ETCD_VERSION" ;; esac
-case "$only" in all|kubernetes) build_kubernetes ;; esac
+case "$only" in all|etcd|demo) build_etcd "$APISERVER_ETCD_VERSION" ;; esac
+case "$only" in all|kubernetes|demo) build_kubernetes ;; esac
+if [[ "$only" == demo ]]; then
+  # The etcd the users' example asks for (3.2.13: from its source archive).
+  example_version="$(sed -n 's/^ *version: *"\{0,1\}v\{0,1\}\([0-9][0-9.]*\)"\{0,1\} *$/\1/p' "$here/../examples/example-etcd-cluster.yaml" | head -1)"
+  case " $ETCD_SOURCE_VERSIONS " in
+    *" $example_version "*) build_etcd_source "$example_version" ;;
+    *) build_etcd "$example_version" ;;
+  esac
+  build_helm_major 3 "$HELM_VERSION"
+fi
 case "$only" in all|etcd) for v in $APISERVER_ETCD_VERSION $ETCD_VERSIONS; do build_etcd "$v"; build_etcdutl "$v"; done ;; esac
 case "$only" in all|etcd|etcd-source) for v in $ETCD_SOURCE_VERSIONS; do build_etcd_source "$v"; done ;; esac
 case "$only" in all|helm) build_helm ;; esac

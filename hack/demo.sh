@@ -6,7 +6,8 @@
 #   hack/demo.sh [up] [demo flags...]   start (Ctrl-C stops it); `--help` lists the flags
 #   hack/demo.sh down                   stop a demo running in another shell
 #
-# Needs: Go and Rust toolchains, protoc, iproute2 and util-linux (.ci/run installs them).
+# Needs: Go and Rust toolchains, protoc, iproute2 and util-linux (hack/check-prereqs.sh demo
+# checks them first and prints the command that installs what is missing).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 state_dir="${ETCD_OPERATOR_DEMO_DIR:-${XDG_STATE_HOME:-$HOME/.local/state}/etcd-operator-demo}"
@@ -30,8 +31,10 @@ case "${1:-up}" in
     ;;
   up | -*)
     if [[ "${1:-}" == up ]]; then shift; fi
-    echo "==> building the pinned Go tools that are missing (first run: about 10 minutes on 2 cores)"
-    hack/build-tools.sh
+    # What the machine lacks is said now, with the command that installs it.
+    hack/check-prereqs.sh demo
+    echo "==> building the pinned Go tools the demo runs that are missing (Kubernetes, two etcd versions, Helm 3)"
+    ONLY=demo hack/build-tools.sh
     echo "==> building the operator and the demo (cargo build)"
     # The operator's two binaries (the kubelet runs the chart's pods from them) and the demo;
     # `--bin` applies to every package named, so each package gets its own.

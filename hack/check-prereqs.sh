@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Checks, in a second, what the demo, the tool builds or CI need from the machine, and stops with
+# the exact command that installs what is missing (before any 10-minute build finds out).
+#
+#   hack/check-prereqs.sh demo     what hack/demo.sh needs (Go, Rust, protoc, ip, unshare, disk)
+#   hack/check-prereqs.sh tools    what hack/build-tools.sh needs (Go, disk; node and npm for
+#                                  Azurite unless ONLY= names another group)
+#   hack/check-prereqs.sh ci       everything the whole test suite needs
+#
+# Exit 0 when everything is there, 1 otherwise (every problem is listed first).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+what="${1:-demo}"
+
+# Go 1.26: the version the pinned Kubernetes and etcd modules build with here (GOTOOLCHAIN=local,
+# so an older Go fails only minutes into the Kubernetes build).
+GO_MIN=1.26
+# Rust: the workspace's rust-version.
+RUST_MIN="$(sed -n 's/^rust-version *= *"\(.*\)"/\1/p' "$here/../Cargo.toml" | head -1)"
+# Free disk the first build takes: the Go module and build caches (~13 GB with every tool,
+# ~6 GB for the demo's), the tools (~1.5 GB) and target/ (~14 GB for the whole suite, ~4 GB for
+# the demo).
+case "$what" in
+  demo) DISK_MIN_GB=12 ;;
+  tools) DISK_MIN_GB=16 ;;
+  *) DISK_MIN_GB=30 ;;
+esac
+
+problems=()
+apt=()
+say() { problems+=("$1"); }
+
+# version_at_least HAVE WANT: true when HAVE >= WANT (dotted numbers).
+version_at_least() {
+  [[ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -1)" == "$2" ]]
+}
+
+check_go() {
+  if ! command -v go >/dev/null 2>&1; then
+    say "Go is not installed: Go $GO_MIN or newer from https://go.dev/dl/ (the Debian package is too old), with go on PATH"
+    return
+  fi
+  local have; have="$(go env GOVERSION 2>/dev/null | sed 's/^go//')"
+  version_at_least "${have:-0}" "$GO_MIN" ||
+    say "Go ${have:-?} is too old: Go $GO_MIN or newer is needed (https://go.dev/dl/)"
+}
+
+check_rust() {
+  if ! command -v cargo >/dev/null 2>&1 || ! command -v rustc >/dev/null 2>&1; then
+    say "Rust is not installed: curl --proto '=https' -sSf https://sh.rustup.rs | sh -s -- -y (then open a new shell)"
+    return
+  fi
+  local have; have="$(rustc --version | awk '{ print $2 }')"
+  version_at_least "${have%%-*}" "$RUST_MIN" ||
+    say "Rust $have is too old: $RUST_MIN or newer is needed: rustup update stable"
+}
+
+check_command() { # check_command COMMAND DEBIAN_PACKAGE WHY
+  command -v "$1" >/dev/null 2>&1 && return 0
+  say "$1 is missing ($3)"
+  apt+=("$2")
+}
+
+check_disk() {
+  local dir="${ETCD_OPERATOR_TOOLS:-$HOME/.cache/etcd-operator/tools}"
+  mkdir -p "$dir" 2>/dev/null || true
+  local free_kb
+  free_kb="$(df -Pk "$here/.." | awk 'NR == 2 { print $4 }')"
+  local free_gb=$((free_kb / 1024 / 1024))
+  ((free_gb >= DISK_MIN_GB)) ||
+    say "only ${free_gb} GB free where the repo is; the first build needs about ${DISK_MIN_GB} GB (Go caches, tools, target/)"
+}
+
+check_go
+case "$what" in
+  demo)
+    check_rust
+    check_command protoc protobuf-compiler "etcd-client's build script compiles etcd's protocol files with it"
+    check_command ip iproute2 "the pod network of the local control plane"
+    check_command unshare util-linux "the private network and mount namespace of the demo"
+    ;;
+  tools)
+    if [[ "${ONLY:-all}" == all || "${ONLY:-}" == abs ]]; then
+      check_command node nodejs "Azurite, the Azure Blob Storage server of the backup tests, runs on node"
+      check_command npm npm "Azurite is installed from the npm registry"
+    fi
+    check_command perl perl "the fake-gcs-server patch"
+    ;;
+  ci)
+    check_rust
+    check_command protoc protobuf-compiler "etcd-client's build script compiles etcd's protocol files with it"
+    check_command ip iproute2 "the pod network of the local control plane"
+    check_command unshare util-linux "the private network and mount namespace of the tests"
+    check_command node nodejs "Azurite, the Azure Blob Storage server of the backup tests, runs on node"
+    check_command npm npm "Azurite is installed from the npm registry"
+    check_command perl perl "the fake-gcs-server patch"
+    ;;
+  *)
+    echo "usage: hack/check-prereqs.sh [demo|tools|ci]" >&2
+    exit 2
+    ;;
+esac
+check_disk
+
+if ((${#problems[@]} == 0)); then
+  exit 0
+fi
+{
+  echo "check-prereqs ($what): this machine lacks what the build needs:"
+  for p in "${problems[@]}"; do echo "  - $p"; done
+  if ((${#apt[@]})); then
+    echo "install the Debian packages with:"
+    echo "  apt-get update && apt-get install -y ${apt[*]}"
+  fi
+} >&2
+exit 1
