@@ -567,6 +567,42 @@ async fn process_leader_election_and_probes(ctx: TestContext) -> anyhow::Result<
         "--graceful-shutdown-timeout=2s",
     ];
     let mut a = Process::start(&ctx, "proc-a", &election)?;
+    // With the EtcdCluster CRD alone, the controller reconciles nothing and /readyz says
+    // which CRDs are missing and how to install them (issue 28, item 6).
+    let said = poll_until(
+        "proc-a to name the missing CRDs",
+        Duration::from_secs(30),
+        || async {
+            let (status, body) = a.get(true, "/readyz").await.map_err(|e| e.to_string())?;
+            Ok::<_, String>((status == 503 && body.contains("not installed")).then_some(body))
+        },
+    )
+    .await
+    .with_context(|| a.context())?;
+    ensure!(
+        said.contains(
+            "CRDs not installed: etcdbackups.etcd.database.coreos.com, etcdrestores.etcd.database.coreos.com; install them with: kubectl apply --server-side --force-conflicts -f charts/etcd-operator/crds/"
+        ),
+        "{said}"
+    );
+    let crds = crd_path()
+        .parent()
+        .map(Path::to_path_buf)
+        .context("the CRD directory")?;
+    kubectl(
+        &ctx,
+        &["apply", "--server-side", "-f", &crds.to_string_lossy()],
+    )?;
+    kubectl(
+        &ctx,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/etcdbackups.etcd.database.coreos.com",
+            "crd/etcdrestores.etcd.database.coreos.com",
+            "--timeout=30s",
+        ],
+    )?;
     let mut b = Process::start(&ctx, "proc-b", &election)?;
     let api: Api<Lease> = ctx.api();
 
