@@ -5,6 +5,7 @@
 #   hack/check-prereqs.sh demo     what hack/demo.sh needs (Go, Rust, protoc, ip, unshare, disk)
 #   hack/check-prereqs.sh tools    what hack/build-tools.sh needs (Go, disk; node and npm for
 #                                  Azurite unless ONLY= names another group)
+#   hack/check-prereqs.sh images   what hack/build-images.sh needs (umoci, skopeo, apt, dpkg)
 #   hack/check-prereqs.sh ci       everything the whole test suite needs
 #
 # Exit 0 when everything is there, 1 otherwise (every problem is listed first).
@@ -23,6 +24,7 @@ RUST_MIN="$(sed -n 's/^rust-version *= *"\(.*\)"/\1/p' "$here/../Cargo.toml" | h
 case "$what" in
   demo) DISK_MIN_GB=12 ;;
   tools) DISK_MIN_GB=16 ;;
+  images) DISK_MIN_GB=4 ;;
   *) DISK_MIN_GB=30 ;;
 esac
 
@@ -86,6 +88,12 @@ case "$what" in
     fi
     check_command perl perl "the fake-gcs-server patch"
     ;;
+  images)
+    check_command umoci umoci "assembles the OCI images"
+    check_command skopeo skopeo "writes each image as a docker-archive too"
+    check_command apt-get apt "fetches the base image's Debian packages"
+    check_command dpkg-deb dpkg "unpacks them"
+    ;;
   ci)
     check_rust
     check_command protoc protobuf-compiler "etcd-client's build script compiles etcd's protocol files with it"
@@ -94,9 +102,12 @@ case "$what" in
     check_command node nodejs "Azurite, the Azure Blob Storage server of the backup tests, runs on node"
     check_command npm npm "Azurite is installed from the npm registry"
     check_command perl perl "the fake-gcs-server patch"
+    check_command umoci umoci "hack/build-images.sh assembles the OCI images"
+    check_command skopeo skopeo "hack/build-images.sh writes each image as a docker-archive too"
+    check_command runc runc "the images test runs the operator's images"
     ;;
   *)
-    echo "usage: hack/check-prereqs.sh [demo|tools|ci]" >&2
+    echo "usage: hack/check-prereqs.sh [demo|tools|images|ci]" >&2
     exit 2
     ;;
 esac

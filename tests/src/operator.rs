@@ -29,9 +29,9 @@ pub const BIN_DIR_ENV: &str = "ETCD_OPERATOR_BIN_DIR";
 pub const CONTROLLER_REPOSITORY: &str = "etcd-operator/etcd-controller";
 /// Image repository of the webhook in the chart's values.
 pub const WEBHOOK_REPOSITORY: &str = "etcd-operator/etcd-webhook";
-/// Entrypoint of the controller image (see the repository's Dockerfile).
+/// Entrypoint of the controller image (see `hack/build-images.sh`).
 pub const CONTROLLER_ENTRYPOINT: &str = "/usr/local/bin/etcd-controller";
-/// Entrypoint of the webhook image (see the repository's Dockerfile).
+/// Entrypoint of the webhook image (see `hack/build-images.sh`).
 pub const WEBHOOK_ENTRYPOINT: &str = "/usr/local/bin/etcd-webhook";
 
 /// Why the operator could not be installed.
