@@ -153,16 +153,20 @@ pub fn member_pod_origin(
     (coreos_labels && owned).then_some(PodOrigin::CoreOS)
 }
 
-/// The member pods of a cluster in the cache, with who made each.
+/// The member pods of a cluster in the caches (this operator's, and those CoreOS' operator
+/// left running), with who made each.
 pub fn member_pods(caches: &Caches, view: &ClusterView) -> Vec<(Arc<CachedPod>, PodOrigin)> {
-    cache::select(
-        &caches.pods,
-        &view.namespace,
-        &names::coreos_selector(&view.name),
-    )
-    .into_iter()
-    .filter_map(|p| member_pod_origin(&p.metadata, view).map(|origin| (p, origin)))
-    .collect()
+    let mut ours = names::selector_labels(&view.name);
+    ours.insert(names::LABEL_COMPONENT.into(), "member".into());
+    cache::select(&caches.pods, &view.namespace, &ours)
+        .into_iter()
+        .chain(cache::select(
+            &caches.coreos_pods,
+            &view.namespace,
+            &names::coreos_selector(&view.name),
+        ))
+        .filter_map(|p| member_pod_origin(&p.metadata, view).map(|origin| (p, origin)))
+        .collect()
 }
 
 /// Whether CoreOS' operator's member pods of `view`'s cluster are still there (not being

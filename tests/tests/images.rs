@@ -129,11 +129,19 @@ fn check_base(name: &str, files: &BTreeMap<String, (String, String)>) -> anyhow:
     ] {
         ensure!(files.contains_key(needed), "{name}: no {needed}");
     }
-    for shell in ["bin/sh", "bin/bash", "bin/dash", "usr/bin/sh", "usr/bin/bash"] {
+    for shell in [
+        "bin/sh",
+        "bin/bash",
+        "bin/dash",
+        "usr/bin/sh",
+        "usr/bin/bash",
+    ] {
         ensure!(!files.contains_key(shell), "{name}: has a shell at {shell}");
     }
     ensure!(
-        files.get("tmp").is_some_and(|(mode, _)| mode == "drwxrwxrwt"),
+        files
+            .get("tmp")
+            .is_some_and(|(mode, _)| mode == "drwxrwxrwt"),
         "{name}: /tmp {:?}",
         files.get("tmp")
     );
@@ -168,7 +176,11 @@ fn the_operators_images_declare_what_the_chart_runs() -> anyhow::Result<()> {
         let image = image(name)?;
         ensure!(image.tag == version, "{name}: tag {}", image.tag);
         let config = &image.config["config"];
-        ensure!(config["User"] == "65532:65532", "{name}: user {}", config["User"]);
+        ensure!(
+            config["User"] == "65532:65532",
+            "{name}: user {}",
+            config["User"]
+        );
         ensure!(
             config["Entrypoint"] == json!([format!("/usr/local/bin/{binary}")]),
             "{name}: entrypoint {}",
@@ -198,7 +210,9 @@ fn the_operators_images_declare_what_the_chart_runs() -> anyhow::Result<()> {
         check_base(name, &files)?;
         let path = format!("usr/local/bin/{binary}");
         ensure!(
-            files.get(&path).is_some_and(|(mode, _)| mode == "-rwxr-xr-x"),
+            files
+                .get(&path)
+                .is_some_and(|(mode, _)| mode == "-rwxr-xr-x"),
             "{name}: {path} {:?}",
             files.get(&path)
         );
@@ -235,7 +249,11 @@ fn every_pinned_etcd_has_its_image_under_the_name_members_run() -> anyhow::Resul
             );
         }
         // etcdutl ships from 3.5 on (the restore of 3.5+ runs it).
-        let minor: u32 = v.split('.').nth(1).and_then(|m| m.parse().ok()).unwrap_or(0);
+        let minor: u32 = v
+            .split('.')
+            .nth(1)
+            .and_then(|m| m.parse().ok())
+            .unwrap_or(0);
         ensure!(
             files.contains_key("usr/local/bin/etcdutl") == (minor >= 5),
             "{name}: etcdutl presence"

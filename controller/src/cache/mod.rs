@@ -1,10 +1,10 @@
 //! Watch caches of the objects the operator derives (pods, claims, Services, budgets), so a
 //! reconcile reads them from memory instead of listing them, and skips applying objects that
 //! already carry the desired content. Each cache is filled by one watch of the objects
-//! labelled `app.kubernetes.io/managed-by=etcd-operator` (pods: `app=etcd`, the label of
-//! every member pod, this operator's and those CoreOS' operator left running), and the same
-//! watch's stream is the Controller's trigger for that kind (`owns_stream`): one list and one
-//! watch per kind.
+//! labelled `app.kubernetes.io/managed-by=etcd-operator`, and the same watch's stream is the
+//! Controller's trigger for that kind (`owns_stream`): one list and one watch per kind; pods
+//! have a second, of the pods CoreOS' operator left running (`app=etcd` without
+//! `app.kubernetes.io/managed-by`), which are adopted.
 
 use std::collections::BTreeMap;
 use std::collections::hash_map::DefaultHasher;
@@ -38,9 +38,12 @@ pub use compact::{CachedClaim, CachedPdb, CachedPod, CachedService, trim_meta};
 #[derive(Clone)]
 pub struct Caches {
     /// Set by each cache's stream once its first list is in the store.
-    synced: [Arc<AtomicBool>; 4],
+    synced: [Arc<AtomicBool>; 5],
     /// Member pods.
     pub pods: Store<CachedPod>,
+    /// Pods labelled `app=etcd` without `app.kubernetes.io/managed-by`: those CoreOS' operator
+    /// left running (and any other with that label, which the observation leaves out).
+    pub coreos_pods: Store<CachedPod>,
     /// Data claims.
     pub claims: Store<CachedClaim>,
     /// Services.
@@ -59,6 +62,8 @@ pub type Trigger<K> = BoxStream<'static, Result<K, watcher::Error>>;
 pub struct Triggers {
     /// Member pods.
     pub pods: Trigger<CachedPod>,
+    /// Pods CoreOS' operator left running.
+    pub coreos_pods: Trigger<CachedPod>,
     /// Data claims.
     pub claims: Trigger<CachedClaim>,
     /// Services.
@@ -97,31 +102,41 @@ where
 }
 
 impl Caches {
-    /// Caches of the objects `config` selects through each Api (the pods: those
-    /// `pod_config` selects), and the streams that fill them: hand those to the Controller as
-    /// its `owns_stream` triggers (or poll them some other way), else the caches stay empty.
+    /// Caches of the objects `config` selects through each Api, plus CoreOS' pods through the
+    /// pods' Api (`coreos_config`), and the streams that fill them: hand those to the
+    /// Controller as its `owns_stream` triggers (or poll them some other way), else the caches
+    /// stay empty.
     pub fn new(
         pods: Api<CachedPod>,
         claims: Api<CachedClaim>,
         services: Api<CachedService>,
         pdbs: Api<CachedPdb>,
         config: &watcher::Config,
-        pod_config: &watcher::Config,
+        coreos_config: &watcher::Config,
     ) -> (Self, Triggers) {
-        let (pods, p, pods_synced) = cached(pods, pod_config.clone());
+        let (coreos_pods, cp, coreos_synced) = cached(pods.clone(), coreos_config.clone());
+        let (pods, p, pods_synced) = cached(pods, config.clone());
         let (claims, c, claims_synced) = cached(claims, config.clone());
         let (services, s, services_synced) = cached(services, config.clone());
         let (pdbs, b, pdbs_synced) = cached(pdbs, config.clone());
         (
             Caches {
-                synced: [pods_synced, claims_synced, services_synced, pdbs_synced],
+                synced: [
+                    pods_synced,
+                    claims_synced,
+                    services_synced,
+                    pdbs_synced,
+                    coreos_synced,
+                ],
                 pods,
+                coreos_pods,
                 claims,
                 services,
                 pdbs,
             },
             Triggers {
                 pods: p,
+                coreos_pods: cp,
                 claims: c,
                 services: s,
                 pdbs: b,
@@ -139,6 +154,7 @@ impl Caches {
     /// Waits until every cache has listed its objects once.
     pub async fn wait_until_ready(&self) -> bool {
         self.pods.wait_until_ready().await.is_ok()
+            && self.coreos_pods.wait_until_ready().await.is_ok()
             && self.claims.wait_until_ready().await.is_ok()
             && self.services.wait_until_ready().await.is_ok()
             && self.pdbs.wait_until_ready().await.is_ok()

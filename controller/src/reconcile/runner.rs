@@ -85,12 +85,16 @@ pub async fn run_controller(
             names::LABEL_MANAGED_BY,
             names::MANAGED_BY
         )),
-        // Pods by CoreOS' label `app=etcd`, which every member pod carries: this operator's
-        // and those CoreOS' operator left running (adopted).
-        &watcher::Config::default().labels(&format!("{}=etcd", names::LEGACY_LABEL_APP)),
+        // And the pods CoreOS' operator left running (adopted): CoreOS' label, not ours.
+        &watcher::Config::default().labels(&format!(
+            "{}=etcd,!{}",
+            names::LEGACY_LABEL_APP,
+            names::LABEL_MANAGED_BY
+        )),
     );
     let controller = Controller::new(clusters, watcher::Config::default())
         .owns_stream(triggers.pods)
+        .owns_stream(triggers.coreos_pods)
         .owns_stream(triggers.services)
         .owns_stream(triggers.claims)
         .owns_stream(triggers.pdbs)
