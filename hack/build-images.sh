@@ -31,7 +31,9 @@ root="$(cd "$here/.." && pwd)"
 source "$here/versions.env"
 TOOLS="${ETCD_OPERATOR_TOOLS:-$HOME/.cache/etcd-operator/tools}"
 OUT="${IMAGES_OUT:-$root/target/images}"
-VERSION="$(sed -n 's/^version *= *"\(.*\)"/\1/p' "$root/controller/Cargo.toml" | head -1)"
+# The workspace's version (every crate inherits it: `version.workspace = true`).
+VERSION="$(sed -n '/^\[workspace.package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' "$root/Cargo.toml" | head -1)"
+[[ "$VERSION" =~ ^[0-9]+\.[0-9]+\.[0-9]+ ]] || { echo "build-images: no version in Cargo.toml's [workspace.package]" >&2; exit 1; }
 export SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-$(git -C "$root" log -1 --format=%ct 2>/dev/null || echo 0)}"
 created="$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)"
 

@@ -106,13 +106,10 @@ fn etcd_versions() -> anyhow::Result<Vec<String>> {
     Ok(etcd_tests::Versions::pinned()?.every_etcd())
 }
 
-fn version() -> anyhow::Result<String> {
-    let manifest = std::fs::read_to_string(repo().join("controller/Cargo.toml"))?;
-    manifest
-        .lines()
-        .find_map(|l| l.strip_prefix("version = \"")?.strip_suffix('"'))
-        .map(str::to_string)
-        .context("the controller's version")
+/// The workspace's version, which every crate (the controller's and this one) inherits and the
+/// images are tagged with.
+fn version() -> String {
+    env!("CARGO_PKG_VERSION").to_string()
 }
 
 /// What every image holds: the glibc base, CA certificates, `nonroot` 65532, `/tmp` 1777, no
@@ -158,7 +155,7 @@ fn check_base(name: &str, files: &BTreeMap<String, (String, String)>) -> anyhow:
 
 #[test]
 fn the_operators_images_declare_what_the_chart_runs() -> anyhow::Result<()> {
-    let version = version()?;
+    let version = version();
     for (name, binary, ports, env) in [
         (
             "controller",
@@ -216,7 +213,8 @@ fn the_operators_images_declare_what_the_chart_runs() -> anyhow::Result<()> {
             "{name}: {path} {:?}",
             files.get(&path)
         );
-        // The docker-archive names the image as the chart's default repository does.
+        // The docker-archive names the image as the chart's default repository does, in the
+        // fully qualified form a container runtime resolves it to (`docker.io/` added).
         let listed = Command::new("tar")
             .args(["-xOf"])
             .arg(images_dir().join(format!("{name}.tar")))
@@ -224,7 +222,8 @@ fn the_operators_images_declare_what_the_chart_runs() -> anyhow::Result<()> {
             .output()?;
         let archive: Value = serde_json::from_slice(&listed.stdout)?;
         ensure!(
-            archive[0]["RepoTags"] == json!([format!("etcd-operator/{binary}:{version}")]),
+            archive[0]["RepoTags"]
+                == json!([format!("docker.io/etcd-operator/{binary}:{version}")]),
             "{name}: docker-archive tags {}",
             archive[0]["RepoTags"]
         );
