@@ -87,7 +87,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         config: ControllerConfig {
             default_version: args.default_version.clone(),
             default_repository: args.default_repository.clone(),
-            restore_image: args.restore_image.clone().filter(|i| !i.is_empty()),
+            restore_image: args.operator_image(),
             planner: args.planner_settings(),
             ..ControllerConfig::default()
         },

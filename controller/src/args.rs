@@ -163,6 +163,18 @@ pub struct Args {
     #[arg(long, env = "ETCD_CONTROLLER_RESTORE_IMAGE", value_name = "IMAGE")]
     pub restore_image: Option<String>,
 
+    /// A Secret (by name, in the pod's namespace) with the registry credentials the pods that
+    /// run `--restore-image` pull it with: a restored cluster's first member and the pods of
+    /// PVC backups and restores. Repeat the flag, or separate names with commas; the chart
+    /// passes its `imagePullSecrets`.
+    #[arg(
+        long = "restore-image-pull-secret",
+        env = "ETCD_CONTROLLER_RESTORE_IMAGE_PULL_SECRET",
+        value_name = "SECRET",
+        value_delimiter = ','
+    )]
+    pub restore_image_pull_secrets: Vec<String>,
+
     /// A member pod still terminating this long past its deletion deadline (the delete plus
     /// its grace period) is taken as gone: its member is removed when quorum allows and
     /// replaced under a new name (its node died, or a finalizer holds it).
@@ -233,6 +245,21 @@ fn parse_ratio(input: &str) -> Result<f64, String> {
 }
 
 impl Args {
+    /// The operator's image for the pods that run it (`--restore-image`, empty is unset) with
+    /// its pull secrets (`--restore-image-pull-secret`, empty names dropped).
+    pub fn operator_image(&self) -> Option<crate::builders::OperatorImage> {
+        let reference = self.restore_image.as_deref().filter(|i| !i.is_empty())?;
+        Some(crate::builders::OperatorImage {
+            reference: reference.to_string(),
+            pull_secrets: self
+                .restore_image_pull_secrets
+                .iter()
+                .filter(|s| !s.is_empty())
+                .cloned()
+                .collect(),
+        })
+    }
+
     /// The planner's settings the flags give.
     pub fn planner_settings(&self) -> crate::planner::PlannerSettings {
         crate::planner::PlannerSettings {

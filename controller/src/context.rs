@@ -7,6 +7,7 @@ use kube::runtime::events::Reporter;
 
 use etcd_shared::admission::{AdmissionPolicy, Defaults};
 
+use crate::builders::OperatorImage;
 use crate::metrics::Metrics;
 use crate::planner::PlannerSettings;
 
@@ -30,7 +31,7 @@ pub struct ControllerConfig {
     pub idle_requeue: Duration,
     /// Image of the restore steps of a restored cluster's first member: the operator's own
     /// (`etcd-controller restore ...`). Without it, restores are refused.
-    pub restore_image: Option<String>,
+    pub restore_image: Option<OperatorImage>,
 }
 
 impl Default for ControllerConfig {

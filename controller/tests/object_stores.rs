@@ -199,7 +199,11 @@ async fn exercise(
         data_dir: dir.path().join("data"),
     };
     let said = seed::fetch(&args).await?;
-    let fetched = std::fs::metadata(args.work_dir.join(seed::SNAPSHOT_FILE))?.len();
+    let fetched = std::fs::metadata(
+        args.work_dir
+            .join(etcd_controller::builders::seed::SNAPSHOT_FILE),
+    )?
+    .len();
     ensure!(fetched == 64 * 512 + 32, "{said}");
     println!("{storage_type}: restore fetch: {said}");
     Ok(())

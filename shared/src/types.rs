@@ -17,8 +17,8 @@ pub mod storage;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, EnvVar, PersistentVolumeClaimSpec, PodSecurityContext, ResourceRequirements,
-    Toleration, TopologySpreadConstraint,
+    Affinity, EnvVar, LocalObjectReference, PersistentVolumeClaimSpec, PodSecurityContext,
+    ResourceRequirements, Toleration, TopologySpreadConstraint,
 };
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -174,6 +174,14 @@ pub struct PodPolicy {
     /// Priority class of the member pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_class_name: Option<String>,
+
+    /// Secrets in the cluster's namespace with the credentials to pull the member pods' images
+    /// from a private registry: the etcd image and, for the first member of a restored
+    /// cluster, the operator's image its restore steps run (that pod also gets the
+    /// controller's `--restore-image-pull-secret`s). Pods created after a change carry the new
+    /// list; running members keep theirs until they are replaced.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_pull_secrets: Vec<LocalObjectReference>,
 
     /// CPU and memory requests and limits of the etcd container. Requests may not exceed limits.
     /// `{}` (what CoreOS' Go client sends when none are set) sets none.

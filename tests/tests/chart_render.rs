@@ -565,6 +565,7 @@ controller:
   podAnnotations: {example.test/scrape: "yes"}
   priorityClassName: system-cluster-critical
   extraArgs: ["--concurrent-reconciles=8"]
+imagePullSecrets: [{name: registry-credentials}]
 webhook:
   replicas: 1
   priorityClassName: system-cluster-critical
@@ -593,9 +594,16 @@ webhook:
         "--log-format=text",
         "--log-level=debug",
         "--concurrent-reconciles=8",
+        // The pods that run the controller's image elsewhere pull it with the same Secret.
+        "--restore-image-pull-secret=registry-credentials",
     ] {
         ensure!(args.iter().any(|a| a == flag), "controller args {args:?}");
     }
+    ensure!(
+        pod["spec"]["imagePullSecrets"] == json!([{"name": "registry-credentials"}]),
+        "controller pod pull secrets {}",
+        pod["spec"]["imagePullSecrets"]
+    );
     ensure!(
         m.of_kind("PodDisruptionBudget").next().is_none(),
         "no PDB for a single webhook replica"

@@ -34,7 +34,7 @@ use support::{
     ETCD_TIMEOUT, WAIT, check_every_member, client_service_urls, connect, member_list, member_pods,
     member_urls, pinned_etcd, reported_versions, settled, wait_until,
 };
-use support::{cluster_yaml, create_settled, duration};
+use support::{cluster_yaml, create_settled, duration, manifest};
 
 fn main() -> std::process::ExitCode {
     // Walks through many steps on real members, beside the other tests on two cores.
@@ -1168,11 +1168,41 @@ async fn pods_are_admitted_in_a_namespace_enforcing_pod_security_restricted(
         .await
         .context("labelling the test namespace for Pod Security")?;
     let _controller = Controller::start(&ctx)?;
-    create_settled(&ctx, "restricted", 3, None).await?;
+    // With pull secrets for a private registry (issue 25, item 4): through the CRD's schema
+    // and the webhook, onto every member pod.
+    let created = create_cluster(
+        &ctx,
+        &manifest(
+            "restricted",
+            "size: 3\npod:\n  imagePullSecrets:\n  - name: registry-credentials",
+        ),
+    )
+    .await?;
+    let version = created
+        .spec
+        .version
+        .clone()
+        .context("version not defaulted")?;
+    wait_until(&ctx.api(), "restricted", "3 healthy voters", |c| {
+        settled(c, 3, &version)
+    })
+    .await?;
 
     let pods: Api<Pod> = ctx.api();
     let members = member_pods(&pods, "restricted").await?;
     ensure!(members.len() == 3, "{:?}", members.keys());
+    for (name, pod) in &members {
+        let pull: Vec<&str> = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.image_pull_secrets.iter().flatten())
+            .map(|s| s.name.as_str())
+            .collect();
+        ensure!(
+            pull == ["registry-credentials"],
+            "{name}: imagePullSecrets {pull:?}"
+        );
+    }
     let (name, pod) = members.into_iter().next().context("no member pod")?;
     let spec = pod.spec.clone().context("pod without spec")?;
     let context = spec.security_context.clone().unwrap_or_default();

@@ -3,8 +3,8 @@
 //! `/mutate`, both for CREATE and UPDATE of `etcd.database.coreos.com/v1beta2` `etcdclusters`
 //! (validation also of `etcdbackups` and `etcdrestores`, which nothing defaults),
 //! with `sideEffects: None`, `failurePolicy: Fail`, `timeoutSeconds: 5` and
-//! `admissionReviewVersions: [v1]`. The Helm chart and the integration tests render theirs
-//! from here.
+//! `admissionReviewVersions: [v1]`. The test suites register these; the Helm chart keeps its
+//! own template, which `etcd_tests::chart::check_webhook` compares with these field by field.
 
 use etcd_shared::EtcdCluster;
 use etcd_shared::types::{EtcdBackup, EtcdRestore};

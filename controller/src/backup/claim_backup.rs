@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::DeleteParams;
 use kube::{Api, Resource as _, ResourceExt as _};
 
 use etcd_shared::types::EtcdBackup;
@@ -29,6 +29,7 @@ use super::reconciler::{
 use super::schedule::{self, Success};
 use crate::builders::claim_pod::{self, ANNOTATION_FILE, ClaimPod, TLS_DIR, in_claim};
 use crate::error::Error;
+use crate::idempotent;
 
 /// How often a running backup pod is looked at.
 pub const POLL: Duration = Duration::from_secs(2);
@@ -185,21 +186,19 @@ async fn start(
         tls_secret,
         file,
     });
-    match pods.create(&PostParams::default(), &pod).await {
-        Ok(_) => Ok(()),
-        // Created by a reconcile before this one: one pod per backup.
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => Err(Error::kube(format!("create pod {name}"))(e).into()),
-    }
+    // One created by a reconcile before this one is the backup's pod: one pod per backup.
+    Ok(idempotent::create(pods, &pod, format!("pod {name}")).await?)
 }
 
 /// Deletes a finished (or timed-out) claim pod; gone already is fine.
 pub(crate) async fn delete_pod(pods: &Api<Pod>, name: &str) -> Result<(), BackupError> {
-    match pods.delete(name, &DeleteParams::background()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(Error::kube(format!("delete pod {name}"))(e).into()),
-    }
+    Ok(idempotent::delete(
+        pods,
+        name,
+        &DeleteParams::background(),
+        format!("pod {name}"),
+    )
+    .await?)
 }
 
 #[cfg(test)]

@@ -19,11 +19,9 @@ use clap::{Args as ClapArgs, Parser, Subcommand};
 
 use super::claim_files::{self, FileError, Metadata};
 use super::pod_report::PodReport;
+use crate::builders::claim_pod::TERMINATION_LOG;
 use crate::etcd::EtcdAccess;
 use crate::etcd_tls::MemberTls;
-
-/// Kubernetes' default termination message path.
-pub const TERMINATION_LOG: &str = "/dev/termination-log";
 
 /// `etcd-controller backup ...`.
 #[derive(Debug, Parser)]

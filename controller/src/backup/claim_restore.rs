@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::PostParams;
 use kube::{Api, Resource as _, ResourceExt as _};
 
 use etcd_shared::types::EtcdRestore;
@@ -22,8 +21,10 @@ use super::claim_backup::{delete_pod, timed_out};
 use super::pod_report::PodOutcome;
 use super::reconciler::BackupError;
 use super::restore::CheckedSource;
+use crate::builders::OperatorImage;
 use crate::builders::claim_pod::{self, ClaimPod, in_claim};
 use crate::error::Error;
+use crate::idempotent;
 
 /// How often a running verify pod is looked at.
 pub const POLL: Duration = Duration::from_secs(2);
@@ -42,7 +43,7 @@ pub fn pod_name(restore: &str) -> String {
 /// One step of the check: `None` while the pod is created or runs, the check once it passed.
 pub(crate) async fn verify_step(
     client: &kube::Client,
-    image: &str,
+    image: &OperatorImage,
     restore: &EtcdRestore,
 ) -> Result<Option<CheckedSource>, BackupError> {
     let pvc = restore
@@ -64,7 +65,7 @@ pub(crate) async fn verify_step(
             namespace: namespace.clone(),
             owner: restore.controller_owner_ref(&()).unwrap_or_default(),
             component: "restore-verify",
-            image: image.to_string(),
+            image: image.clone(),
             claim: pvc.claim_name.clone(),
             read_only: true,
             args: vec![
@@ -75,11 +76,8 @@ pub(crate) async fn verify_step(
             tls_secret: None,
             file: pvc.path.clone(),
         });
-        return match pods.create(&PostParams::default(), &pod).await {
-            Ok(_) => Ok(None),
-            Err(kube::Error::Api(e)) if e.code == 409 => Ok(None),
-            Err(e) => Err(Error::kube(format!("create pod {name}"))(e).into()),
-        };
+        idempotent::create(&pods, &pod, format!("pod {name}")).await?;
+        return Ok(None);
     };
     if pod.metadata.deletion_timestamp.is_some() {
         return Ok(None);

@@ -17,13 +17,15 @@ use std::time::{Duration, Instant};
 use futures::TryStreamExt as _;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::ListParams;
 use kube::runtime::controller::{Action, Config as ControllerRuntimeConfig, Controller};
 use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::watcher;
 use kube::{Api, Resource as _, ResourceExt as _};
+
+use crate::builders::OperatorImage;
+use crate::status_writer::apply_status;
 use object_store::{ObjectStore, ObjectStoreExt as _};
-use serde_json::json;
 use tracing::{info, warn};
 
 use etcd_shared::admission::{AdmissionPolicy, Defaults};
@@ -152,7 +154,7 @@ pub struct BackupConfig {
     /// The rules the cluster's spec is read with.
     pub policy: AdmissionPolicy,
     /// The operator's image, for the pods of PVC backups (the controller's `--restore-image`).
-    pub image: Option<String>,
+    pub image: Option<OperatorImage>,
 }
 
 impl Default for BackupConfig {
@@ -592,17 +594,6 @@ async fn write_status(
     status: &EtcdBackupStatus,
 ) -> Result<(), BackupError> {
     let api: Api<EtcdBackup> = Api::namespaced(client.clone(), namespace);
-    let patch = json!({
-        "apiVersion": "etcd.database.coreos.com/v1beta2",
-        "kind": "EtcdBackup",
-        "status": status,
-    });
-    api.patch_status(
-        name,
-        &PatchParams::apply(names::FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map_err(Error::kube(format!("write status of EtcdBackup {name}")))?;
+    apply_status(&api, name, status).await?;
     Ok(())
 }

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Config as ControllerRuntimeConfig, Controller};
 use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::watcher;
@@ -29,7 +29,7 @@ use kube::{Api, Resource as _, ResourceExt as _};
 use serde_json::json;
 use tracing::{info, warn};
 
-use etcd_shared::names::{self, ANNOTATION_RESTORE_SEED};
+use etcd_shared::names::ANNOTATION_RESTORE_SEED;
 use etcd_shared::types::storage::PVC_STORAGE_TYPE;
 use etcd_shared::types::{
     ClusterPhase, ClusterTemplate, EtcdCluster, EtcdRestore, EtcdRestoreStatus, RestoreSeed,
@@ -42,9 +42,12 @@ use super::reconciler::{BackupError, credentials};
 use super::store::{self, StoreLocation, StoreTimeouts};
 use super::transfer;
 use crate::backoff::Backoff;
+use crate::builders::OperatorImage;
 use crate::conditions;
 use crate::error::Error;
 use crate::events::publish;
+use crate::idempotent;
+use crate::status_writer::apply_status;
 
 /// Condition type: the snapshot was downloaded and checked.
 pub const VERIFIED: &str = "Verified";
@@ -181,7 +184,7 @@ pub struct RestoreReconciler {
     store: StoreTimeouts,
     policy: etcd_shared::admission::AdmissionPolicy,
     backoff: Backoff,
-    restore_image: Option<String>,
+    restore_image: Option<OperatorImage>,
 }
 
 impl RestoreReconciler {
@@ -192,7 +195,7 @@ impl RestoreReconciler {
         metrics: BackupMetrics,
         reporter: Reporter,
         policy: etcd_shared::admission::AdmissionPolicy,
-        restore_image: Option<String>,
+        restore_image: Option<OperatorImage>,
     ) -> Self {
         RestoreReconciler {
             recorder: Recorder::new(client.clone(), reporter),
@@ -390,11 +393,7 @@ async fn create_restored(
 ) -> Result<(), BackupError> {
     let target = restore.spec.etcd_cluster.name.clone();
     let new = restored_cluster(restore, namespace)?;
-    match clusters.create(&PostParams::default(), &new).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 409 => {}
-        Err(e) => return Err(Error::kube(format!("create EtcdCluster {target}"))(e).into()),
-    }
+    idempotent::create(clusters, &new, format!("EtcdCluster {target}")).await?;
     publish(
         &r.recorder,
         &restore.object_ref(&()),
@@ -670,21 +669,7 @@ async fn write_status(
 ) -> Result<(), BackupError> {
     let namespace = restore.namespace().unwrap_or_default();
     let api: Api<EtcdRestore> = Api::namespaced(client.clone(), &namespace);
-    let patch = json!({
-        "apiVersion": "etcd.database.coreos.com/v1beta2",
-        "kind": "EtcdRestore",
-        "status": status,
-    });
-    api.patch_status(
-        &restore.name_any(),
-        &PatchParams::apply(names::FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map_err(Error::kube(format!(
-        "write status of EtcdRestore {}",
-        restore.name_any()
-    )))?;
+    apply_status(&api, &restore.name_any(), status).await?;
     Ok(())
 }
 

@@ -25,11 +25,7 @@ use super::claim_files::{self, FileError, io};
 use super::integrity::SnapshotHasher;
 use super::store::{self, Credentials, StoreLocation, StoreTimeouts};
 use super::transfer::{self, TransferError};
-
-/// Name of the downloaded snapshot in the work directory.
-pub const SNAPSHOT_FILE: &str = "snapshot.db";
-/// Name of the directory etcd's tool restores into, in the work directory.
-pub const RESTORED_DIR: &str = "data";
+use crate::builders::seed::{RESTORED_DIR, SNAPSHOT_FILE};
 
 /// `etcd-controller restore ...`.
 #[derive(Debug, Parser)]

@@ -13,12 +13,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 
 use etcd_shared::names;
 
+use super::OperatorImage;
 use super::pod::{
     container_security_context, pod_security_context, read_only_mount, secret_volume,
 };
 use super::seed::CONTROLLER_BINARY;
-use crate::backup::claim_command::TERMINATION_LOG;
 
+/// Kubernetes' default termination message path, where the pod's command writes its report.
+pub const TERMINATION_LOG: &str = "/dev/termination-log";
 /// Where the claim is mounted in the pod.
 pub const CLAIM_MOUNT: &str = "/var/lib/etcd-backup/claim";
 /// Where the client certificate is mounted, for a cluster with client TLS.
@@ -40,8 +42,8 @@ pub struct ClaimPod {
     pub owner: OwnerReference,
     /// `app.kubernetes.io/component`: `backup` or `restore-verify`.
     pub component: &'static str,
-    /// The operator's image.
-    pub image: String,
+    /// The operator's image, and the Secrets the pod pulls it with.
+    pub image: OperatorImage,
     /// The claim.
     pub claim: String,
     /// Mounted read-only (a restore's check).
@@ -102,12 +104,16 @@ pub fn claim_pod(spec: ClaimPod) -> Pod {
         },
         spec: Some(PodSpec {
             restart_policy: Some("Never".into()),
+            image_pull_secrets: super::with_pull_secrets(
+                None,
+                spec.image.pull_secrets.iter().map(String::as_str),
+            ),
             automount_service_account_token: Some(false),
             enable_service_links: Some(false),
             security_context: Some(pod_security_context(None)),
             containers: vec![Container {
                 name: spec.component.into(),
-                image: Some(spec.image),
+                image: Some(spec.image.reference.clone()),
                 command: Some(vec![CONTROLLER_BINARY.into()]),
                 args: Some(args),
                 volume_mounts: Some(mounts),
@@ -140,7 +146,10 @@ mod tests {
                 ..OwnerReference::default()
             },
             component: "backup",
-            image: "registry.example/etcd-controller:1".into(),
+            image: OperatorImage {
+                reference: "registry.example/etcd-controller:1".into(),
+                pull_secrets: vec!["registry-credentials".into()],
+            },
             claim: "backups".into(),
             read_only,
             args: vec![
@@ -168,6 +177,14 @@ mod tests {
         let spec = pod.spec.expect("spec");
         assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
         assert_eq!(spec.automount_service_account_token, Some(false));
+        // The operator's image is pulled with the controller's pull secrets.
+        let pull: Vec<&str> = spec
+            .image_pull_secrets
+            .iter()
+            .flatten()
+            .map(|s| s.name.as_str())
+            .collect();
+        assert_eq!(pull, ["registry-credentials"]);
         let c = &spec.containers[0];
         let args = c.args.clone().unwrap_or_default().join(" ");
         assert!(

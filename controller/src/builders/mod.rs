@@ -3,14 +3,16 @@
 
 mod claim;
 pub mod claim_pod;
+mod operator_image;
 mod pdb;
 mod pod;
-pub(crate) mod seed;
+pub mod seed;
 mod services;
 
 /// The builders' input, defined in [`crate::view`].
 pub use crate::view::{ClusterView, InvalidCluster, TlsMode};
 pub use claim::data_claim;
+pub use operator_image::{OperatorImage, with_pull_secrets};
 pub use pdb::disruption_budget;
 pub use pod::member_pod;
 pub use seed::seed_member;

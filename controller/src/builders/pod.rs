@@ -151,6 +151,10 @@ pub fn member_pod(view: &ClusterView, plan: &MemberPlan) -> Pod {
             topology_spread_constraints: (!view.pod.topology_spread_constraints.is_empty())
                 .then(|| view.pod.topology_spread_constraints.clone()),
             priority_class_name: view.pod.priority_class_name.clone(),
+            image_pull_secrets: super::with_pull_secrets(
+                None,
+                view.pod.image_pull_secrets.iter().map(|s| s.name.as_str()),
+            ),
             security_context: Some(pod_security_context(view.pod.security_context.as_ref())),
             automount_service_account_token: Some(false),
             enable_service_links: Some(false),
@@ -667,6 +671,26 @@ mod tests {
                 "{version} tls={tls}: {ports:?}"
             );
         }
+    }
+
+    /// `spec.pod.imagePullSecrets` reach every member pod, in order; without them the pod
+    /// names none.
+    #[test]
+    fn member_pods_pull_with_the_clusters_secrets() {
+        let view =
+            view_of("version: 3.6.16\npod:\n  imagePullSecrets:\n  - name: quay\n  - name: mirror");
+        let pod = member_pod(&view, &plan(&view, InitialState::New));
+        let pull: Vec<String> = pod
+            .spec
+            .and_then(|s| s.image_pull_secrets)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(pull, ["quay", "mirror"]);
+        let view = view_of("version: 3.6.16");
+        let pod = member_pod(&view, &plan(&view, InitialState::New));
+        assert_eq!(pod.spec.and_then(|s| s.image_pull_secrets), None);
     }
 
     /// The default member pod passes Pod Security `restricted`, on every line, plain and

@@ -9,10 +9,15 @@ use k8s_openapi::api::core::v1::{
     Container, EnvVar, PersistentVolumeClaimVolumeSource, Pod, Volume, VolumeMount,
 };
 
+use super::OperatorImage;
 use super::pod::{DATA_DIR, container_security_context, read_only_mount, secret_volume};
 use crate::planner::{MemberPlan, SeedFrom, SeedPlan};
 use crate::view::ClusterView;
 
+/// Name of the downloaded snapshot in the restore's work directory.
+pub const SNAPSHOT_FILE: &str = "snapshot.db";
+/// Name of the directory etcd's tool restores into, in the work directory.
+pub const RESTORED_DIR: &str = "data";
 /// The operator's binary in its image.
 pub const CONTROLLER_BINARY: &str = "/usr/local/bin/etcd-controller";
 /// etcdutl in the official etcd images (3.5+).
@@ -59,7 +64,7 @@ pub fn seed_member(
     view: &ClusterView,
     plan: &MemberPlan,
     seed: &SeedPlan,
-    restore_image: &str,
+    restore_image: &OperatorImage,
 ) {
     let caps = plan.version.capabilities().unwrap_or(view.capabilities);
     let peer_url = view.peer_url(&plan.name);
@@ -144,7 +149,7 @@ pub fn seed_member(
     }
     let fetch = Container {
         name: "restore-fetch".into(),
-        image: Some(restore_image.into()),
+        image: Some(restore_image.reference.clone()),
         command: Some(vec![CONTROLLER_BINARY.into()]),
         args: Some(fetch_args),
         volume_mounts: Some(fetch_mounts),
@@ -171,13 +176,9 @@ pub fn seed_member(
             vec![
                 "snapshot".into(),
                 "restore".into(),
-                format!("{}/{}", work_dir(), crate::backup::seed::SNAPSHOT_FILE),
+                format!("{}/{}", work_dir(), SNAPSHOT_FILE),
                 format!("--name={}", plan.name),
-                format!(
-                    "--data-dir={}/{}",
-                    work_dir(),
-                    crate::backup::seed::RESTORED_DIR
-                ),
+                format!("--data-dir={}/{}", work_dir(), RESTORED_DIR),
                 format!("--initial-cluster={}={peer_url}", plan.name),
                 format!("--initial-cluster-token={}", plan.token),
                 format!("--initial-advertise-peer-urls={peer_url}"),
@@ -205,7 +206,7 @@ pub fn seed_member(
     };
     let place = Container {
         name: "restore-place".into(),
-        image: Some(restore_image.into()),
+        image: Some(restore_image.reference.clone()),
         command: Some(vec![CONTROLLER_BINARY.into()]),
         args: Some(vec![
             "restore".into(),
@@ -219,6 +220,11 @@ pub fn seed_member(
     };
     if let Some(spec) = pod.spec.as_mut() {
         spec.init_containers = Some(vec![fetch, restore, place]);
+        // The operator's image may come from another registry than etcd's.
+        spec.image_pull_secrets = super::with_pull_secrets(
+            spec.image_pull_secrets.take(),
+            restore_image.pull_secrets.iter().map(String::as_str),
+        );
         if let Some(volume) = source_volume {
             spec.volumes.get_or_insert_with(Vec::new).push(volume);
         }
@@ -281,9 +287,37 @@ mod tests {
             &view,
             &plan,
             &from_store(seed),
-            "registry.example/etcd-controller:1",
+            &OperatorImage::new("registry.example/etcd-controller:1"),
         );
         pod
+    }
+
+    #[test]
+    fn the_seed_member_pulls_the_operators_image_with_its_secrets_too() {
+        let view =
+            view_of("size: 3\nversion: 3.6.16\npod:\n  imagePullSecrets:\n  - name: etcd-registry");
+        let plan = MemberPlan {
+            name: "demo-0".into(),
+            initial_cluster: vec![("demo-0".into(), view.peer_url("demo-0"))],
+            state: InitialState::New,
+            version: view.version,
+            token: view.token(),
+            seed: None,
+        };
+        let mut pod = member_pod(&view, &plan);
+        let image = OperatorImage {
+            reference: "registry.example/etcd-controller:1".into(),
+            pull_secrets: vec!["operator-registry".into(), "etcd-registry".into()],
+        };
+        seed_member(&mut pod, &view, &plan, &from_store(&seed()), &image);
+        let pull: Vec<String> = pod
+            .spec
+            .and_then(|s| s.image_pull_secrets)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(pull, ["etcd-registry", "operator-registry"]);
     }
 
     #[test]
@@ -366,7 +400,7 @@ mod tests {
             &view,
             &plan,
             &from_store(&pvc_seed),
-            "registry.example/etcd-controller:1",
+            &OperatorImage::new("registry.example/etcd-controller:1"),
         );
         let spec = pod.spec.expect("spec");
         let init = spec.init_containers.expect("init");
@@ -503,7 +537,7 @@ mod tests {
                 &view,
                 &plan,
                 &seed,
-                "registry.example/etcd-controller:1",
+                &OperatorImage::new("registry.example/etcd-controller:1"),
             );
             let spec = pod.spec.expect("spec");
             let init = spec.init_containers.expect("init");

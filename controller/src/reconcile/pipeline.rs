@@ -33,6 +33,7 @@ use crate::observe::observe;
 use crate::planner::recovery;
 use crate::planner::{self, Blocked, Step, Waiting};
 use crate::status;
+use crate::status_writer::apply_status;
 use crate::view::ClusterView;
 
 /// One reconcile of one cluster; events go through `recorder`, etcd calls over `pool`'s
@@ -474,18 +475,7 @@ async fn write_status(
     if !status::changed(new, previous) {
         return Ok(());
     }
-    let patch = serde_json::json!({
-        "apiVersion": EtcdCluster::api_version(&()),
-        "kind": EtcdCluster::kind(&()),
-        "status": new,
-    });
-    api.patch_status(
-        name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map_err(Error::kube(format!("write status of {name}")))?;
+    apply_status(api, name, new).await?;
     // What another writer (CoreOS' operator) left beside our fields: server-side apply keeps
     // it, so clear it explicitly.
     if let Some(stale) = previous.and_then(|p| status::stale_fields(new, p)) {

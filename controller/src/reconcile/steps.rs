@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::events::{EventType, Recorder};
 use kube::{Api, Resource};
 use tracing::info;
@@ -16,6 +16,7 @@ use crate::builders;
 use crate::context::Context;
 use crate::error::Error;
 use crate::events::publish_related;
+use crate::idempotent;
 use crate::observe::Observation;
 use etcd_shared::types::RecoveryStatus;
 
@@ -269,22 +270,20 @@ pub const DEFRAGMENT_TIMEOUT: std::time::Duration = std::time::Duration::from_se
 
 /// Deletes a pod; one already gone is fine.
 async fn delete_pod(pods: &Api<Pod>, name: &str) -> Result<(), Error> {
-    match pods.delete(name, &DeleteParams::default()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(Error::kube(format!("delete pod {name}"))(e)),
-    }
+    idempotent::delete(pods, name, &DeleteParams::default(), format!("pod {name}")).await
 }
 
 /// Deletes a member's data claim; one already gone (or never made) is fine.
 async fn delete_claim(ctx: &Context, view: &ClusterView, member: &str) -> Result<(), Error> {
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &view.namespace);
     let claim = names::data_claim_name(member);
-    match claims.delete(&claim, &DeleteParams::default()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(Error::kube(format!("delete claim {claim}"))(e)),
-    }
+    idempotent::delete(
+        &claims,
+        &claim,
+        &DeleteParams::default(),
+        format!("claim {claim}"),
+    )
+    .await
 }
 
 /// Creates a member's claim (when it keeps its data on one) and its pod; either already
@@ -297,11 +296,7 @@ async fn create_member_pod(
     if let Some(claim) = builders::data_claim(view, &plan.name, &plan.version) {
         let claims: Api<PersistentVolumeClaim> =
             Api::namespaced(ctx.client.clone(), &view.namespace);
-        match claims.create(&PostParams::default(), &claim).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => return Err(Error::kube(format!("create claim of {}", plan.name))(e)),
-        }
+        idempotent::create(&claims, &claim, format!("claim of {}", plan.name)).await?;
     }
     let mut pod = builders::member_pod(view, plan);
     // The first member of a restored or recovered cluster is seeded from the snapshot.
@@ -309,16 +304,12 @@ async fn create_member_pod(
         let image = ctx
             .config
             .restore_image
-            .as_deref()
+            .as_ref()
             .ok_or(Error::NoRestoreImage)?;
         builders::seed_member(&mut pod, view, plan, seed, image);
     }
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &view.namespace);
-    match pods.create(&PostParams::default(), &pod).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => Err(Error::kube(format!("create pod {}", plan.name))(e)),
-    }
+    idempotent::create(&pods, &pod, format!("pod {}", plan.name)).await
 }
 
 #[cfg(test)]

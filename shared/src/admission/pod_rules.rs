@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::api::core::v1::{LocalObjectReference, ResourceRequirements};
 
 use super::quantity::Quantity;
 use super::syntax::{is_dns1123_subdomain, is_env_var_name, is_label_value, is_qualified_name};
@@ -98,6 +98,7 @@ pub(crate) fn check(cluster: &EtcdCluster, defaults: &Defaults, report: &mut Rep
         );
     }
     check_cluster_domain(pod.cluster_domain.as_deref(), report);
+    check_image_pull_secrets(&pod.image_pull_secrets, report);
     if let Some(class) = &pod.priority_class_name
         && !is_dns1123_subdomain(class)
     {
@@ -106,6 +107,44 @@ pub(crate) fn check(cluster: &EtcdCluster, defaults: &Defaults, report: &mut Rep
             "spec.pod.priorityClassName",
             format!("must be a valid PriorityClass name, got {}", quoted(class)),
         );
+    }
+}
+
+/// The most image pull secrets a member pod may name: a registry or two per image is the
+/// need, and the list is copied into every member pod.
+pub const MAX_IMAGE_PULL_SECRETS: usize = 16;
+
+/// Each pull secret is a Secret's name, named once; the list is bounded.
+fn check_image_pull_secrets(secrets: &[LocalObjectReference], report: &mut Report) {
+    if secrets.len() > MAX_IMAGE_PULL_SECRETS {
+        report.refuse(
+            "image-pull-secrets",
+            "spec.pod.imagePullSecrets",
+            format!(
+                "names {} secrets, at most {MAX_IMAGE_PULL_SECRETS} are allowed",
+                secrets.len()
+            ),
+        );
+    }
+    let mut seen = BTreeSet::new();
+    for (i, secret) in secrets.iter().enumerate() {
+        let field = format!("spec.pod.imagePullSecrets[{i}].name");
+        if !is_dns1123_subdomain(&secret.name) {
+            report.refuse(
+                "image-pull-secrets",
+                field,
+                format!(
+                    "must be the name of a Secret in the cluster's namespace (a DNS subdomain), got {}",
+                    quoted(&secret.name)
+                ),
+            );
+        } else if !seen.insert(secret.name.as_str()) {
+            report.refuse(
+                "image-pull-secrets",
+                field,
+                format!("names {} a second time", quoted(&secret.name)),
+            );
+        }
     }
 }
 

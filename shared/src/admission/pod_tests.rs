@@ -421,3 +421,31 @@ fn repositories_in_use_parse_as_image_names() {
         assert!(parse_repository(repo).is_ok(), "{repo}");
     }
 }
+
+#[test]
+fn image_pull_secrets_name_secrets_once_and_are_bounded() {
+    let many: String = (0..=super::pod_rules::MAX_IMAGE_PULL_SECRETS)
+        .map(|i| format!("- name: registry-{i}\n"))
+        .collect();
+    let many = format!("imagePullSecrets:\n{many}");
+    run(&[
+        ("imagePullSecrets:\n- name: registry-credentials", None),
+        (
+            "imagePullSecrets:\n- name: quay\n- name: internal.registry",
+            None,
+        ),
+        (
+            "imagePullSecrets:\n- name: Registry_Credentials",
+            Some("spec.pod.imagePullSecrets[0].name: must be the name of a Secret"),
+        ),
+        (
+            "imagePullSecrets:\n- name: \"\"",
+            Some("spec.pod.imagePullSecrets[0].name: must be the name of a Secret"),
+        ),
+        (
+            "imagePullSecrets:\n- name: quay\n- name: quay",
+            Some("spec.pod.imagePullSecrets[1].name: names \"quay\" a second time"),
+        ),
+        (&many, Some("names 17 secrets, at most 16 are allowed")),
+    ]);
+}

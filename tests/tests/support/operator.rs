@@ -17,6 +17,7 @@ use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 
 use etcd_controller::admin::Readiness;
+use etcd_controller::builders::OperatorImage;
 use etcd_controller::context::{Context, ControllerConfig};
 use etcd_controller::controllers::run_all;
 use etcd_controller::metrics::Metrics;
@@ -139,7 +140,7 @@ impl Controller {
             wait_requeue: Duration::from_secs(2),
             // The chart's controller image; the suites that restore map it to the built
             // binary (`OperatorBinaries::register`).
-            restore_image: Some(RESTORE_IMAGE.into()),
+            restore_image: Some(OperatorImage::new(RESTORE_IMAGE)),
             ..ControllerConfig::default()
         };
         tune(&mut config);
