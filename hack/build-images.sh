@@ -13,6 +13,8 @@
 #   webhook     etcd-operator/etcd-webhook:VERSION      the admission webhook
 #   etcd-X.Y.Z  quay.io/coreos/etcd:vX.Y.Z              etcd, etcdctl (and etcdutl from 3.5) of
 #                                                       every pinned line, from hack/build-tools.sh
+#   pause       registry.k8s.io/pause:3.10              a node's pod sandbox: hack/pause/pause.c,
+#                                                       static, alone in its image, as 65535
 #
 # The base of every image is a minimal glibc root filesystem from this machine's Debian
 # packages (libc6, libgcc-s1, base-files, netbase, tzdata), CA certificates, `/etc/passwd` and
@@ -44,7 +46,7 @@ log() { printf '[build-images %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 build=1
 [[ "${1:-}" == "--no-build" ]] && build=0
 all_etcd="$ETCD_SOURCE_VERSIONS $ETCD_VERSIONS"
-images="${IMAGES:-controller webhook $(for v in $all_etcd; do printf 'etcd-%s ' "$v"; done)}"
+images="${IMAGES:-controller webhook pause $(for v in $all_etcd; do printf 'etcd-%s ' "$v"; done)}"
 
 if ((build)) && [[ " $images " == *" controller "* || " $images " == *" webhook "* ]]; then
   log "cargo build --release (controller, webhook)"
@@ -80,19 +82,21 @@ make_base
 
 # assemble NAME REF USER ENTRYPOINT (JSON-less: one path) FILES...: the image NAME tagged REF
 # from the base plus FILES (SRC:DEST pairs), with USER and ENTRYPOINT, and `--config.*` flags
-# given in $config_flags (an array).
+# given in $config_flags (an array); with image_base= (empty), FILES alone.
 assemble() {
   local name="$1" ref="$2" user="$3" entrypoint="$4"; shift 4
   local rootfs="$work/$name/rootfs" layout="$OUT/oci/$name" tag="${ref##*:}"
   rm -rf "$work/$name" "$layout" "$OUT/$name.tar"
   mkdir -p "$rootfs" "$OUT/oci"
-  cp -a "$base/." "$rootfs/"
+  if [[ -n "${image_base-$base}" ]]; then
+    cp -a "$base/." "$rootfs/"
+  fi
   local pair
   for pair in "$@"; do
     install -D -m 0755 "${pair%%:*}" "$rootfs/${pair#*:}"
   done
   chown -R 0:0 "$rootfs"
-  chown 65532:65532 "$rootfs/home/nonroot"
+  [[ -d "$rootfs/home/nonroot" ]] && chown 65532:65532 "$rootfs/home/nonroot"
   find "$rootfs" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
   # An empty image, its config, then the root filesystem as one layer.
   umoci init --layout "$layout"
@@ -152,8 +156,18 @@ for image in $images; do
       )
       assemble "$image" "quay.io/coreos/etcd:v$v" 0:0 /usr/local/bin/etcd "${files[@]}"
       ;;
+    pause)
+      # Static (glibc's libc.a, which every Rust toolchain's libc6-dev brings), nothing else in
+      # the image: what the kubelet's sandbox needs.
+      cc -O2 -static -o "$work/pause.bin" "$here/pause/pause.c"
+      config_flags=(
+        --config.label "org.opencontainers.image.title=pause"
+        --config.label "org.opencontainers.image.description=The pod sandbox (hack/pause/pause.c)"
+      )
+      image_base='' assemble pause "registry.k8s.io/pause:3.10" 65535:65535 /pause "$work/pause.bin:/pause"
+      ;;
     *)
-      log "unknown image $image (controller, webhook, etcd-X.Y.Z)"
+      log "unknown image $image (controller, webhook, etcd-X.Y.Z, pause)"
       exit 2
       ;;
   esac

@@ -93,6 +93,7 @@ case "$what" in
     check_command skopeo skopeo "writes each image as a docker-archive too"
     check_command apt-get apt "fetches the base image's Debian packages"
     check_command dpkg-deb dpkg "unpacks them"
+    check_command cc gcc "compiles the pause image's program (hack/pause/pause.c)"
     ;;
   ci)
     check_rust

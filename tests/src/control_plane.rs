@@ -379,7 +379,17 @@ impl ControlPlane {
         // itself, so it starts right away without waiting for etcd.
         let pki = ControlPlanePki::generate()?;
         let files = pki.write_to(&dir_path)?;
+        // The API server's identity towards kubelets (`kubectl logs` on a real node): the
+        // admin certificate, which the kubelet's webhook authorization admits.
+        let (kubelet_client_cert, kubelet_client_key) = pki.admin.write_to(&dir_path, "admin")?;
         let mut apiserver_args = vec![
+            format!(
+                "--kubelet-client-certificate={}",
+                kubelet_client_cert.display()
+            ),
+            format!("--kubelet-client-key={}", kubelet_client_key.display()),
+            // Nodes' names do not resolve here; their InternalIP is where the kubelet serves.
+            "--kubelet-preferred-address-types=InternalIP,Hostname".into(),
             format!("--etcd-servers={etcd_url}"),
             "--bind-address=127.0.0.1".into(),
             "--advertise-address=127.0.0.1".into(),

@@ -42,6 +42,7 @@ pub mod pki;
 pub mod ports;
 pub mod process;
 pub mod prometheus;
+pub mod real_node;
 pub mod s3;
 pub mod suite;
 pub mod tools;

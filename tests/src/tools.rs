@@ -70,6 +70,10 @@ pub struct Versions {
     /// `PROMETHEUS_VERSION`: the module version of Prometheus and promtool (`0.3XX.Y` is
     /// Prometheus 3.XX.Y).
     pub prometheus: String,
+    /// `CONTAINERD_VERSION`: the real node's container runtime.
+    pub containerd: String,
+    /// `CNI_PLUGINS_VERSION`: the real node's network plugins.
+    pub cni_plugins: String,
 }
 
 /// Parses `KEY=VALUE` lines (values optionally in single or double quotes; `#` comments and
@@ -128,6 +132,8 @@ impl Versions {
             azurite: get("AZURITE_VERSION")?,
             fake_gcs_server: get("FAKE_GCS_SERVER_VERSION")?,
             prometheus: get("PROMETHEUS_VERSION")?,
+            containerd: get("CONTAINERD_VERSION")?,
+            cni_plugins: get("CNI_PLUGINS_VERSION")?,
         })
     }
 
@@ -281,6 +287,18 @@ impl Tools {
         self.root
             .join("prometheus")
             .join(format!("v{}", self.versions.prometheus))
+    }
+
+    /// The real node's directory (`bin/` holds kubelet, kube-proxy, containerd,
+    /// containerd-shim-runc-v2, ctr; `bin/cni/` the CNI plugins), built by
+    /// `ONLY=node hack/build-tools.sh`; `kubelet` stands for the whole set.
+    pub fn node_bin(&self) -> Result<PathBuf, ToolsError> {
+        let dir = self.root.join("node").join(format!(
+            "v{}-containerd{}-cni{}",
+            self.versions.kubernetes, self.versions.containerd, self.versions.cni_plugins
+        ));
+        let kubelet = self.binary(dir, "kubelet")?;
+        Ok(kubelet.parent().map(Path::to_path_buf).unwrap_or_default())
     }
 
     /// `prometheus`, the server of the Prometheus tests, at `PROMETHEUS_VERSION`.

@@ -276,7 +276,11 @@ fn a_rebuild_gives_the_same_digests() -> anyhow::Result<()> {
         .into_iter()
         .next()
         .context("no pinned etcd")?;
-    let names = ["controller".to_string(), format!("etcd-{first_etcd}")];
+    let names = [
+        "controller".to_string(),
+        format!("etcd-{first_etcd}"),
+        "pause".to_string(),
+    ];
     let out = Command::new("bash")
         .arg(repo().join("hack/build-images.sh"))
         .arg("--no-build")
@@ -510,5 +514,60 @@ fn the_operators_images_run_under_runc_as_65532_read_only() -> anyhow::Result<()
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+    result
+}
+
+/// The pause image a real node's pod sandboxes run: one static program alone in its image,
+/// as 65535; under runc it holds (sleeps) as that user and leaves on SIGTERM.
+#[test]
+fn the_pause_image_holds_a_sandbox_and_leaves_on_sigterm() -> anyhow::Result<()> {
+    let pause = image("pause")?;
+    ensure!(pause.tag == "3.10", "pause: tag {}", pause.tag);
+    let config = &pause.config["config"];
+    ensure!(
+        config["User"] == "65535:65535" && config["Entrypoint"] == json!(["/pause"]),
+        "pause: config {config}"
+    );
+    let files = entries(&pause)?;
+    let regular: Vec<&String> = files
+        .iter()
+        .filter(|(_, (mode, _))| mode.starts_with('-'))
+        .map(|(path, _)| path)
+        .collect();
+    ensure!(regular == ["pause"], "pause: files {regular:?}");
+
+    let dir = tempfile::tempdir()?;
+    let b = bundle(&pause, dir.path(), &["/pause"], &[], 8 * 1024 * 1024)?;
+    let id = format!("etcd-images-pause-{}", std::process::id());
+    let started = Command::new("runc")
+        .args(["run", "--detach", "--bundle"])
+        .arg(&b)
+        .arg(&id)
+        .status()?;
+    ensure!(started.success(), "runc run --detach of pause");
+    let result = (|| -> anyhow::Result<()> {
+        let state = |id: &str| -> anyhow::Result<Value> {
+            let out = Command::new("runc").args(["state", id]).output()?;
+            Ok(serde_json::from_slice(&out.stdout)?)
+        };
+        let pid = u32::try_from(state(&id)?["pid"].as_u64().context("no pid")?)?;
+        let uid = proc_status(pid, "Uid")?;
+        ensure!(uid.starts_with("65535\t"), "pause runs as {uid}");
+        ensure!(state(&id)?["status"] == "running", "pause does not hold");
+        let killed = Command::new("runc").args(["kill", &id, "TERM"]).status()?;
+        ensure!(killed.success(), "runc kill TERM");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while state(&id)?["status"] != "stopped" {
+            ensure!(
+                std::time::Instant::now() < deadline,
+                "pause still runs 10 s after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    })();
+    let _ = Command::new("runc")
+        .args(["delete", "--force", &id])
+        .status();
     result
 }

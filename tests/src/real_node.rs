@@ -1,0 +1,439 @@
+//! A real node beside the process kubelet: the pinned kubelet on containerd 2.x and Debian's
+//! runc, pods on a CNI bridge, images imported from `hack/build-images.sh`'s docker-archives
+//! (never pulled). It runs inside the suite's private network and mount namespace
+//! ([`crate::kubelet::netns`], `Suite::with_pod_network`), so its bridge, addresses and mounts
+//! vanish with the test binary.
+//!
+//! What this machine needs, measured (see `../shared/notes/real-node.md`):
+//! - cgroups are hybrid v1: the kubelet runs with `failCgroupV1: false` and the cgroupfs
+//!   driver, under a cgroup root of its own ([`CGROUP_PARENT`]/NAME) made in every v1
+//!   hierarchy first (the kubelet refuses a root with missing paths);
+//! - the harness may not lower `oom_score_adj` (the kubelet asks -998 for sandboxes):
+//!   containerd's `restrict_oom_score_adj` keeps it at the runtime's own;
+//! - containerd and its shims run in that cgroup root too, so stopping the node kills every
+//!   process it started (shims outlive containerd otherwise).
+//!
+//! The API server reaches the kubelet (`kubectl logs`) at the node's IP with the admin client
+//! certificate (`--kubelet-client-certificate`, see [`crate::control_plane`]).
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail, ensure};
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+
+use crate::control_plane::ControlPlane;
+use crate::kubelet::netns::POD_INTERFACE;
+use crate::process::ManagedProcess;
+
+/// The cgroup (in every v1 hierarchy) under which each real node keeps its own root.
+pub const CGROUP_PARENT: &str = "etcd-tests-real-node";
+
+/// The cgroup v1 hierarchies the kubelet checks for its root.
+const HIERARCHIES: [&str; 9] = [
+    "cpu", "cpuacct", "cpuset", "memory", "pids", "blkio", "devices", "freezer", "systemd",
+];
+
+/// How to start a real node.
+#[derive(Debug, Clone)]
+pub struct RealNodeOptions {
+    /// The Node's name.
+    pub name: String,
+    /// The node's IP, added to the pod network's interface (the kubelet serves there).
+    pub node_ip: Ipv4Addr,
+    /// The subnet of this node's pods (the CNI bridge's, a /24).
+    pub pod_subnet: String,
+    /// Directory of the real node's binaries (`Tools::node_bin`).
+    pub bin: PathBuf,
+    /// Docker-archives to import into containerd (`target/images/*.tar`).
+    pub images: Vec<PathBuf>,
+    /// The sandbox image (in `images`).
+    pub sandbox_image: String,
+}
+
+/// A running real node; stopped (every process it started killed, its cgroups removed) on drop.
+pub struct RealNode {
+    name: String,
+    dir: tempfile::TempDir,
+    bin: PathBuf,
+    cgroup: String,
+    containerd: Option<ManagedProcess>,
+    kubelet: Option<ManagedProcess>,
+}
+
+impl RealNode {
+    /// Starts containerd, imports the images, starts the kubelet registered to `control_plane`
+    /// and waits until the Node is Ready.
+    pub async fn start(
+        control_plane: &ControlPlane,
+        opts: RealNodeOptions,
+    ) -> anyhow::Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("etcd-tests-real-node-")
+            .tempdir()?;
+        let cgroup = format!("{CGROUP_PARENT}/{}-{}", opts.name, std::process::id());
+        make_cgroups(&cgroup)?;
+        let mut node = RealNode {
+            name: opts.name.clone(),
+            bin: opts.bin.clone(),
+            cgroup,
+            containerd: None,
+            kubelet: None,
+            dir,
+        };
+        add_address(opts.node_ip)?;
+        node.start_containerd(&opts).await?;
+        node.import_images(&opts.images)?;
+        node.start_kubelet(control_plane, &opts)?;
+        node.wait_ready(control_plane).await?;
+        Ok(node)
+    }
+
+    /// The Node's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The cgroup root of this node (relative to each v1 hierarchy).
+    pub fn cgroup(&self) -> &str {
+        &self.cgroup
+    }
+
+    /// `ctr` against this node's containerd, in the Kubernetes namespace.
+    pub fn ctr(&self) -> Command {
+        let mut c = Command::new(self.bin.join("ctr"));
+        c.arg("--address")
+            .arg(self.socket())
+            .args(["--namespace", "k8s.io"]);
+        c
+    }
+
+    /// The tail of the kubelet's and containerd's logs.
+    pub fn log_tails(&self, lines: usize) -> String {
+        [&self.kubelet, &self.containerd]
+            .into_iter()
+            .flatten()
+            .map(|p| format!("--- {} ---\n{}", p.name(), p.log_tail(lines)))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("containerd.sock")
+    }
+
+    async fn start_containerd(&mut self, opts: &RealNodeOptions) -> anyhow::Result<()> {
+        let d = self.dir.path();
+        let cni_conf = d.join("cni");
+        std::fs::create_dir_all(&cni_conf)?;
+        std::fs::write(
+            cni_conf.join("10-bridge.conflist"),
+            serde_json::to_vec_pretty(&serde_json::json!({
+                "cniVersion": "1.0.0",
+                "name": "real-node",
+                "plugins": [
+                    {"type": "bridge", "bridge": "realnode0", "isGateway": true, "ipMasq": false,
+                     "hairpinMode": true,
+                     "ipam": {"type": "host-local", "ranges": [[{"subnet": opts.pod_subnet}]],
+                              "dataDir": d.join("cni-ipam")}},
+                    {"type": "portmap", "capabilities": {"portMappings": true}}
+                ]
+            }))?,
+        )?;
+        let config = format!(
+            r#"version = 3
+root = "{root}"
+state = "{state}"
+[grpc]
+  address = "{socket}"
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = 'overlayfs'
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = '{sandbox}'
+[plugins.'io.containerd.cri.v1.runtime']
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+    runtime_type = 'io.containerd.runc.v2'
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+      BinaryName = '{runc}'
+      Root = '{runc_root}'
+      SystemdCgroup = false
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ['{cni_bin}']
+    conf_dir = '{cni_conf}'
+"#,
+            root = d.join("containerd-root").display(),
+            state = d.join("containerd-state").display(),
+            socket = self.socket().display(),
+            sandbox = opts.sandbox_image,
+            runc = which("runc")?.display(),
+            runc_root = d.join("runc").display(),
+            cni_bin = self.bin.join("cni").display(),
+            cni_conf = cni_conf.display(),
+        );
+        let config_path = d.join("containerd.toml");
+        std::fs::write(&config_path, config)?;
+        let mut command = Command::new(self.bin.join("containerd"));
+        command.arg("--config").arg(&config_path);
+        // The shim is found on PATH, beside containerd.
+        let path = std::env::var("PATH").unwrap_or_default();
+        command.env("PATH", format!("{}:{path}", self.bin.display()));
+        let process =
+            ManagedProcess::start_command("containerd", command, d.join("containerd.log"), false)?;
+        // containerd, and the shims it starts, in the node's cgroup root.
+        join_cgroups(&self.cgroup, process.pid())?;
+        self.containerd = Some(process);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.socket().exists() {
+            ensure!(
+                Instant::now() < deadline,
+                "containerd did not open {} in 30 s:\n{}",
+                self.socket().display(),
+                self.log_tails(20)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
+    }
+
+    fn import_images(&self, images: &[PathBuf]) -> anyhow::Result<()> {
+        for image in images {
+            let out = self.ctr().args(["images", "import"]).arg(image).output()?;
+            ensure!(
+                out.status.success(),
+                "ctr images import {}: {}",
+                image.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(())
+    }
+
+    fn start_kubelet(
+        &mut self,
+        control_plane: &ControlPlane,
+        opts: &RealNodeOptions,
+    ) -> anyhow::Result<()> {
+        let d = self.dir.path();
+        let config = format!(
+            r#"apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupRoot: /{cgroup}
+containerRuntimeEndpoint: unix://{socket}
+authentication:
+  anonymous: {{enabled: false}}
+  webhook: {{enabled: true}}
+  x509: {{clientCAFile: {ca}}}
+authorization: {{mode: Webhook}}
+address: {ip}
+port: 10250
+readOnlyPort: 0
+healthzPort: 0
+clusterDomain: cluster.local
+failSwapOn: false
+serializeImagePulls: false
+enforceNodeAllocatable: []
+localStorageCapacityIsolation: false
+imageGCHighThresholdPercent: 100
+evictionHard: {{}}
+"#,
+            cgroup = self.cgroup,
+            socket = self.socket().display(),
+            ca = write(d, "ca.crt", control_plane.ca_pem())?.display(),
+            ip = opts.node_ip,
+        );
+        let config_path = write(d, "kubelet.yaml", &config)?;
+        let args = vec![
+            format!("--config={}", config_path.display()),
+            format!("--kubeconfig={}", control_plane.kubeconfig_path().display()),
+            format!("--hostname-override={}", opts.name),
+            format!("--node-ip={}", opts.node_ip),
+            format!("--root-dir={}", d.join("kubelet").display()),
+            format!("--cert-dir={}", d.join("kubelet-pki").display()),
+        ];
+        let process = ManagedProcess::start(
+            "kubelet",
+            &self.bin.join("kubelet"),
+            &args,
+            d.join("kubelet.log"),
+        )?;
+        self.kubelet = Some(process);
+        Ok(())
+    }
+
+    async fn wait_ready(&self, control_plane: &ControlPlane) -> anyhow::Result<()> {
+        let nodes: Api<Node> = Api::all(control_plane.client());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(node) = nodes.get_opt(&self.name).await?
+                && node
+                    .status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "node {} not Ready in 60 s:\n{}",
+                    self.name,
+                    self.log_tails(30)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
+
+impl Drop for RealNode {
+    fn drop(&mut self) {
+        if let Some(kubelet) = self.kubelet.as_mut() {
+            kubelet.stop(Duration::from_secs(5));
+        }
+        // Every container, sandbox and shim: all in the node's cgroup root.
+        for _ in 0..50 {
+            if kill_cgroup(&self.cgroup) == 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if let Some(containerd) = self.containerd.as_mut() {
+            containerd.stop(Duration::from_secs(5));
+        }
+        // Overlay, netns and volume mounts under the node's directory.
+        let _ = Command::new("umount")
+            .args(["--recursive", "--lazy"])
+            .arg(self.dir.path())
+            .status();
+        for sub in ["containerd-root", "containerd-state", "kubelet"] {
+            let _ = Command::new("umount")
+                .args(["--recursive", "--lazy"])
+                .arg(self.dir.path().join(sub))
+                .status();
+        }
+        remove_cgroups(&self.cgroup);
+    }
+}
+
+fn write(dir: &Path, name: &str, contents: &str) -> anyhow::Result<PathBuf> {
+    let path = dir.join(name);
+    std::fs::write(&path, contents).with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
+}
+
+fn which(program: &str) -> anyhow::Result<PathBuf> {
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
+        .with_context(|| {
+            format!("{program} is not installed (Debian: apt-get install -y {program})")
+        })
+}
+
+/// Adds `ip/32` to the pod network's interface (once).
+fn add_address(ip: Ipv4Addr) -> anyhow::Result<()> {
+    let out = Command::new("ip")
+        .args(["addr", "add", &format!("{ip}/32"), "dev", POD_INTERFACE])
+        .output()?;
+    let said = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        out.status.success() || said.contains("File exists"),
+        "ip addr add {ip}: {said}"
+    );
+    Ok(())
+}
+
+fn make_cgroups(cgroup: &str) -> anyhow::Result<()> {
+    for h in HIERARCHIES {
+        let base = Path::new("/sys/fs/cgroup").join(h);
+        if !base.is_dir() {
+            continue;
+        }
+        let mut path = base.clone();
+        for part in cgroup.split('/') {
+            path.push(part);
+            if !path.is_dir() {
+                std::fs::create_dir(&path)
+                    .with_context(|| format!("creating cgroup {}", path.display()))?;
+            }
+            // cpuset: a new cgroup has no CPUs or memory nodes until given its parent's.
+            if h == "cpuset" {
+                for file in ["cpuset.cpus", "cpuset.mems"] {
+                    let parent =
+                        std::fs::read_to_string(path.parent().unwrap_or(&base).join(file))?;
+                    std::fs::write(path.join(file), parent.trim())?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn join_cgroups(cgroup: &str, pid: u32) -> anyhow::Result<()> {
+    for h in HIERARCHIES {
+        let dir = Path::new("/sys/fs/cgroup").join(h).join(cgroup);
+        if dir.is_dir() {
+            std::fs::write(dir.join("cgroup.procs"), pid.to_string())
+                .with_context(|| format!("moving {pid} into {}", dir.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// SIGKILLs every process in `cgroup` and below (the pids hierarchy); returns how many were
+/// still there.
+fn kill_cgroup(cgroup: &str) -> usize {
+    let root = Path::new("/sys/fs/cgroup/pids").join(cgroup);
+    let mut found = 0;
+    let mut stack = vec![root];
+    while let Some(dir) = stack.pop() {
+        if let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) {
+            for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                found += 1;
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            stack.extend(
+                entries
+                    .flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path()),
+            );
+        }
+    }
+    found
+}
+
+/// Removes `cgroup` and everything below it, deepest first, in every hierarchy.
+fn remove_cgroups(cgroup: &str) {
+    fn remove(dir: &Path) {
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for e in entries.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    remove(&e.path());
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(dir);
+    }
+    for h in HIERARCHIES {
+        let hierarchy = Path::new("/sys/fs/cgroup").join(h);
+        remove(&hierarchy.join(cgroup));
+        // The shared parent too, once no other node uses it.
+        let _ = std::fs::remove_dir(hierarchy.join(CGROUP_PARENT));
+    }
+}

@@ -1,0 +1,234 @@
+//! A real node (issue 25, item 2): the pinned kubelet on containerd 2.x and runc runs a pod of
+//! this repository's etcd image, as a node enforces it: the image's user is replaced by the
+//! pod's (65532, read from `/proc`), the root filesystem is read-only, the memory limit is a
+//! cgroup limit, Pod Security `restricted` admits it, `kubectl logs` reads it through the API
+//! server, and deleting the pod stops its process.
+//!
+//! Run: `hack/build-images.sh && cargo test -p etcd-tests --test real_node` (needs
+//! `hack/build-tools.sh` with the node's tools, Debian's runc, root).
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, ensure};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+
+use etcd_tests::poll_until;
+use etcd_tests::real_node::{RealNode, RealNodeOptions};
+use etcd_tests::suite::{Suite, TestContext};
+
+const NODE: &str = "real-node";
+const WAIT: Duration = Duration::from_secs(90);
+
+fn main() -> std::process::ExitCode {
+    Suite::new().with_pod_network().run(etcd_tests::tests![
+        an_etcd_image_runs_on_a_real_kubelet_as_the_pod_says
+    ])
+}
+
+fn images_dir() -> PathBuf {
+    std::env::var_os("IMAGES_OUT").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/images"),
+        PathBuf::from,
+    )
+}
+
+/// The pid of the process whose command line contains `needle`, in `cgroup` (pids hierarchy)
+/// or below.
+fn process_in(cgroup: &str, needle: &str) -> Option<u32> {
+    let mut stack = vec![Path::new("/sys/fs/cgroup/pids").join(cgroup)];
+    while let Some(dir) = stack.pop() {
+        if let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) {
+            for pid in procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                if String::from_utf8_lossy(&cmdline).contains(needle) {
+                    return Some(pid);
+                }
+            }
+        }
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            stack.extend(
+                entries
+                    .flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path()),
+            );
+        }
+    }
+    None
+}
+
+/// `field` of `/proc/PID/status`.
+fn proc_status(pid: u32, field: &str) -> anyhow::Result<String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .map(|v| v.trim().to_string())
+        .with_context(|| format!("no {field} in /proc/{pid}/status"))
+}
+
+/// A file of `pid`'s memory cgroup (v1).
+fn memory_cgroup_file(pid: u32, file: &str) -> anyhow::Result<String> {
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))?;
+    let path = cgroups
+        .lines()
+        .find_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            controllers
+                .split(',')
+                .any(|c| c == "memory")
+                .then(|| path.to_string())
+        })
+        .context("no memory cgroup")?;
+    let full = Path::new("/sys/fs/cgroup/memory")
+        .join(path.trim_start_matches('/'))
+        .join(file);
+    Ok(std::fs::read_to_string(full)?.trim().to_string())
+}
+
+async fn an_etcd_image_runs_on_a_real_kubelet_as_the_pod_says(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    let tools = ctx.control_plane().tools();
+    let version = tools.versions().apiserver_etcd.clone();
+    let images = images_dir();
+    let started = Instant::now();
+    let node = RealNode::start(
+        ctx.control_plane(),
+        RealNodeOptions {
+            name: NODE.into(),
+            node_ip: Ipv4Addr::new(10, 244, 255, 1),
+            pod_subnet: "10.245.0.0/24".into(),
+            bin: tools.node_bin()?,
+            images: vec![
+                images.join("pause.tar"),
+                images.join(format!("etcd-{version}.tar")),
+            ],
+            sandbox_image: "registry.k8s.io/pause:3.10".into(),
+        },
+    )
+    .await?;
+    let node_ready = started.elapsed();
+
+    // Pod Security `restricted` enforced: the pod passes it, as the operator's members do.
+    let namespaces: Api<Namespace> = Api::all(ctx.client());
+    let labels = serde_json::json!({ "metadata": { "labels": {
+        "pod-security.kubernetes.io/enforce": "restricted",
+        "pod-security.kubernetes.io/enforce-version": "latest",
+    }}});
+    namespaces
+        .patch(ctx.ns(), &PatchParams::default(), &Patch::Merge(&labels))
+        .await?;
+
+    // The image runs as root (as upstream's); the pod says 65532.
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "etcd-on-a-real-node"},
+        "spec": {
+            "nodeName": NODE,
+            "automountServiceAccountToken": false,
+            "securityContext": {"runAsUser": 65532, "runAsGroup": 65532, "runAsNonRoot": true,
+                "fsGroup": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "etcd",
+                "image": format!("quay.io/coreos/etcd:v{version}"),
+                "imagePullPolicy": "Never",
+                "command": ["/usr/local/bin/etcd", "--name=real", "--data-dir=/var/lib/etcd/data",
+                    "--listen-client-urls=http://0.0.0.0:2379",
+                    "--advertise-client-urls=http://127.0.0.1:2379"],
+                "securityContext": {"readOnlyRootFilesystem": true,
+                    "allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}},
+                "resources": {"limits": {"memory": "128Mi", "cpu": "500m"},
+                    "requests": {"memory": "64Mi", "cpu": "100m"}},
+                "readinessProbe": {"httpGet": {"path": "/health", "port": 2379},
+                    "periodSeconds": 1},
+                "volumeMounts": [{"name": "data", "mountPath": "/var/lib/etcd"}]
+            }],
+            "volumes": [{"name": "data", "emptyDir": {}}]
+        }
+    }))?;
+    let pods: Api<Pod> = ctx.api();
+    let created = Instant::now();
+    pods.create(&PostParams::default(), &pod).await?;
+    let result = async {
+        let ready = poll_until("the pod Ready on the real node", WAIT, || async {
+            let pod = pods.get("etcd-on-a-real-node").await?;
+            let ready = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            Ok::<_, kube::Error>(ready.then_some(pod))
+        })
+        .await?;
+        let to_ready = created.elapsed();
+        ensure!(
+            ready.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(NODE),
+            "not on the real node"
+        );
+
+        // The container's process, as the kernel sees it.
+        let pid = process_in(node.cgroup(), "--data-dir=/var/lib/etcd/data")
+            .context("no etcd process in the node's cgroups")?;
+        let uid = proc_status(pid, "Uid")?;
+        ensure!(uid == "65532\t65532\t65532\t65532", "etcd runs as {uid}");
+        let limit: u64 = memory_cgroup_file(pid, "memory.limit_in_bytes")?.parse()?;
+        ensure!(limit == 128 * 1024 * 1024, "memory limit {limit}");
+        let usage: u64 = memory_cgroup_file(pid, "memory.usage_in_bytes")?.parse()?;
+        // The root filesystem is read-only: etcd's own mount table says so.
+        let mounts = std::fs::read_to_string(format!("/proc/{pid}/mounts"))?;
+        let root = mounts
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some("/"))
+            .context("no root mount")?;
+        ensure!(
+            root.split_whitespace()
+                .nth(3)
+                .is_some_and(|o| o.split(',').any(|o| o == "ro")),
+            "root filesystem not read-only: {root}"
+        );
+
+        // `kubectl logs` through the API server and the kubelet.
+        let out = ctx
+            .kubectl()
+            .args(["logs", "etcd-on-a-real-node", "--tail=200"])
+            .output()?;
+        let logs = String::from_utf8_lossy(&out.stdout);
+        ensure!(
+            out.status.success() && logs.contains("serving client"),
+            "kubectl logs: {logs} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+
+        // Deleting the pod stops its process.
+        pods.delete("etcd-on-a-real-node", &DeleteParams::default())
+            .await?;
+        poll_until("the etcd process gone", WAIT, || async {
+            Ok::<_, std::convert::Infallible>(
+                process_in(node.cgroup(), "--data-dir=/var/lib/etcd/data")
+                    .is_none()
+                    .then_some(()),
+            )
+        })
+        .await?;
+        println!(
+            "figures: real node Ready {:.1} s after start; etcd {version} pod Ready {:.1} s after \
+             create; uid 65532; memory cgroup usage {:.1} MiB of a 128 MiB limit",
+            node_ready.as_secs_f64(),
+            to_ready.as_secs_f64(),
+            usage as f64 / 1048576.0
+        );
+        Ok(())
+    }
+    .await;
+    if result.is_err() {
+        eprintln!("{}", node.log_tails(40));
+    }
+    result
+}
