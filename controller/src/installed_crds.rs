@@ -25,8 +25,7 @@ pub const CHECK_INTERVAL: Duration = Duration::from_secs(10);
 pub const WAIT_INTERVAL: Duration = Duration::from_secs(5);
 
 /// What the user runs to install (or replace) the CRDs.
-pub const REPLACE_COMMAND: &str =
-    "kubectl apply --server-side --force-conflicts -f charts/etcd-operator/crds/";
+pub use etcd_shared::crd::REPLACE_COMMAND;
 
 /// What is wrong with the served resources, given the names discovery lists for
 /// [`GROUP_VERSION`] (`etcdclusters`, `etcdclusters/status`, ...; `None`: the group version

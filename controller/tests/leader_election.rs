@@ -581,7 +581,7 @@ async fn process_leader_election_and_probes(ctx: TestContext) -> anyhow::Result<
     .with_context(|| a.context())?;
     ensure!(
         said.contains(
-            "CRDs not installed: etcdbackups.etcd.database.coreos.com, etcdrestores.etcd.database.coreos.com; install them with: kubectl apply --server-side --force-conflicts -f charts/etcd-operator/crds/"
+            "CRDs not installed: etcdbackups.etcd.database.coreos.com, etcdrestores.etcd.database.coreos.com; install them with: kubectl apply --server-side --force-conflicts -f charts/etcd-operator/crds-replace/"
         ),
         "{said}"
     );

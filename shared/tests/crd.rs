@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use etcd_shared::EtcdCluster;
-use etcd_shared::crd::{CRD_MANIFEST_PATH, all_crds, crd_yaml};
+use etcd_shared::crd::{CRD_MANIFEST_PATH, REPLACE_DIR, all_crds, crd_yaml, replacement_crds};
 use etcd_shared::types::{EtcdBackup, EtcdRestore};
 
 fn repo_file(rel: &str) -> std::path::PathBuf {
@@ -18,8 +18,8 @@ fn checked_in_crds_match_the_types() {
         crds[0].yaml().expect("renders"),
         crd_yaml().expect("renders")
     );
-    for generated in crds {
-        let path = repo_file(generated.path);
+    for generated in crds.into_iter().chain(replacement_crds()) {
+        let path = repo_file(&generated.path);
         let on_disk = std::fs::read_to_string(&path)
             .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
         assert!(
@@ -40,6 +40,45 @@ fn checked_in_crds_match_the_types() {
         .collect();
     generated.sort();
     assert_eq!(on_disk, generated);
+    // crds-replace/ holds the same CRDs, and nothing else.
+    let mut replacing: Vec<String> = std::fs::read_dir(repo_file(REPLACE_DIR))
+        .expect("crds-replace/")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    replacing.sort();
+    assert_eq!(replacing, generated);
+}
+
+/// The chart's CRDs leave `preserveUnknownFields` unsaid (a second server-side applier, Helm 4
+/// after `kubectl apply --server-side`, would conflict on a false the API server omits); the
+/// replacement manifests say false, which turns off the `true` CoreOS' v1beta1-born CRD is
+/// stored with. Otherwise they are the same CRDs.
+#[test]
+fn only_the_replacement_crds_turn_preserve_unknown_fields_off() {
+    for (chart, replacing) in all_crds().into_iter().zip(replacement_crds()) {
+        assert_eq!(
+            chart.crd.spec.preserve_unknown_fields, None,
+            "{}",
+            chart.path
+        );
+        assert_eq!(
+            replacing.crd.spec.preserve_unknown_fields,
+            Some(false),
+            "{}",
+            replacing.path
+        );
+        let mut same = replacing.crd.clone();
+        same.spec.preserve_unknown_fields = None;
+        assert_eq!(same, chart.crd, "{}", replacing.path);
+        assert!(
+            replacing
+                .yaml()
+                .expect("renders")
+                .contains(etcd_shared::crd::REPLACE_COMMAND),
+            "{}: its header says how to apply it",
+            replacing.path
+        );
+    }
 }
 
 fn schema_root(
@@ -193,8 +232,6 @@ fn crd_schema_carries_the_static_bounds_and_docs() {
             "labelSelectorPath": ".status.selector"
         })
     );
-    // A server-side apply over CoreOS' v1beta1-born CRD turns its preserveUnknownFields off.
-    assert_eq!(crd["spec"]["preserveUnknownFields"], false);
     let size = &version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["size"];
     assert_eq!(size["minimum"], 1.0);
     assert_eq!(size["maximum"], 7.0);

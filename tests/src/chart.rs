@@ -123,9 +123,11 @@ pub fn kubectl(ctx: &TestContext) -> tokio::process::Command {
     tokio::process::Command::from(ctx.control_plane().kubectl())
 }
 
-/// Applies the chart's CRDs (server-side, idempotent) and waits until they are Established.
+/// Applies the CRDs as the README says (`kubectl apply --server-side --force-conflicts -f
+/// crds-replace/`, idempotent) and waits until they are Established. A `helm install` after it
+/// (Helm 4 applies `crds/` server-side too) must not conflict.
 pub async fn ensure_crd(ctx: &TestContext) -> anyhow::Result<()> {
-    let crds = chart_dir().join("crds");
+    let crds = chart_dir().join("crds-replace");
     let mut apply = kubectl(ctx);
     apply
         .args(["apply", "--server-side", "--force-conflicts", "-f"])

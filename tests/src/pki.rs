@@ -240,6 +240,9 @@ pub const APISERVER_SANS: &[&str] = &[
     "127.0.0.1",
     "localhost",
     "10.0.0.1",
+    // The `kubernetes` Service's ClusterIP (first of --service-cluster-ip-range): in-cluster
+    // clients on a real node dial it through kube-proxy.
+    "10.96.0.1",
     "kubernetes",
     "kubernetes.default",
     "kubernetes.default.svc",

@@ -62,6 +62,7 @@ pub struct RealNode {
     cgroup: String,
     containerd: Option<ManagedProcess>,
     kubelet: Option<ManagedProcess>,
+    kube_proxy: Option<ManagedProcess>,
 }
 
 impl RealNode {
@@ -82,12 +83,14 @@ impl RealNode {
             cgroup,
             containerd: None,
             kubelet: None,
+            kube_proxy: None,
             dir,
         };
         add_address(opts.node_ip)?;
         node.start_containerd(&opts).await?;
         node.import_images(&opts.images)?;
         node.start_kubelet(control_plane, &opts)?;
+        node.start_kube_proxy(control_plane, &opts)?;
         node.wait_ready(control_plane).await?;
         Ok(node)
     }
@@ -111,14 +114,29 @@ impl RealNode {
         c
     }
 
-    /// The tail of the kubelet's and containerd's logs.
+    /// The tail of the kubelet's, kube-proxy's and containerd's logs, and of every container's.
     pub fn log_tails(&self, lines: usize) -> String {
-        [&self.kubelet, &self.containerd]
+        let mut tails: Vec<String> = [&self.kubelet, &self.kube_proxy, &self.containerd]
             .into_iter()
             .flatten()
             .map(|p| format!("--- {} ---\n{}", p.name(), p.log_tail(lines)))
-            .collect::<Vec<_>>()
-            .join("\n")
+            .collect();
+        let mut stack = vec![self.dir.path().join("pod-logs")];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    stack.push(path);
+                } else {
+                    tails.push(format!(
+                        "--- {} ---\n{}",
+                        path.display(),
+                        crate::process::log_tail(&path, lines)
+                    ));
+                }
+            }
+        }
+        tails.join("\n")
     }
 
     fn socket(&self) -> PathBuf {
@@ -135,7 +153,7 @@ impl RealNode {
                 "cniVersion": "1.0.0",
                 "name": "real-node",
                 "plugins": [
-                    {"type": "bridge", "bridge": "realnode0", "isGateway": true, "ipMasq": false,
+                    {"type": "bridge", "bridge": "realnode0", "isGateway": true, "isDefaultGateway": true, "ipMasq": false,
                      "hairpinMode": true,
                      "ipam": {"type": "host-local", "ranges": [[{"subnet": opts.pod_subnet}]],
                               "dataDir": d.join("cni-ipam")}},
@@ -240,6 +258,7 @@ failSwapOn: false
 serializeImagePulls: false
 enforceNodeAllocatable: []
 localStorageCapacityIsolation: false
+podLogsDir: {logs}
 imageGCHighThresholdPercent: 100
 evictionHard: {{}}
 "#,
@@ -247,6 +266,7 @@ evictionHard: {{}}
             socket = self.socket().display(),
             ca = write(d, "ca.crt", control_plane.ca_pem())?.display(),
             ip = opts.node_ip,
+            logs = d.join("pod-logs").display(),
         );
         let config_path = write(d, "kubelet.yaml", &config)?;
         let args = vec![
@@ -264,6 +284,50 @@ evictionHard: {{}}
             d.join("kubelet.log"),
         )?;
         self.kubelet = Some(process);
+        Ok(())
+    }
+
+    /// kube-proxy in iptables mode: ClusterIPs (the `kubernetes` Service for in-cluster
+    /// clients, a webhook's Service for the API server) route to their endpoints in this
+    /// namespace, from pods and from local processes alike.
+    fn start_kube_proxy(
+        &mut self,
+        control_plane: &ControlPlane,
+        opts: &RealNodeOptions,
+    ) -> anyhow::Result<()> {
+        let d = self.dir.path();
+        let config = format!(
+            r#"apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection:
+  kubeconfig: {kubeconfig}
+mode: iptables
+hostnameOverride: {name}
+bindAddress: {ip}
+healthzBindAddress: {ip}:10256
+metricsBindAddress: {ip}:10249
+clusterCIDR: {subnet}
+iptables:
+  localhostNodePorts: false
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+"#,
+            kubeconfig = control_plane.kubeconfig_path().display(),
+            name = opts.name,
+            ip = opts.node_ip,
+            subnet = opts.pod_subnet,
+        );
+        let config_path = write(d, "kube-proxy.yaml", &config)?;
+        let process = ManagedProcess::start(
+            "kube-proxy",
+            &self.bin.join("kube-proxy"),
+            &[format!("--config={}", config_path.display())],
+            d.join("kube-proxy.log"),
+        )?;
+        self.kube_proxy = Some(process);
         Ok(())
     }
 
@@ -298,6 +362,9 @@ impl Drop for RealNode {
         if let Some(kubelet) = self.kubelet.as_mut() {
             kubelet.stop(Duration::from_secs(5));
         }
+        if let Some(proxy) = self.kube_proxy.as_mut() {
+            proxy.stop(Duration::from_secs(5));
+        }
         // Every container, sandbox and shim: all in the node's cgroup root.
         for _ in 0..50 {
             if kill_cgroup(&self.cgroup) == 0 {
@@ -309,14 +376,17 @@ impl Drop for RealNode {
             containerd.stop(Duration::from_secs(5));
         }
         // Overlay, netns and volume mounts under the node's directory.
+        let quiet = || std::process::Stdio::null();
         let _ = Command::new("umount")
             .args(["--recursive", "--lazy"])
             .arg(self.dir.path())
+            .stderr(quiet())
             .status();
         for sub in ["containerd-root", "containerd-state", "kubelet"] {
             let _ = Command::new("umount")
                 .args(["--recursive", "--lazy"])
                 .arg(self.dir.path().join(sub))
+                .stderr(quiet())
                 .status();
         }
         remove_cgroups(&self.cgroup);

@@ -528,7 +528,7 @@ async fn take_over(ctx: TestContext, case: Case) -> anyhow::Result<()> {
             "the controller acted under CoreOS' CRD"
         );
         // The documented upgrade: our CRDs applied server-side over CoreOS', objects kept.
-        let crds = chart_dir().join("crds");
+        let crds = chart_dir().join("crds-replace");
         let out = kubectl(
             &ctx,
             &[

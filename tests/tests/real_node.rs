@@ -2,7 +2,9 @@
 //! this repository's etcd image, as a node enforces it: the image's user is replaced by the
 //! pod's (65532, read from `/proc`), the root filesystem is read-only, the memory limit is a
 //! cgroup limit, Pod Security `restricted` admits it, `kubectl logs` reads it through the API
-//! server, and deleting the pod stops its process.
+//! server, and deleting the pod stops its process. Then the controller's image in a pod finds
+//! the API server as a pod on a cluster does: the `kubernetes` Service's ClusterIP through
+//! kube-proxy, its ServiceAccount's token, the cluster CA.
 //!
 //! Run: `hack/build-images.sh && cargo test -p etcd-tests --test real_node` (needs
 //! `hack/build-tools.sh` with the node's tools, Debian's runc, root).
@@ -16,6 +18,8 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 
+use etcd_tests::control_plane::ControlPlaneOptions;
+use etcd_tests::kubelet::netns::NODE_IP;
 use etcd_tests::poll_until;
 use etcd_tests::real_node::{RealNode, RealNodeOptions};
 use etcd_tests::suite::{Suite, TestContext};
@@ -24,9 +28,22 @@ const NODE: &str = "real-node";
 const WAIT: Duration = Duration::from_secs(90);
 
 fn main() -> std::process::ExitCode {
-    Suite::new().with_pod_network().run(etcd_tests::tests![
-        an_etcd_image_runs_on_a_real_kubelet_as_the_pod_says
-    ])
+    Suite::new()
+        .with_pod_network()
+        .options(ControlPlaneOptions {
+            // The `kubernetes` Service's endpoint must be reachable from pods: the pod
+            // network's node IP, not loopback.
+            extra_apiserver_args: vec![
+                "--bind-address=0.0.0.0".into(),
+                format!("--advertise-address={NODE_IP}"),
+                // ... and published (the harness turns the reconciler off for loopback).
+                "--endpoint-reconciler-type=lease".into(),
+            ],
+            ..ControlPlaneOptions::default()
+        })
+        .run(etcd_tests::tests![
+            our_images_run_on_a_real_node_as_their_pods_say
+        ])
 }
 
 fn images_dir() -> PathBuf {
@@ -91,9 +108,7 @@ fn memory_cgroup_file(pid: u32, file: &str) -> anyhow::Result<String> {
     Ok(std::fs::read_to_string(full)?.trim().to_string())
 }
 
-async fn an_etcd_image_runs_on_a_real_kubelet_as_the_pod_says(
-    ctx: TestContext,
-) -> anyhow::Result<()> {
+async fn our_images_run_on_a_real_node_as_their_pods_say(ctx: TestContext) -> anyhow::Result<()> {
     let tools = ctx.control_plane().tools();
     let version = tools.versions().apiserver_etcd.clone();
     let images = images_dir();
@@ -108,6 +123,7 @@ async fn an_etcd_image_runs_on_a_real_kubelet_as_the_pod_says(
             images: vec![
                 images.join("pause.tar"),
                 images.join(format!("etcd-{version}.tar")),
+                images.join("controller.tar"),
             ],
             sandbox_image: "registry.k8s.io/pause:3.10".into(),
         },
@@ -224,11 +240,81 @@ async fn an_etcd_image_runs_on_a_real_kubelet_as_the_pod_says(
             to_ready.as_secs_f64(),
             usage as f64 / 1048576.0
         );
-        Ok(())
+        the_controller_finds_the_api_server_by_its_service(&ctx, &pods).await
     }
     .await;
     if result.is_err() {
         eprintln!("{}", node.log_tails(40));
     }
     result
+}
+
+/// The controller's image in a pod, with its ServiceAccount and no kubeconfig: in-cluster
+/// configuration (`KUBERNETES_SERVICE_HOST` = the `kubernetes` Service's ClusterIP, routed by
+/// kube-proxy; the projected token and CA). The ServiceAccount has no RBAC here, so the
+/// controller stops at its first check with the API server's refusal, which names the
+/// ServiceAccount: the request reached the API server and was authenticated by the token.
+async fn the_controller_finds_the_api_server_by_its_service(
+    ctx: &TestContext,
+    pods: &Api<Pod>,
+) -> anyhow::Result<()> {
+    let version = env!("CARGO_PKG_VERSION");
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "controller-on-a-real-node"},
+        "spec": {
+            "nodeName": NODE,
+            "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "controller",
+                "image": format!("etcd-operator/etcd-controller:{version}"),
+                "imagePullPolicy": "Never",
+                "args": ["--leader-elect=false", format!("--namespace={}", ctx.ns()),
+                    "--metrics-bind-address=0.0.0.0:8080",
+                    "--health-probe-bind-address=0.0.0.0:8081"],
+                "securityContext": {"readOnlyRootFilesystem": true,
+                    "allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}},
+                "resources": {"limits": {"memory": "128Mi"}, "requests": {"memory": "32Mi"}}
+            }]
+        }
+    }))?;
+    let created = Instant::now();
+    pods.create(&PostParams::default(), &pod).await?;
+    let user = format!("system:serviceaccount:{}:default", ctx.ns());
+    let said = poll_until(
+        "the API server's answer in the controller's log",
+        WAIT,
+        || async {
+            let out = ctx
+                .kubectl()
+                .args(["logs", "controller-on-a-real-node"])
+                .output()?;
+            let logs = String::from_utf8_lossy(&out.stdout).into_owned();
+            Ok::<_, std::io::Error>(
+                (logs.contains("not allowed to list EtcdClusters") && logs.contains(&user))
+                    .then_some(logs),
+            )
+        },
+    )
+    .await?;
+    let answered = created.elapsed();
+    ensure!(
+        said.contains("Kubernetes API server server=https://10.96.0.1/"),
+        "the controller did not use the Service's ClusterIP: {said}"
+    );
+    println!(
+        "figures: the controller pod on the real node answered by the API server through \
+         10.96.0.1 (kube-proxy) {:.1} s after create: {}",
+        answered.as_secs_f64(),
+        said.lines()
+            .find(|l| l.contains("not allowed"))
+            .unwrap_or_default()
+            .chars()
+            .take(240)
+            .collect::<String>()
+    );
+    pods.delete("controller-on-a-real-node", &DeleteParams::default())
+        .await?;
+    Ok(())
 }
