@@ -106,6 +106,8 @@ case "$what" in
     check_command umoci umoci "hack/build-images.sh assembles the OCI images"
     check_command skopeo skopeo "hack/build-images.sh writes each image as a docker-archive too"
     check_command runc runc "the images test runs the operator's images"
+    check_command cc gcc "hack/build-images.sh compiles the pause image's program"
+    check_command iptables-restore iptables "the real node's kube-proxy and CNI plugins program iptables"
     ;;
   *)
     echo "usage: hack/check-prereqs.sh [demo|tools|images|ci]" >&2
