@@ -559,6 +559,8 @@ pub async fn observe(
             quota_bytes,
             maintenance: crate::planner::Maintenance::default(),
             recovery: None,
+            // The status's record, set by the pipeline.
+            last_version: None,
         },
         member_endpoints: by_ip,
         member_api,

@@ -422,6 +422,22 @@ fn running_version(obs: &Observed, members: &[MemberState]) -> Option<EtcdVersio
         .min()
 }
 
+/// The version a member (re)created on existing data starts on: the oldest the members run
+/// (from etcd, else their pods), else the oldest they were last seen running (the status), else
+/// the spec's. Never the spec's while an older one is known: an upgrade moves one running
+/// member at a time, through its checks (the snapshot barrier before 3.7), never by recreation.
+fn restart_version(
+    view: &ClusterView,
+    obs: &Observed,
+    members: Option<&[MemberState]>,
+) -> EtcdVersion {
+    let running = match members {
+        Some(members) => running_version(obs, members),
+        None => obs.pods.iter().filter_map(|p| p.version).min(),
+    };
+    running.or(obs.last_version).unwrap_or(view.version)
+}
+
 /// What every member can serve: the capabilities of the oldest line among the versions the
 /// members run and the spec's. A call one member's line lacks (learners before 3.4,
 /// MoveLeader before 3.3) is never planned, also while an upgrade is half done.
@@ -588,7 +604,7 @@ fn plan_without_member_list(
             first,
             &peers,
             InitialState::Existing,
-            view.version,
+            restart_version(view, obs, None),
         ));
     }
     if let Some(loss) = recovery::permanent_loss(view, obs, settings) {
@@ -630,7 +646,7 @@ fn plan_with_members(
     //    a claim. Safe with or without quorum, and the only way back to quorum.
     for m in members {
         if obs.pod(&m.name).is_none() && (!m.started || (durable && obs.has_claim(&m.name))) {
-            let version = running_version(obs, members).unwrap_or(view.version);
+            let version = restart_version(view, obs, Some(members));
             return Step::CreatePod(with_listed_peer_urls(
                 member_plan(
                     view,

@@ -217,6 +217,11 @@ pub struct Observed {
     /// A recovery from permanent quorum loss in progress (the pods and claims of the lost
     /// cluster are then not in [`Self::pods`] and [`Self::claims`]).
     pub recovery: Option<Recovering>,
+    /// The oldest version the members were last seen running (`status.currentVersion`): a
+    /// durable member brought back on its claim while no member tells its version starts on
+    /// it, not on a newer spec version its data may not be ready for (3.7 cannot replay the
+    /// v2 entries of a 3.4-born log until the snapshot barrier is passed).
+    pub last_version: Option<EtcdVersion>,
 }
 
 /// A recovery in progress, as the planner sees it.
@@ -245,6 +250,7 @@ impl Default for Observed {
             quota_bytes: etcd_shared::version::DEFAULT_QUOTA_BACKEND_BYTES,
             maintenance: Maintenance::default(),
             recovery: None,
+            last_version: None,
         }
     }
 }

@@ -697,6 +697,47 @@ fn calls_follow_the_oldest_running_line() {
     }
 }
 
+/// Every durable member's pod ended (a whole node shut down) just as the spec moved to 3.7:
+/// they come back on their claims on the version they last ran (the status's), and move to
+/// 3.7 through the upgrade and its snapshot barrier, never by being recreated on it (CI found
+/// both 3.4-born members recreated on 3.7, crash-looping on "unmarshal should never fail").
+#[test]
+fn members_recreated_on_claims_keep_the_version_they_last_ran() {
+    let spec = format!("size: 3\nversion: 3.7.3\n{DURABLE}");
+    let claims: Vec<String> = (0..3).map(|i| format!("demo-{i}")).collect();
+    let deleted = Observed {
+        pods: vec![],
+        claims: claims.clone(),
+        members: Err("no member pod is running".into()),
+        bootstrapped: true,
+        last_version: Some(v("3.6.16")),
+        ..Observed::default()
+    };
+    match plan_for(&spec, &deleted) {
+        Step::CreatePod(plan) => assert_eq!(plan.version, v("3.6.16"), "{plan:?}"),
+        other => panic!("{other:?}"),
+    }
+    // One member back (its pod on 3.6), the others' pods gone: the running one tells.
+    let one_back = edit(healthy(3, "3.6.16"), |o| {
+        o.claims = claims.clone();
+        o.pods.retain(|p| p.name == "demo-0");
+        o.last_version = None;
+    });
+    match plan_for(&spec, &one_back) {
+        Step::CreatePod(plan) => assert_eq!(plan.version, v("3.6.16"), "{plan:?}"),
+        other => panic!("{other:?}"),
+    }
+    // Nothing known of an older version (a cluster never observed): the spec's.
+    let unknown = Observed {
+        last_version: None,
+        ..deleted
+    };
+    match plan_for(&spec, &unknown) {
+        Step::CreatePod(plan) => assert_eq!(plan.version, v("3.7.3"), "{plan:?}"),
+        other => panic!("{other:?}"),
+    }
+}
+
 /// etcd 3.7 cannot replay the v2-format raft entries that members on 3.4 or older wrote: a
 /// cluster born there moves to 3.7 only after every member snapshotted past them (found by
 /// the upgrade chain test: "unmarshal should never fail" on the first 3.7 member).

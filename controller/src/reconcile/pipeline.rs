@@ -128,6 +128,9 @@ pub async fn reconcile(
         previous.and_then(|s| s.maintenance.as_ref()),
         &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
     );
+    obs.model.last_version = previous
+        .and_then(|s| s.current_version.as_deref())
+        .and_then(|v| v.parse().ok());
     obs.model.recovery = recovering.as_ref().map(|r| crate::planner::Recovering {
         seed: recovery::seed_plan(r),
         replaced_pods: obs.replaced_pods.clone(),
