@@ -449,6 +449,19 @@ async fn every_member_comes_back_after_a_graceful_node_shutdown(
     let down = Instant::now();
     let ended = kubelet.shut_down_gracefully(ctx.ns()).await?;
     ensure!(ended.len() == 3, "{ended:?}");
+    // The status may still say Running from before the shutdown until the controller sees the
+    // ended pods: first every pod of before is replaced, then the cluster is settled again.
+    poll_until("every member pod replaced", WAIT, || async {
+        let now = member_pods(&pods, "reboot").await?;
+        anyhow::Ok(
+            (now.len() == 3
+                && now
+                    .values()
+                    .all(|p| p.uid().is_some_and(|u| !uids.contains(&u))))
+            .then_some(()),
+        )
+    })
+    .await?;
     let api: Api<EtcdCluster> = ctx.api();
     wait_until(&api, "reboot", "Running again", |c| {
         settled(c, 3, DEFAULT_VERSION)
