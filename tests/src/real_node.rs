@@ -507,3 +507,30 @@ fn remove_cgroups(cgroup: &str) {
         let _ = std::fs::remove_dir(hierarchy.join(CGROUP_PARENT));
     }
 }
+
+/// `field` of `/proc/PID/status` (`Uid`, `VmRSS`), trimmed.
+pub fn proc_status(pid: u32, field: &str) -> anyhow::Result<String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .map(|v| v.trim().to_string())
+        .with_context(|| format!("no {field} in /proc/{pid}/status"))
+}
+
+/// The cgroup v1 memory directory of `pid`.
+pub fn memory_cgroup(pid: u32) -> anyhow::Result<PathBuf> {
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))?;
+    let path = cgroups
+        .lines()
+        .find_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            controllers
+                .split(',')
+                .any(|c| c == "memory")
+                .then(|| path.to_string())
+        })
+        .context("no memory cgroup")?;
+    Ok(Path::new("/sys/fs/cgroup/memory").join(path.trim_start_matches('/')))
+}

@@ -14,6 +14,8 @@ use std::time::Duration;
 use anyhow::{Context as _, bail, ensure};
 use serde_json::{Value, json};
 
+use etcd_tests::real_node::{memory_cgroup, proc_status};
+
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
@@ -353,33 +355,6 @@ fn bundle(
     }
     std::fs::write(&path, serde_json::to_vec_pretty(&config)?)?;
     Ok(bundle)
-}
-
-/// `field` of `/proc/PID/status` (`Uid`, `VmRSS`).
-fn proc_status(pid: u32, field: &str) -> anyhow::Result<String> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .map(|v| v.trim().to_string())
-        .with_context(|| format!("no {field} in /proc/{pid}/status"))
-}
-
-/// The cgroup v1 memory directory of `pid`.
-fn memory_cgroup(pid: u32) -> anyhow::Result<PathBuf> {
-    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))?;
-    let path = cgroups
-        .lines()
-        .find_map(|l| {
-            let mut parts = l.splitn(3, ':');
-            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-            controllers
-                .split(',')
-                .any(|c| c == "memory")
-                .then(|| path.to_string())
-        })
-        .context("no memory cgroup")?;
-    Ok(Path::new("/sys/fs/cgroup/memory").join(path.trim_start_matches('/')))
 }
 
 /// The webhook image under runc, as a node runs its pod: it serves (with a certificate

@@ -21,7 +21,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use etcd_tests::control_plane::ControlPlaneOptions;
 use etcd_tests::kubelet::netns::NODE_IP;
 use etcd_tests::poll_until;
-use etcd_tests::real_node::{RealNode, RealNodeOptions};
+use etcd_tests::real_node::{RealNode, RealNodeOptions, memory_cgroup, proc_status};
 use etcd_tests::suite::{Suite, TestContext};
 
 const NODE: &str = "real-node";
@@ -78,34 +78,11 @@ fn process_in(cgroup: &str, needle: &str) -> Option<u32> {
     None
 }
 
-/// `field` of `/proc/PID/status`.
-fn proc_status(pid: u32, field: &str) -> anyhow::Result<String> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .map(|v| v.trim().to_string())
-        .with_context(|| format!("no {field} in /proc/{pid}/status"))
-}
-
 /// A file of `pid`'s memory cgroup (v1).
 fn memory_cgroup_file(pid: u32, file: &str) -> anyhow::Result<String> {
-    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))?;
-    let path = cgroups
-        .lines()
-        .find_map(|l| {
-            let mut parts = l.splitn(3, ':');
-            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-            controllers
-                .split(',')
-                .any(|c| c == "memory")
-                .then(|| path.to_string())
-        })
-        .context("no memory cgroup")?;
-    let full = Path::new("/sys/fs/cgroup/memory")
-        .join(path.trim_start_matches('/'))
-        .join(file);
-    Ok(std::fs::read_to_string(full)?.trim().to_string())
+    Ok(std::fs::read_to_string(memory_cgroup(pid)?.join(file))?
+        .trim()
+        .to_string())
 }
 
 async fn our_images_run_on_a_real_node_as_their_pods_say(ctx: TestContext) -> anyhow::Result<()> {
