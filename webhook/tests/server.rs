@@ -829,7 +829,7 @@ async fn odd_requests_get_clear_answers() {
         assert_eq!(resp["allowed"], false);
         assert_eq!(
             resp["status"]["message"],
-            "this webhook only handles etcd.database.coreos.com/v1beta2 EtcdCluster, EtcdBackup and EtcdRestore, got v1 Pod"
+            "this webhook only handles etcd.database.coreos.com/v1beta2 EtcdCluster, EtcdBackup and EtcdRestore (and the Scale of etcdclusters), got v1 Pod"
         );
         assert_eq!(resp["status"]["code"], 400);
     }
