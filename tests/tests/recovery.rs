@@ -143,8 +143,11 @@ async fn recovered(
         .and_then(|s| s.last_recovery.clone())
         .context("lastRecovery")?;
     println!("{name}: lastRecovery {last:?}");
+    // Two of three members lose their data; when the controller sees the first loss while the
+    // second member still answers, it rightly replaces the first (removed from the membership
+    // with quorum), and the quorum of the two voters left is then lost with one of them.
     ensure!(
-        last.source == format!("member {survivor}") && last.members_lost == 2,
+        last.source == format!("member {survivor}") && (1..=2).contains(&last.members_lost),
         "{last:?}"
     );
     let pods: Api<Pod> = ctx.api();

@@ -173,7 +173,8 @@ pub struct RecoveryStatus {
     /// etcd revision of the snapshot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<i64>,
-    /// How many voting members had lost their data.
+    /// How many of the voting members the cluster had when its quorum was lost had lost their
+    /// data (a member already replaced while quorum held is not counted).
     #[serde(default)]
     pub members_lost: i32,
     /// The member pods and claims of the lost cluster (member names), removed once the new
@@ -204,7 +205,8 @@ pub struct RecoveryRecord {
     /// SHA-256 of that snapshot's database, hex.
     #[serde(default)]
     pub sha256: String,
-    /// How many voting members had lost their data.
+    /// How many of the voting members the cluster had when its quorum was lost had lost their
+    /// data (a member already replaced while quorum held is not counted).
     #[serde(default)]
     pub members_lost: i32,
 }
