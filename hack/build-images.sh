@@ -15,6 +15,8 @@
 #                                                       every pinned line, from hack/build-tools.sh
 #   pause       registry.k8s.io/pause:3.10              a node's pod sandbox: hack/pause/pause.c,
 #                                                       static, alone in its image, as 65535
+#   coredns     registry.k8s.io/coredns/coredns:vX.Y.Z  the real node's cluster DNS, from
+#                                                       hack/build-tools.sh (hack/coredns), 65532
 #
 # The base of every image is a minimal glibc root filesystem from this machine's Debian
 # packages (libc6, libgcc-s1, base-files, netbase, tzdata), CA certificates, `/etc/passwd` and
@@ -46,7 +48,7 @@ log() { printf '[build-images %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 build=1
 [[ "${1:-}" == "--no-build" ]] && build=0
 all_etcd="$ETCD_SOURCE_VERSIONS $ETCD_VERSIONS"
-images="${IMAGES:-controller webhook pause $(for v in $all_etcd; do printf 'etcd-%s ' "$v"; done)}"
+images="${IMAGES:-controller webhook pause coredns $(for v in $all_etcd; do printf 'etcd-%s ' "$v"; done)}"
 
 if ((build)) && [[ " $images " == *" controller "* || " $images " == *" webhook "* ]]; then
   log "cargo build --release (controller, webhook)"
@@ -166,8 +168,18 @@ for image in $images; do
       )
       image_base='' assemble pause "registry.k8s.io/pause:3.10" 65535:65535 /pause "$work/pause.bin:/pause"
       ;;
+    coredns)
+      bin="$TOOLS/coredns/v$COREDNS_VERSION/bin/coredns"
+      [[ -x "$bin" ]] || { log "CoreDNS $COREDNS_VERSION is not built: run ONLY=node hack/build-tools.sh"; exit 1; }
+      config_flags=(
+        --config.label "org.opencontainers.image.title=coredns"
+        --config.label "org.opencontainers.image.version=$COREDNS_VERSION"
+        --config.exposedports 53/udp --config.exposedports 53/tcp
+      )
+      assemble coredns "registry.k8s.io/coredns/coredns:v$COREDNS_VERSION" 65532:65532 /coredns "$bin:/coredns"
+      ;;
     *)
-      log "unknown image $image (controller, webhook, etcd-X.Y.Z, pause)"
+      log "unknown image $image (controller, webhook, etcd-X.Y.Z, pause, coredns)"
       exit 2
       ;;
   esac

@@ -373,6 +373,29 @@ build_node() {
   rm -rf "$work" "$out/bin"; mv "$out/bin.tmp" "$out/bin"; touch "$out/.complete"
 }
 
+# CoreDNS for the real node's cluster DNS: hack/coredns/main.go, its plugins only (the
+# kubernetes zone, cache, health, ready, errors, log), static.
+build_coredns() {
+  local v="$COREDNS_VERSION" out="$TOOLS/coredns/v$COREDNS_VERSION"
+  need "$out" || return 0
+  log "building CoreDNS v$v (hack/coredns); first build about 60 s on 2 cores"
+  local work; work="$(mktemp -d)"
+  (
+    set -e
+    mkdir -p "$out/bin.tmp"
+    cp "$here/coredns/main.go" "$work/"
+    cd "$work"
+    go mod init corednsbuild >/dev/null 2>&1
+    go get "github.com/coredns/coredns@v$v" >/dev/null 2>&1
+    go mod tidy -e >/dev/null 2>&1
+    CGO_ENABLED=0 go build -v -trimpath -ldflags "-s -w -X github.com/coredns/coredns/coremain.GitCommit=v$v" \
+      -o "$out/bin.tmp/coredns" . 2>&1 | progress "coredns v$v"
+    [[ "${PIPESTATUS[0]}" == 0 ]]
+    "$out/bin.tmp/coredns" -version | grep -q "^CoreDNS-$v$"
+  ) || { rm -rf "$work" "$out/bin.tmp"; log "CoreDNS v$v build failed"; return 1; }
+  rm -rf "$work" "$out/bin"; mv "$out/bin.tmp" "$out/bin"; touch "$out/.complete"
+}
+
 # Both majors the chart supports: Helm 3 (HELM_VERSION) and Helm 4 (HELM4_VERSION).
 build_helm() {
   build_helm_major 3 "$HELM_VERSION"
@@ -398,7 +421,7 @@ case "$only" in all|s3) build_versitygw ;; esac
 case "$only" in all|abs) install_azurite ;; esac
 case "$only" in all|gcs) build_fake_gcs_server ;; esac
 case "$only" in all|prometheus) build_prometheus ;; esac
-case "$only" in all|node) build_node ;; esac
+case "$only" in all|node) build_node; build_coredns ;; esac
 
 if [[ "$mode" == "--check" ]]; then exit "$missing"; fi
 log "tools in $TOOLS:"
@@ -416,3 +439,4 @@ show "$TOOLS/prometheus/v$PROMETHEUS_VERSION/bin/promtool" --version
 node_bin="$TOOLS/node/v$KUBERNETES_VERSION-containerd$CONTAINERD_VERSION-cni$CNI_PLUGINS_VERSION/bin"
 show "$node_bin/kubelet" --version
 show "$node_bin/containerd" --version
+show "$TOOLS/coredns/v$COREDNS_VERSION/bin/coredns" -version

@@ -43,6 +43,10 @@ pub const LOG_TAIL_LINES: usize = 40;
 /// stops; its path is printed.
 pub const KEEP_DIR_ENV: &str = "ETCD_TESTS_KEEP_DIR";
 
+/// The Services' ClusterIP range (`--service-cluster-ip-range`; the `kubernetes` Service is its
+/// first address, 10.96.0.1).
+pub const SERVICE_CIDR: &str = "10.96.0.0/16";
+
 /// Controllers of kube-controller-manager that cannot work without a cloud provider.
 /// (`node-ipam-controller` is a no-op without `--allocate-node-cidrs`; the disabled-by-default
 /// ones stay off under `*`.)
@@ -399,7 +403,7 @@ impl ControlPlane {
             format!("--tls-private-key-file={}", files.apiserver_key.display()),
             format!("--client-ca-file={}", files.ca_cert.display()),
             "--authorization-mode=Node,RBAC".into(),
-            "--service-cluster-ip-range=10.96.0.0/16".into(),
+            format!("--service-cluster-ip-range={SERVICE_CIDR}"),
             "--allow-privileged=true".into(),
             format!("--service-account-issuer={apiserver_url}"),
             format!(

@@ -28,6 +28,7 @@
 
 pub mod azurite;
 pub mod chart;
+pub mod cluster_dns;
 pub mod control_plane;
 pub mod crds;
 pub mod endpoints;

@@ -25,7 +25,7 @@ use anyhow::{Context as _, bail, ensure};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 
-use crate::control_plane::ControlPlane;
+use crate::control_plane::{ControlPlane, SERVICE_CIDR};
 use crate::kubelet::netns::POD_INTERFACE;
 use crate::process::ManagedProcess;
 
@@ -52,6 +52,9 @@ pub struct RealNodeOptions {
     pub images: Vec<PathBuf>,
     /// The sandbox image (in `images`).
     pub sandbox_image: String,
+    /// The cluster DNS Service's IP the kubelet gives pods (`clusterDNS`), if the suite runs
+    /// one ([`crate::cluster_dns`]).
+    pub cluster_dns: Option<Ipv4Addr>,
 }
 
 /// A running real node; stopped (every process it started killed, its cgroups removed) on drop.
@@ -87,6 +90,7 @@ impl RealNode {
             dir,
         };
         add_address(opts.node_ip)?;
+        route_services()?;
         node.start_containerd(&opts).await?;
         node.import_images(&opts.images)?;
         node.start_kubelet(control_plane, &opts)?;
@@ -254,7 +258,7 @@ port: 10250
 readOnlyPort: 0
 healthzPort: 0
 clusterDomain: cluster.local
-failSwapOn: false
+{cluster_dns}failSwapOn: false
 serializeImagePulls: false
 enforceNodeAllocatable: []
 localStorageCapacityIsolation: false
@@ -267,6 +271,10 @@ evictionHard: {{}}
             ca = write(d, "ca.crt", control_plane.ca_pem())?.display(),
             ip = opts.node_ip,
             logs = d.join("pod-logs").display(),
+            cluster_dns = opts
+                .cluster_dns
+                .map(|ip| format!("clusterDNS: [{ip}]\n"))
+                .unwrap_or_default(),
         );
         let config_path = write(d, "kubelet.yaml", &config)?;
         let args = vec![
@@ -423,6 +431,21 @@ fn add_address(ip: Ipv4Addr) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A route for the Services' ClusterIPs ([`SERVICE_CIDR`]) in this namespace: without one, a
+/// local process (the API server calling a webhook's Service) gets "network is unreachable"
+/// before kube-proxy's DNAT in `OUTPUT` can send the packet to a pod.
+fn route_services() -> anyhow::Result<()> {
+    let out = Command::new("ip")
+        .args(["route", "add", SERVICE_CIDR, "dev", POD_INTERFACE])
+        .output()?;
+    let said = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        out.status.success() || said.contains("File exists"),
+        "ip route add {SERVICE_CIDR}: {said}"
+    );
+    Ok(())
+}
+
 fn make_cgroups(cgroup: &str) -> anyhow::Result<()> {
     for h in HIERARCHIES {
         let base = Path::new("/sys/fs/cgroup").join(h);
@@ -533,4 +556,29 @@ pub fn memory_cgroup(pid: u32) -> anyhow::Result<PathBuf> {
         })
         .context("no memory cgroup")?;
     Ok(Path::new("/sys/fs/cgroup/memory").join(path.trim_start_matches('/')))
+}
+
+/// The pid of the process whose command line contains `needle`, in `cgroup` (pids hierarchy)
+/// or below.
+pub fn process_in(cgroup: &str, needle: &str) -> Option<u32> {
+    let mut stack = vec![Path::new("/sys/fs/cgroup/pids").join(cgroup)];
+    while let Some(dir) = stack.pop() {
+        if let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) {
+            for pid in procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                if String::from_utf8_lossy(&cmdline).contains(needle) {
+                    return Some(pid);
+                }
+            }
+        }
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            stack.extend(
+                entries
+                    .flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path()),
+            );
+        }
+    }
+    None
 }

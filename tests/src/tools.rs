@@ -74,6 +74,8 @@ pub struct Versions {
     pub containerd: String,
     /// `CNI_PLUGINS_VERSION`: the real node's network plugins.
     pub cni_plugins: String,
+    /// `COREDNS_VERSION`: the real node's cluster DNS.
+    pub coredns: String,
 }
 
 /// Parses `KEY=VALUE` lines (values optionally in single or double quotes; `#` comments and
@@ -134,6 +136,7 @@ impl Versions {
             prometheus: get("PROMETHEUS_VERSION")?,
             containerd: get("CONTAINERD_VERSION")?,
             cni_plugins: get("CNI_PLUGINS_VERSION")?,
+            coredns: get("COREDNS_VERSION")?,
         })
     }
 

@@ -21,7 +21,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use etcd_tests::control_plane::ControlPlaneOptions;
 use etcd_tests::kubelet::netns::NODE_IP;
 use etcd_tests::poll_until;
-use etcd_tests::real_node::{RealNode, RealNodeOptions, memory_cgroup, proc_status};
+use etcd_tests::real_node::{RealNode, RealNodeOptions, memory_cgroup, proc_status, process_in};
 use etcd_tests::suite::{Suite, TestContext};
 
 const NODE: &str = "real-node";
@@ -53,31 +53,6 @@ fn images_dir() -> PathBuf {
     )
 }
 
-/// The pid of the process whose command line contains `needle`, in `cgroup` (pids hierarchy)
-/// or below.
-fn process_in(cgroup: &str, needle: &str) -> Option<u32> {
-    let mut stack = vec![Path::new("/sys/fs/cgroup/pids").join(cgroup)];
-    while let Some(dir) = stack.pop() {
-        if let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) {
-            for pid in procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
-                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-                if String::from_utf8_lossy(&cmdline).contains(needle) {
-                    return Some(pid);
-                }
-            }
-        }
-        if let Ok(entries) = std::fs::read_dir(&dir) {
-            stack.extend(
-                entries
-                    .flatten()
-                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                    .map(|e| e.path()),
-            );
-        }
-    }
-    None
-}
-
 /// A file of `pid`'s memory cgroup (v1).
 fn memory_cgroup_file(pid: u32, file: &str) -> anyhow::Result<String> {
     Ok(std::fs::read_to_string(memory_cgroup(pid)?.join(file))?
@@ -103,6 +78,7 @@ async fn our_images_run_on_a_real_node_as_their_pods_say(ctx: TestContext) -> an
                 images.join("controller.tar"),
             ],
             sandbox_image: "registry.k8s.io/pause:3.10".into(),
+            cluster_dns: None,
         },
     )
     .await?;
