@@ -6,6 +6,7 @@
 #   hack/check-prereqs.sh tools    what hack/build-tools.sh needs (Go, disk; node and npm for
 #                                  Azurite unless ONLY= names another group)
 #   hack/check-prereqs.sh images   what hack/build-images.sh needs (umoci, skopeo, apt, dpkg)
+#   hack/check-prereqs.sh node     what a real node needs (runc, iptables; hack/demo.sh --real-node)
 #   hack/check-prereqs.sh ci       everything the whole test suite needs
 #
 # Exit 0 when everything is there, 1 otherwise (every problem is listed first).
@@ -25,6 +26,7 @@ case "$what" in
   demo) DISK_MIN_GB=12 ;;
   tools) DISK_MIN_GB=16 ;;
   images) DISK_MIN_GB=4 ;;
+  node) DISK_MIN_GB=4 ;;
   *) DISK_MIN_GB=30 ;;
 esac
 
@@ -95,6 +97,10 @@ case "$what" in
     check_command dpkg-deb dpkg "unpacks them"
     check_command cc gcc "compiles the pause image's program (hack/pause/pause.c)"
     ;;
+  node)
+    check_command runc runc "the real node's containerd runs containers with it"
+    check_command iptables-restore iptables "the real node's kube-proxy and CNI plugins program iptables"
+    ;;
   ci)
     check_rust
     check_command protoc protobuf-compiler "etcd-client's build script compiles etcd's protocol files with it"
@@ -110,7 +116,7 @@ case "$what" in
     check_command iptables-restore iptables "the real node's kube-proxy and CNI plugins program iptables"
     ;;
   *)
-    echo "usage: hack/check-prereqs.sh [demo|tools|images|ci]" >&2
+    echo "usage: hack/check-prereqs.sh [demo|tools|images|node|ci]" >&2
     exit 2
     ;;
 esac

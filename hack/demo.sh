@@ -4,6 +4,8 @@
 # applies examples/example-etcd-cluster.yaml, waits until it is Available and keeps running.
 #
 #   hack/demo.sh [up] [demo flags...]   start (Ctrl-C stops it); `--help` lists the flags
+#   hack/demo.sh --real-node            the same on a real node (kubelet, containerd, runc,
+#                                       CoreDNS) from the images of hack/build-images.sh (root)
 #   hack/demo.sh down                   stop a demo running in another shell
 #
 # Needs: Go and Rust toolchains, protoc, iproute2 and util-linux (hack/check-prereqs.sh demo
@@ -31,10 +33,22 @@ case "${1:-up}" in
     ;;
   up | -*)
     if [[ "${1:-}" == up ]]; then shift; fi
+    real_node=0
+    for arg in "$@"; do
+      if [[ "$arg" == --real-node ]]; then real_node=1; fi
+    done
     # What the machine lacks is said now, with the command that installs it.
     hack/check-prereqs.sh demo
+    if ((real_node)); then hack/check-prereqs.sh images && hack/check-prereqs.sh node; fi
     echo "==> building the pinned Go tools the demo runs that are missing (Kubernetes, two etcd versions, Helm 3)"
     ONLY=demo hack/build-tools.sh
+    if ((real_node)); then
+      echo "==> building the real node's tools that are missing (kubelet, kube-proxy, containerd, CNI plugins, CoreDNS)"
+      ONLY=node hack/build-tools.sh
+      example_version="$(sed -n 's/^ *version: *"\{0,1\}v\{0,1\}\([0-9][0-9.]*\)"\{0,1\} *$/\1/p' examples/example-etcd-cluster.yaml | head -1)"
+      echo "==> building the images the real node imports (release build, then controller, webhook, pause, CoreDNS, etcd $example_version)"
+      IMAGES="controller webhook pause coredns etcd-$example_version" hack/build-images.sh
+    fi
     echo "==> building the operator and the demo (cargo build)"
     # The operator's two binaries (the kubelet runs the chart's pods from them) and the demo;
     # `--bin` applies to every package named, so each package gets its own.

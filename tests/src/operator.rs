@@ -140,6 +140,9 @@ pub struct Release {
     pub timeout: Duration,
     /// The Helm major that installs, upgrades and uninstalls it.
     pub helm: HelmMajor,
+    /// Whether the chart gets [`LOCAL_VALUES`] (pods of the process kubelet); false on a real
+    /// node, where the chart's defaults work as on any cluster.
+    pub local_values: bool,
 }
 
 impl Release {
@@ -150,7 +153,14 @@ impl Release {
             namespace: namespace.into(),
             timeout: Duration::from_secs(120),
             helm: HelmMajor::V3,
+            local_values: true,
         }
+    }
+
+    /// The same release with the chart's defaults only (no [`LOCAL_VALUES`]): for a real node.
+    pub fn on_real_node(mut self) -> Self {
+        self.local_values = false;
+        self
     }
 
     /// The same release, by Helm `major`.
@@ -159,7 +169,8 @@ impl Release {
         self
     }
 
-    /// `helm install` (or `upgrade --install`) of the chart with [`LOCAL_VALUES`] and `sets`,
+    /// `helm install` (or `upgrade --install`) of the chart with [`LOCAL_VALUES`] (unless
+    /// [`Self::on_real_node`]) and `sets`,
     /// waiting until every Deployment is available. Returns helm's stdout.
     pub async fn install(&self, cp: &ControlPlane, sets: &[&str]) -> Result<String, InstallError> {
         self.upgrade(cp, sets, true).await
@@ -186,7 +197,8 @@ impl Release {
             "--timeout".into(),
             format!("{}s", self.timeout.as_secs()),
         ]);
-        for set in LOCAL_VALUES.iter().chain(sets) {
+        let local: &[&str] = if self.local_values { LOCAL_VALUES } else { &[] };
+        for set in local.iter().chain(sets) {
             args.extend(["--set".into(), (*set).to_string()]);
         }
         helm(cp, self.helm, &args).await

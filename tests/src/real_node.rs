@@ -25,9 +25,47 @@ use anyhow::{Context as _, bail, ensure};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 
-use crate::control_plane::{ControlPlane, SERVICE_CIDR};
-use crate::kubelet::netns::POD_INTERFACE;
+use crate::control_plane::{ControlPlane, ControlPlaneOptions, SERVICE_CIDR};
+use crate::kubelet::netns::{NODE_IP, POD_INTERFACE};
 use crate::process::ManagedProcess;
+
+/// Control plane options for a real node: the scheduler places pods (Deployments have no
+/// node), and the API server listens on every address and advertises the pod network's node IP
+/// (published by the lease reconciler), so the `kubernetes` Service has an endpoint pods reach.
+pub fn control_plane_options() -> ControlPlaneOptions {
+    ControlPlaneOptions {
+        scheduler: true,
+        extra_apiserver_args: vec![
+            "--bind-address=0.0.0.0".into(),
+            format!("--advertise-address={NODE_IP}"),
+            "--endpoint-reconciler-type=lease".into(),
+        ],
+        ..ControlPlaneOptions::default()
+    }
+}
+
+/// The pause image of `hack/build-images.sh`, the node's pod sandbox.
+pub const SANDBOX_IMAGE: &str = "registry.k8s.io/pause:3.10";
+
+/// Where `hack/build-images.sh` writes its images (`IMAGES_OUT`, default `target/images`).
+pub fn images_dir() -> PathBuf {
+    std::env::var_os("IMAGES_OUT").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/images"),
+        PathBuf::from,
+    )
+}
+
+/// The docker-archive of image `name` (`pause`, `coredns`, `controller`, `etcd-3.6.16`, ...),
+/// checked to exist.
+pub fn image_archive(name: &str) -> anyhow::Result<PathBuf> {
+    let path = images_dir().join(format!("{name}.tar"));
+    ensure!(
+        path.is_file(),
+        "{} is missing: run hack/build-images.sh",
+        path.display()
+    );
+    Ok(path)
+}
 
 /// The cgroup (in every v1 hierarchy) under which each real node keeps its own root.
 pub const CGROUP_PARENT: &str = "etcd-tests-real-node";

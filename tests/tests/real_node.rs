@@ -10,7 +10,6 @@
 //! `hack/build-tools.sh` with the node's tools, Debian's runc, root).
 
 use std::net::Ipv4Addr;
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
@@ -21,7 +20,9 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use etcd_tests::control_plane::ControlPlaneOptions;
 use etcd_tests::kubelet::netns::NODE_IP;
 use etcd_tests::poll_until;
-use etcd_tests::real_node::{RealNode, RealNodeOptions, memory_cgroup, proc_status, process_in};
+use etcd_tests::real_node::{
+    RealNode, RealNodeOptions, images_dir, memory_cgroup, proc_status, process_in,
+};
 use etcd_tests::suite::{Suite, TestContext};
 
 const NODE: &str = "real-node";
@@ -44,13 +45,6 @@ fn main() -> std::process::ExitCode {
         .run(etcd_tests::tests![
             our_images_run_on_a_real_node_as_their_pods_say
         ])
-}
-
-fn images_dir() -> PathBuf {
-    std::env::var_os("IMAGES_OUT").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/images"),
-        PathBuf::from,
-    )
 }
 
 /// A file of `pid`'s memory cgroup (v1).

@@ -19,7 +19,7 @@
 mod support;
 
 use std::net::Ipv4Addr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
@@ -30,12 +30,12 @@ use kube::api::{DeleteParams, ListParams};
 use etcd_shared::EtcdCluster;
 use etcd_tests::chart::enforce_restricted;
 use etcd_tests::cluster_dns::{self, CLUSTER_DNS_IP};
-use etcd_tests::control_plane::ControlPlaneOptions;
 use etcd_tests::helm::{Helm, HelmMajor};
-use etcd_tests::kubelet::netns::NODE_IP;
 use etcd_tests::operator::chart_dir;
 use etcd_tests::poll_until;
-use etcd_tests::real_node::{RealNode, RealNodeOptions, memory_cgroup, proc_status, process_in};
+use etcd_tests::real_node::{
+    self, RealNode, RealNodeOptions, images_dir, memory_cgroup, proc_status, process_in,
+};
 use etcd_tests::suite::{Suite, TestContext};
 
 use support::{member_pods, pinned_etcd, settled, wait_until};
@@ -48,29 +48,12 @@ const WAIT: Duration = Duration::from_secs(180);
 fn main() -> std::process::ExitCode {
     Suite::new()
         .with_pod_network()
-        .options(ControlPlaneOptions {
-            // The scheduler places the chart's and the operator's pods on the node.
-            scheduler: true,
-            // Pods reach the API server at the pod network's node IP through the `kubernetes`
-            // Service; the lease reconciler publishes it.
-            extra_apiserver_args: vec![
-                "--bind-address=0.0.0.0".into(),
-                format!("--advertise-address={NODE_IP}"),
-                "--endpoint-reconciler-type=lease".into(),
-            ],
-            ..ControlPlaneOptions::default()
-        })
+        // The scheduler places the chart's and the operator's pods on the node.
+        .options(real_node::control_plane_options())
         .test_timeout(Duration::from_secs(900))
         .run(etcd_tests::tests![
             the_chart_runs_the_users_example_on_a_real_node
         ])
-}
-
-fn images_dir() -> PathBuf {
-    std::env::var_os("IMAGES_OUT").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/images"),
-        PathBuf::from,
-    )
 }
 
 /// `kubectl` run to its end: (success, stdout, stderr).

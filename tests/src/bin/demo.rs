@@ -1,13 +1,14 @@
 //! The local demo: a real control plane and the process kubelet on this machine, the operator
 //! installed by `helm install` of the repository's chart (its pods run from the binaries built
-//! here), and the example `EtcdCluster`, until interrupted.
+//! here), and the example `EtcdCluster`, until interrupted. With `--real-node`, the pods run on
+//! a real node (kubelet, containerd, runc, CoreDNS) from the images of `hack/build-images.sh`.
 //!
 //! Run it with `hack/demo.sh` (which builds what is missing first); stop it with Ctrl-C or
 //! `hack/demo.sh down`. While it runs, `source <state dir>/env` gives a `KUBECONFIG` for the
 //! demo's API server and an `ETCDCTL_ENDPOINTS` for the example cluster: both are forwarded
 //! from the host's loopback into the demo's private pod network, like `kubectl port-forward`.
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -22,11 +23,13 @@ use tokio::net::{TcpListener, TcpStream};
 
 use etcd_shared::EtcdCluster;
 use etcd_shared::names::{CLIENT_PORT, client_service_name};
+use etcd_tests::cluster_dns::{self, CLUSTER_DNS_IP};
 use etcd_tests::endpoints::ready_addresses;
 use etcd_tests::kubelet::netns;
 use etcd_tests::operator::{
     OperatorBinaries, Release, control_plane_options, is_settled, kubectl_apply,
 };
+use etcd_tests::real_node::{self, RealNode, RealNodeOptions};
 use etcd_tests::{ControlPlane, Kubelet, KubeletOptions, Tools, await_condition};
 
 /// Command-line flags of the demo.
@@ -51,6 +54,11 @@ struct Args {
     /// How long to wait for the example cluster to become Available.
     #[arg(long, default_value = "300", value_name = "SECONDS")]
     timeout: u64,
+    /// Run the pods on a real node (the pinned kubelet and kube-proxy, containerd, runc, CoreDNS)
+    /// from the images of `hack/build-images.sh`, with the chart's defaults, instead of the
+    /// process kubelet. Needs root.
+    #[arg(long)]
+    real_node: bool,
 }
 
 fn repo_path(relative: &str) -> PathBuf {
@@ -152,14 +160,33 @@ async fn run(args: Args, listeners: Listeners) -> anyhow::Result<()> {
         .name
         .clone()
         .context("the example has no metadata.name")?;
-    if let Some(version) = &cluster.spec.version {
+    let version = cluster
+        .spec
+        .version
+        .as_deref()
+        .unwrap_or(etcd_shared::version::DEFAULT_VERSION)
+        .trim_start_matches('v')
+        .to_owned();
+    let images = if args.real_node {
+        // The real node imports these images; nothing is pulled.
+        [
+            "controller",
+            "webhook",
+            "pause",
+            "coredns",
+            &format!("etcd-{version}"),
+        ]
+        .iter()
+        .map(|name| real_node::image_archive(name))
+        .collect::<anyhow::Result<Vec<_>>>()?
+    } else {
         // The process kubelet runs the etcd that hack/build-tools.sh built for the version.
-        tools
-            .etcd(version.trim_start_matches('v'))
-            .with_context(|| {
-                format!("the example asks for etcd {version}, which this machine has not built")
-            })?;
-    }
+        tools.etcd(&version).with_context(|| {
+            format!("the example asks for etcd {version}, which this machine has not built")
+        })?;
+        Vec::new()
+    };
+    let real = args.real_node;
     let plan = Plan {
         args,
         example,
@@ -168,11 +195,22 @@ async fn run(args: Args, listeners: Listeners) -> anyhow::Result<()> {
         listeners,
     };
 
-    plan.step("starting the control plane (etcd, kube-apiserver, kube-controller-manager)");
-    let mut options = control_plane_options();
+    let mut options = if real {
+        plan.step(
+            "starting the control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler)",
+        );
+        real_node::control_plane_options()
+    } else {
+        plan.step("starting the control plane (etcd, kube-apiserver, kube-controller-manager)");
+        control_plane_options()
+    };
     options.tools = Some(tools.clone());
     let cp = ControlPlane::start(options).await?;
-    let result = serve(&cp, &binaries, plan).await;
+    let result = if real {
+        serve_on_a_real_node(&cp, images, plan).await
+    } else {
+        serve(&cp, &binaries, plan).await
+    };
     step(started, "tearing down");
     cp.shutdown();
     result
@@ -195,6 +233,37 @@ async fn serve(cp: &ControlPlane, binaries: &OperatorBinaries, plan: Plan) -> an
     result
 }
 
+/// The demo on a real node: the node with `images` imported, CoreDNS, then the chart with its
+/// defaults.
+async fn serve_on_a_real_node(
+    cp: &ControlPlane,
+    images: Vec<PathBuf>,
+    plan: Plan,
+) -> anyhow::Result<()> {
+    plan.step("starting a real node (kubelet, kube-proxy, containerd, runc; our images imported)");
+    let node = RealNode::start(
+        cp,
+        RealNodeOptions {
+            name: "demo-node".into(),
+            node_ip: Ipv4Addr::new(10, 244, 255, 1),
+            pod_subnet: "10.245.0.0/24".into(),
+            bin: cp.tools().node_bin()?,
+            images,
+            sandbox_image: real_node::SANDBOX_IMAGE.into(),
+            cluster_dns: Some(CLUSTER_DNS_IP),
+        },
+    )
+    .await?;
+    plan.step("deploying CoreDNS (the cluster DNS the members' names need)");
+    let coredns = cluster_dns::image(&cp.tools().versions().coredns);
+    cluster_dns::deploy(&cp.client(), &coredns, Duration::from_secs(120)).await?;
+    let result = demo(cp, plan).await;
+    if result.is_err() {
+        eprintln!("{}", node.log_tails(20));
+    }
+    result
+}
+
 async fn demo(cp: &ControlPlane, plan: Plan) -> anyhow::Result<()> {
     let Plan {
         args,
@@ -209,6 +278,11 @@ async fn demo(cp: &ControlPlane, plan: Plan) -> anyhow::Result<()> {
         "helm install etcd-operator charts/etcd-operator (waits for the operator pods)",
     );
     let release = Release::new("etcd-operator", "etcd-operator");
+    let release = if args.real_node {
+        release.on_real_node()
+    } else {
+        release
+    };
     release.install(cp, &[]).await?;
 
     step(
