@@ -20,6 +20,26 @@ pub const IN_CLUSTER_NAMESPACE_FILE: &str =
     "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
 /// The etcd operator's controller: reconciles each EtcdCluster into a running etcd cluster.
+/// `etcd-controller`'s command line: the controller's flags, or one of the steps its image runs
+/// in other pods (`restore fetch|place`, `backup save|verify`; [`crate::in_pod`]), never both.
+#[derive(Debug, Parser)]
+#[command(
+    name = "etcd-controller",
+    version,
+    about,
+    long_about = None,
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    /// The controller's flags.
+    #[command(flatten)]
+    pub args: Args,
+    /// A step run in another pod instead of the controller.
+    #[command(subcommand)]
+    pub step: Option<crate::in_pod::Subcommand>,
+}
+
+/// The controller's flags.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "etcd-controller", version, about, long_about = None)]
 pub struct Args {
@@ -358,6 +378,41 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<Args, clap::Error> {
         Args::try_parse_from(std::iter::once("etcd-controller").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn the_command_line_is_the_controller_or_one_step_in_another_pod() {
+        let run = |argv: &[&str]| {
+            Cli::try_parse_from(std::iter::once("etcd-controller").chain(argv.iter().copied()))
+        };
+        let controller = run(&["--leader-elect=false"]).unwrap();
+        assert!(controller.step.is_none() && !controller.args.leader_elect);
+        let restore = run(&[
+            "restore",
+            "place",
+            "--work-dir",
+            "/w",
+            "--data-dir",
+            "/var/etcd/data",
+        ]);
+        assert!(
+            matches!(
+                restore.as_ref().map(|c| &c.step),
+                Ok(Some(crate::in_pod::Subcommand::Restore(_)))
+            ),
+            "{restore:?}"
+        );
+        let backup = run(&["backup", "verify", "--file", "/backups/a.db"]);
+        assert!(
+            matches!(
+                backup.as_ref().map(|c| &c.step),
+                Ok(Some(crate::in_pod::Subcommand::Backup(_)))
+            ),
+            "{backup:?}"
+        );
+        // A step takes no controller flag, and an unknown word is refused.
+        assert!(run(&["--leader-elect=false", "restore", "place"]).is_err());
+        assert!(run(&["resotre"]).is_err());
     }
 
     #[test]

@@ -607,7 +607,7 @@ async fn survivor(tools: &Tools, version: &str) -> anyhow::Result<String> {
         .snapshot(&a.client_url, Duration::from_secs(30))
         .await
         .context("snapshot without quorum")?;
-    let mut hasher = etcd_controller::backup::integrity::SnapshotHasher::new();
+    let mut hasher = etcd_controller::snapshot::integrity::SnapshotHasher::new();
     let mut stream = std::pin::pin!(stream);
     while let Some(chunk) = futures::StreamExt::next(&mut stream).await {
         hasher.update(&chunk?);

@@ -17,9 +17,9 @@ use futures::TryStreamExt as _;
 use object_store::{Attribute, ObjectStore, ObjectStoreExt as _};
 use sha2::{Digest as _, Sha256};
 
-use etcd_controller::backup::seed::{self, FetchArgs};
-use etcd_controller::backup::store::{self, Credentials, StoreLocation, StoreTimeouts};
-use etcd_controller::backup::transfer::{self, SnapshotInfo, TransferError};
+use etcd_controller::in_pod::seed::{self, FetchArgs};
+use etcd_controller::snapshot::store::{self, Credentials, StoreLocation, StoreTimeouts};
+use etcd_controller::snapshot::transfer::{self, SnapshotInfo, TransferError};
 use etcd_shared::types::storage::StorageSource;
 use etcd_tests::Tools;
 use etcd_tests::azurite::{self, AzuriteServer};

@@ -11,10 +11,12 @@ use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
 use bytes::Bytes;
-use etcd_controller::backup::integrity::IntegrityError;
-use etcd_controller::backup::store::{self, AwsProfile, Credentials, StoreLocation, StoreTimeouts};
-use etcd_controller::backup::transfer::{self, SnapshotInfo, TransferError, meta::Names};
 use etcd_controller::etcd::EtcdAccess;
+use etcd_controller::snapshot::integrity::IntegrityError;
+use etcd_controller::snapshot::store::{
+    self, AwsProfile, Credentials, StoreLocation, StoreTimeouts,
+};
+use etcd_controller::snapshot::transfer::{self, SnapshotInfo, TransferError, meta::Names};
 use etcd_shared::types::storage::S3Source;
 use etcd_tests::member::SingleMember;
 use etcd_tests::s3::S3Server;

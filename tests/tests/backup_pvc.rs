@@ -19,7 +19,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, ResourceExt as _};
 
-use etcd_controller::backup::claim_files;
+use etcd_controller::in_pod::claim_files;
 use etcd_shared::EtcdCluster;
 use etcd_shared::types::{EtcdBackup, EtcdRestore};
 use etcd_tests::operator::OperatorBinaries;

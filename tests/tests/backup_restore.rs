@@ -27,8 +27,8 @@ use kube::Api;
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use object_store::{ObjectStore, ObjectStoreExt as _};
 
-use etcd_controller::backup::store::{self, Credentials, StoreLocation, StoreTimeouts};
-use etcd_controller::backup::transfer;
+use etcd_controller::snapshot::store::{self, Credentials, StoreLocation, StoreTimeouts};
+use etcd_controller::snapshot::transfer;
 use etcd_shared::types::EtcdBackup;
 use etcd_shared::types::storage::{S3Source, StorageSource};
 use etcd_tests::azurite::{self, AzuriteServer};

@@ -2,7 +2,7 @@
 //! claim, so a due backup is one pod, `NAME-backup`, owned by the EtcdBackup:
 //!
 //! 1. no pod yet: the controller finds the cluster and its member with the highest revision
-//!    (as for S3), names the file as for S3 ([`schedule::snapshot_key`]: the path, or
+//!    (as for S3), names the file as for S3 ([`keys::snapshot_key`]: the path, or
 //!    `PATH_v<revision>_<time>` for a periodic backup) and creates the pod, which streams the
 //!    snapshot from that member into the claim (`etcd-controller backup save`);
 //! 2. the pod runs: the controller looks again every [`POLL`]; past the backup's timeout
@@ -22,7 +22,6 @@ use kube::{Api, Resource as _, ResourceExt as _};
 
 use etcd_shared::types::EtcdBackup;
 
-use super::pod_report::PodOutcome;
 use super::reconciler::{
     BackupError, BackupReconciler, member_access, most_advanced_member, target,
 };
@@ -30,6 +29,8 @@ use super::schedule::{self, Success};
 use crate::builders::claim_pod::{self, ANNOTATION_FILE, ClaimPod, TLS_DIR, in_claim};
 use crate::error::Error;
 use crate::idempotent;
+use crate::in_pod::pod_report::PodOutcome;
+use crate::snapshot::keys;
 
 /// How often a running backup pod is looked at.
 pub const POLL: Duration = Duration::from_secs(2);
@@ -67,7 +68,7 @@ pub fn timed_out(created: Option<Timestamp>, limit: Duration, now: Timestamp) ->
 pub fn success(
     claim: &str,
     file: &str,
-    report: &super::pod_report::PodReport,
+    report: &crate::in_pod::pod_report::PodReport,
     took: Duration,
 ) -> Success {
     Success {
@@ -152,7 +153,7 @@ async fn start(
     .await?;
     let (endpoint, member, status) = most_advanced_member(&r.client, &view, &access).await?;
     let periodic = schedule::interval(spec);
-    let file = schedule::snapshot_key(&pvc.path, periodic.is_some(), status.revision, now);
+    let file = keys::snapshot_key(&pvc.path, periodic.is_some(), status.revision, now);
     let limit = schedule::timeout(spec);
     let mut args = vec![
         "backup".to_string(),
@@ -227,7 +228,7 @@ mod tests {
 
     #[test]
     fn a_report_becomes_the_success_the_status_records() {
-        let report = super::super::pod_report::PodReport {
+        let report = crate::in_pod::pod_report::PodReport {
             ok: true,
             size: Some(1056),
             sha256: Some("ab".repeat(32)),

@@ -18,13 +18,13 @@ use kube::{Api, Resource as _, ResourceExt as _};
 use etcd_shared::types::EtcdRestore;
 
 use super::claim_backup::{delete_pod, timed_out};
-use super::pod_report::PodOutcome;
 use super::reconciler::BackupError;
 use super::restore::CheckedSource;
 use crate::builders::OperatorImage;
 use crate::builders::claim_pod::{self, ClaimPod, in_claim};
 use crate::error::Error;
 use crate::idempotent;
+use crate::in_pod::pod_report::PodOutcome;
 
 /// How often a running verify pod is looked at.
 pub const POLL: Duration = Duration::from_secs(2);

@@ -35,15 +35,16 @@ use etcd_shared::types::storage::PVC_STORAGE_TYPE;
 use etcd_shared::types::{EtcdBackup, EtcdBackupStatus, EtcdCluster};
 
 use super::claim_backup::{self, Progress};
-use super::metrics::BackupMetrics;
 use super::schedule::{self, Next, Success};
-use super::store::{self, Credentials, StoreError, StoreLocation, StoreTimeouts};
-use super::transfer::{self, SnapshotInfo, TransferError};
 use crate::backoff::Backoff;
 use crate::error::Error;
 use crate::etcd::{EtcdAccess, MemberStatus};
 use crate::events::publish;
+use crate::metrics::backup::BackupMetrics;
 use crate::observe;
+use crate::snapshot::keys;
+use crate::snapshot::store::{self, Credentials, StoreError, StoreLocation, StoreTimeouts};
+use crate::snapshot::transfer::{self, SnapshotInfo, TransferError};
 use crate::view::ClusterView;
 
 /// Why a backup failed.
@@ -347,7 +348,7 @@ async fn take(
             limit: schedule::timeout(spec),
             store: r.config.store,
         },
-        |revision| schedule::snapshot_key(&location.key, periodic, revision, now),
+        |revision| keys::snapshot_key(&location.key, periodic, revision, now),
     )
     .await?;
     if periodic {
@@ -580,7 +581,7 @@ async fn retain(
         .try_collect()
         .await?;
     let keys: Vec<String> = listed.iter().map(|m| m.location.to_string()).collect();
-    for doomed in schedule::expired(prefix, &keys, max, keep) {
+    for doomed in keys::expired(prefix, &keys, max, keep) {
         bucket.delete(&transfer::object_path(&doomed)?).await?;
         info!(key = %doomed, "old snapshot deleted (maxBackups)");
     }

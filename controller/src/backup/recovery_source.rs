@@ -8,8 +8,6 @@
 //!   GCS; every periodic snapshot of each), read through and checked as an EtcdRestore checks
 //!   one; a damaged or unreadable one is skipped for the next newest, and said.
 
-use std::time::Duration;
-
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
@@ -19,23 +17,23 @@ use etcd_shared::endpoints::cluster_of_endpoints;
 use etcd_shared::types::storage::{PVC_STORAGE_TYPE, StorageSource};
 use etcd_shared::types::{EtcdBackup, EtcdClusterStatus, RestoreSeed};
 
-use super::integrity::{CheckedSnapshot, SnapshotHasher};
 use super::reconciler::{BackupError, credentials};
 use super::restore::lines_fit;
 use super::schedule;
-use super::store::{self, StoreLocation, StoreTimeouts};
-use super::transfer;
 use crate::error::Error;
 use crate::etcd::EtcdAccess;
+use crate::snapshot::integrity::{CheckedSnapshot, SnapshotHasher};
+use crate::snapshot::keys;
+use crate::snapshot::store::{self, StoreLocation, StoreTimeouts};
+use crate::snapshot::transfer;
 use crate::view::ClusterView;
-
-/// How long the survivor's snapshot may take to stream.
-pub const MEMBER_SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Streams the snapshot of the member at `endpoint` and checks etcd's hash at its end; nothing
 /// is kept.
 pub async fn verify_member(access: &EtcdAccess, endpoint: &str) -> Result<CheckedSnapshot, Error> {
-    let stream = access.snapshot(endpoint, MEMBER_SNAPSHOT_TIMEOUT).await?;
+    let stream = access
+        .snapshot(endpoint, crate::snapshot::MEMBER_SNAPSHOT_TIMEOUT)
+        .await?;
     let mut stream = std::pin::pin!(stream);
     let mut hasher = SnapshotHasher::new();
     while let Some(chunk) = stream.next().await {
@@ -94,7 +92,7 @@ pub async fn candidates(
             time: record
                 .time
                 .as_ref()
-                .map_or_else(String::new, |t| schedule::sortable_time(t.0)),
+                .map_or_else(String::new, |t| keys::sortable_time(t.0)),
             storage_type: spec.storage_type.clone(),
             source: at_key(&spec.storage_type, &spec.source, bucket, key),
             origin: format!("safety backup before {}", record.before),
@@ -143,7 +141,7 @@ pub async fn candidates(
             });
         };
         if schedule::interval(spec).is_some() {
-            for (time, key) in schedule::periodic_snapshots(&location.key, &keys) {
+            for (time, key) in keys::periodic_snapshots(&location.key, &keys) {
                 add(time, &key);
             }
         } else if keys.contains(&location.key) {
@@ -151,7 +149,7 @@ pub async fn candidates(
                 .status
                 .as_ref()
                 .and_then(|s| s.last_success_date.as_ref())
-                .map_or_else(String::new, |t| schedule::sortable_time(t.0));
+                .map_or_else(String::new, |t| keys::sortable_time(t.0));
             add(time, &location.key);
         }
     }

@@ -37,16 +37,16 @@ use etcd_shared::types::{
 use etcd_shared::version::EtcdVersion;
 
 use super::claim_restore;
-use super::metrics::BackupMetrics;
 use super::reconciler::{BackupError, credentials};
-use super::store::{self, StoreLocation, StoreTimeouts};
-use super::transfer;
 use crate::backoff::Backoff;
 use crate::builders::OperatorImage;
 use crate::conditions;
 use crate::error::Error;
 use crate::events::publish;
 use crate::idempotent;
+use crate::metrics::backup::BackupMetrics;
+use crate::snapshot::store::{self, StoreLocation, StoreTimeouts};
+use crate::snapshot::transfer;
 use crate::status_writer::apply_status;
 
 /// Condition type: the snapshot was downloaded and checked.

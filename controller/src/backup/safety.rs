@@ -10,8 +10,8 @@ use etcd_shared::types::{SafetyBackup, SafetyBackupRecord};
 
 use super::reconciler::{BackupError, SnapshotSettings, snapshot_cluster};
 use super::schedule::DEFAULT_TIMEOUT;
-use super::store::{StoreLocation, StoreTimeouts};
 use crate::planner::{Observed, RemovalReason, Step};
+use crate::snapshot::store::{StoreLocation, StoreTimeouts};
 use crate::view::ClusterView;
 
 /// The risky change `step` starts, in words (also the key the status records), when the

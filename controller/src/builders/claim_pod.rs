@@ -1,6 +1,6 @@
 //! The short-lived pods that mount a PersistentVolumeClaim for the controller (storage type
 //! `PVC`): the operator's image running `etcd-controller backup save|verify` (see
-//! [`crate::backup::claim_command`]), one container, `restartPolicy: Never`, owned by the
+//! [`crate::in_pod::claim_command`]), one container, `restartPolicy: Never`, owned by the
 //! EtcdBackup or EtcdRestore they work for (deleted with it), no service-account token, the
 //! restricted security context of the members, the report in the termination message.
 

@@ -2,7 +2,7 @@
 //! and checks the snapshot into the data volume, etcd's own tool of the member's line restores
 //! it (`etcdutl snapshot restore` on 3.5+, `ETCDCTL_API=3 etcdctl snapshot restore` before), and
 //! the operator's image moves the result into the data directory (see
-//! [`crate::backup::seed`] for the steps and why a rerun is safe). For storage type PVC the
+//! [`crate::in_pod::seed`] for the steps and why a rerun is safe). For storage type PVC the
 //! first step copies the snapshot from the claim, mounted read-only, instead of downloading it.
 
 use k8s_openapi::api::core::v1::{
@@ -433,7 +433,7 @@ mod tests {
         // The parsed command line takes it.
         let mut argv = vec!["restore".to_string()];
         argv.extend(init[0].args.clone().unwrap_or_default().into_iter().skip(1));
-        crate::backup::seed::RestoreCommand::try_parse_from(argv).expect("parses");
+        crate::in_pod::seed::RestoreCommand::try_parse_from(argv).expect("parses");
     }
 
     #[test]
@@ -564,7 +564,7 @@ mod tests {
             );
             assert!(restore.contains(&format!("--initial-cluster-token={}-3", view.token())));
             // The fetch step parses its arguments.
-            let parsed = crate::backup::seed::RestoreCommand::try_parse_from(
+            let parsed = crate::in_pod::seed::RestoreCommand::try_parse_from(
                 std::iter::once("restore".to_string())
                     .chain(init[0].args.clone().unwrap_or_default().into_iter().skip(1)),
             );

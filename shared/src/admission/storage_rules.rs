@@ -9,7 +9,7 @@
 //! unchanged (no empty segment, no `.` or `..` segment, no control character) and `Path::from`,
 //! which the controller uses to list a periodic backup's directory, leaves it unescaped (no
 //! character of its escape set, no non-ASCII character). A test of the controller
-//! (`controller/src/backup/transfer.rs`) checks a table of keys against both.
+//! (`controller/src/snapshot/transfer.rs`) checks a table of keys against both.
 
 use super::Report;
 use super::syntax::{is_dns1123_subdomain, quoted};

@@ -19,6 +19,8 @@
 //! | `defragmentations_total` | counter | `reason` (`nospace`, `fragmented`): members defragmented |
 //! | `recoveries_total` | counter | `source` (`member`, `backup`): recoveries from permanent quorum loss finished |
 
+pub mod backup;
+
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -60,7 +62,7 @@ pub struct Metrics {
     defragmentations_total: IntCounterVec,
     recoveries_total: IntCounterVec,
     /// The backup and restore series (same registry).
-    pub backups: crate::backup::metrics::BackupMetrics,
+    pub backups: backup::BackupMetrics,
     /// Clusters seen by [`Metrics::observe_cluster`], keyed by (namespace, name).
     tracked: Mutex<BTreeMap<(String, String), Tracked>>,
 }
@@ -207,7 +209,7 @@ impl Metrics {
         for result in ["ok", "error"] {
             reconcile_total.with_label_values(&[result]);
         }
-        let backups = crate::backup::metrics::BackupMetrics::register(&registry)?;
+        let backups = backup::BackupMetrics::register(&registry)?;
 
         Ok(Self {
             registry,

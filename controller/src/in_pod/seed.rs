@@ -22,10 +22,10 @@ use clap::{Args as ClapArgs, Parser, Subcommand};
 use etcd_shared::types::storage::{AbsSource, GcsSource, S3Source, StorageSource};
 
 use super::claim_files::{self, FileError, io};
-use super::integrity::SnapshotHasher;
-use super::store::{self, Credentials, StoreLocation, StoreTimeouts};
-use super::transfer::{self, TransferError};
 use crate::builders::seed::{RESTORED_DIR, SNAPSHOT_FILE};
+use crate::snapshot::integrity::SnapshotHasher;
+use crate::snapshot::store::{self, Credentials, StoreLocation, StoreTimeouts};
+use crate::snapshot::transfer::{self, TransferError};
 
 /// `etcd-controller restore ...`.
 #[derive(Debug, Parser)]
@@ -241,7 +241,7 @@ async fn from_member(args: &FetchArgs, member: &str, snapshot: &Path) -> Result<
         pool: None,
     };
     let stream = access
-        .snapshot(member, super::recovery_source::MEMBER_SNAPSHOT_TIMEOUT)
+        .snapshot(member, crate::snapshot::MEMBER_SNAPSHOT_TIMEOUT)
         .await
         .map_err(|e| SeedError::Member(e.to_string()))?;
     let checked = claim_files::write_snapshot(snapshot, stream).await?;
@@ -410,7 +410,7 @@ mod tests {
         let hash = sha2::Sha256::digest(&db);
         let mut out = db;
         out.extend_from_slice(&hash);
-        (out, crate::backup::integrity::hex(&hash))
+        (out, crate::snapshot::integrity::hex(&hash))
     }
 
     #[tokio::test]

@@ -14,7 +14,7 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGaugeVec, Opts, Registry};
 
-use crate::metrics::NAMESPACE;
+use super::NAMESPACE;
 
 /// Buckets of `backup_duration_seconds`: 0.1 s to one hour.
 pub const DURATION_BUCKETS: &[f64] = &[

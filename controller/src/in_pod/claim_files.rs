@@ -8,7 +8,7 @@
 //! - [`verify_file`] reads a snapshot file through, checking etcd's hash and the hash its
 //!   metadata recorded (and the one the caller expects);
 //! - [`retain`] deletes the periodic snapshots beyond `maxBackups`, by the same rule as the S3
-//!   ones ([`super::schedule::expired`]), with their metadata.
+//!   ones ([`crate::backup::keys::expired`]), with their metadata.
 
 use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
@@ -19,8 +19,8 @@ use serde::{Deserialize, Serialize};
 
 use etcd_shared::admission::{METADATA_SUFFIX, TEMPORARY_SUFFIX};
 
-use super::integrity::{CheckedSnapshot, IntegrityError, SnapshotHasher};
-use super::schedule;
+use crate::snapshot::integrity::{CheckedSnapshot, IntegrityError, SnapshotHasher};
+use crate::snapshot::keys;
 
 /// What is recorded beside each snapshot file, as JSON in `FILE.meta.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -203,7 +203,7 @@ pub fn remove_leftovers(target: &Path, prefix: Option<&Path>) -> Result<Vec<Path
             return false;
         };
         snapshot == target.to_string_lossy()
-            || prefix.is_some_and(|p| schedule::is_periodic_of(&p.to_string_lossy(), snapshot))
+            || prefix.is_some_and(|p| keys::is_periodic_of(&p.to_string_lossy(), snapshot))
     };
     let mut removed = Vec::new();
     for entry in entries {
@@ -293,7 +293,7 @@ pub fn retain(prefix: &Path, max_backups: i64, keep: &Path) -> Result<Vec<PathBu
         let entry = entry.map_err(io("listing", dir))?;
         names.push(entry.path().to_string_lossy().into_owned());
     }
-    let doomed = schedule::expired(
+    let doomed = keys::expired(
         &prefix.to_string_lossy(),
         &names,
         max_backups,
@@ -316,7 +316,7 @@ pub fn retain(prefix: &Path, max_backups: i64, keep: &Path) -> Result<Vec<PathBu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backup::integrity::HASH_LEN;
+    use crate::snapshot::integrity::HASH_LEN;
     use sha2::{Digest as _, Sha256};
 
     /// A database of `blocks` 512-byte blocks and etcd's hash after it.
