@@ -1,7 +1,7 @@
-//! The controller's admin servers: the process shell's ([`etcd_shared::process::admin`]), the
+//! The controller's admin servers: the process shell's ([`etcd_process::admin`]), the
 //! probes (`/healthz`, `/readyz`) on `--health-probe-bind-address` and Prometheus' `/metrics`
 //! on `--metrics-bind-address`, each listener capped at
-//! [`etcd_shared::process::connections::DEFAULT_MAX_CONNECTIONS`] connections with the shell's
+//! [`etcd_process::connections::DEFAULT_MAX_CONNECTIONS`] connections with the shell's
 //! idle and header timeouts (counted as `etcd_controller_open_connections`,
 //! `etcd_controller_connections_rejected_total`, `etcd_controller_connections_idle_closed_total`).
 //! Both stop gracefully when the shared shutdown token is cancelled.
@@ -19,10 +19,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use etcd_shared::process::admin::Readiness;
-use etcd_shared::process::admin::{self, AdminAddrs, ServeError, Servers};
-use etcd_shared::process::connections::{ConnectionLimits, ConnectionMetrics};
-use etcd_shared::process::listen::ListenAddress;
+pub use etcd_process::admin::Readiness;
+use etcd_process::admin::{self, AdminAddrs, ServeError, Servers};
+use etcd_process::connections::{ConnectionLimits, ConnectionMetrics};
+use etcd_process::listen::ListenAddress;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;

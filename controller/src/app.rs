@@ -19,7 +19,7 @@ use crate::context::{Context, ControllerConfig};
 use crate::controllers;
 use crate::leader::{self, LeaderElectionParams, LeaderElector};
 use crate::metrics::Metrics;
-use etcd_shared::process::{logging, signals};
+use etcd_process::{logging, signals};
 
 /// The `controller` of the events the operator publishes.
 pub const EVENT_CONTROLLER: &str = "etcd-operator";

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use etcd_shared::process::duration::parse_duration;
-pub use etcd_shared::process::listen::ListenAddress;
-pub use etcd_shared::process::logging::LogFormat;
+use etcd_process::duration::parse_duration;
+pub use etcd_process::listen::ListenAddress;
+pub use etcd_process::logging::LogFormat;
 use etcd_shared::version::{DEFAULT_REPOSITORY, DEFAULT_VERSION};
 
 use crate::leader::{LeaderElectionError, LeaderElectionParams};

@@ -8,8 +8,8 @@
 
 use std::time::Duration;
 
+use etcd_process::admin::Readiness;
 use etcd_shared::names::API_GROUP;
-use etcd_shared::process::admin::Readiness;
 use tokio_util::sync::CancellationToken;
 
 /// The group version the operator serves its kinds in.

@@ -7,7 +7,7 @@
 //! ([`reconcile`]), then write the status ([`status`]).
 //!
 //! Listen addresses, durations, logging, signals and the admin servers are the process shell
-//! shared with the webhook ([`etcd_shared::process`]).
+//! shared with the webhook ([`etcd_process`]).
 
 #![forbid(unsafe_code)]
 

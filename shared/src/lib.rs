@@ -14,6 +14,3 @@ pub mod types;
 pub mod version;
 
 pub use types::{EtcdCluster, EtcdClusterSpec, EtcdClusterStatus};
-
-#[cfg(feature = "process")]
-pub mod process;

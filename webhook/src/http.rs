@@ -1,5 +1,5 @@
 //! The HTTP side of the admission server: `POST /validate` and `POST /mutate` (the metrics and
-//! probe routers are the process shell's, [`etcd_shared::process::admin`]).
+//! probe routers are the process shell's, [`etcd_process::admin`]).
 //!
 //! Bad input gets a plain-text HTTP error and is counted with `result="error"`: 415 for a
 //! content type other than `application/json`, 413 for a body over the limit (or an

@@ -11,47 +11,46 @@
 //! - [`args`]: the command line (every flag has an `ETCD_WEBHOOK_*` environment variable).
 //! - [`admission`]: AdmissionReview in, AdmissionReview out; no HTTP, no I/O.
 //! - [`http`]: the axum router of the admission server (the metrics and probe servers are the
-//!   process shell's, [`etcd_shared::process::admin`]).
+//!   process shell's, [`etcd_process::admin`]).
 //! - [`inflight`]: the memory budget of the requests in flight (429 when exhausted).
 //! - [`connections`]: the cap on open connections and the idle timeout of every listener
-//!   (the process shell's, [`etcd_shared::process::connections`]).
+//!   (the process shell's, [`etcd_process::connections`]).
 //! - [`tls`]: certificate loading, the SNI-less certificate resolver, hot reload.
 //! - [`metrics`]: the Prometheus registry and its metrics.
 //! - [`server`]: binds the three listeners and runs them until shutdown.
 //! - [`shutdown`]: the one shutdown signal shared by every server, SIGTERM/SIGINT (the process
-//!   shell's, [`etcd_shared::process::signals`]).
+//!   shell's, [`etcd_process::signals`]).
 //! - [`registration`]: the Validating/MutatingWebhookConfiguration objects that point the API
 //!   server at this webhook.
 //!
 //! Listen addresses, durations, logging, signals and the admin servers are the process shell's
-//! ([`etcd_shared::process`]), the same as the controller's.
+//! ([`etcd_process`]), the same as the controller's.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod admission;
 pub mod args;
-pub use etcd_shared::process::connections;
+pub use etcd_process::connections;
 pub mod http;
 pub mod inflight;
 pub mod metrics;
 pub mod registration;
 pub mod server;
-pub use etcd_shared::process::signals as shutdown;
+pub use etcd_process::signals as shutdown;
 pub mod tls;
 
 use std::process::ExitCode;
 
 pub use args::Args;
-pub use etcd_shared::process::signals::Shutdown;
+pub use etcd_process::signals::Shutdown;
 pub use server::{RunningServer, ServerError};
 
 /// Runs the webhook until SIGTERM or SIGINT, then drains it: what the binary's `main` calls.
 /// Returns success after a clean shutdown and failure (with the reason logged and printed)
 /// when the configuration, the certificate or a listener is unusable.
 pub fn main(args: Args) -> ExitCode {
-    if let Err(e) = etcd_shared::process::logging::init(args.log_format, args.log_level.as_deref())
-    {
+    if let Err(e) = etcd_process::logging::init(args.log_format, args.log_level.as_deref()) {
         eprintln!("etcd-webhook: {e}");
         return ExitCode::from(2);
     }

@@ -6,12 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
-use etcd_shared::EtcdCluster;
-use etcd_shared::admission::{AdmissionPolicy, Defaults};
-use etcd_shared::process::admin::{
+use etcd_process::admin::{
     self, AdminConfig, AdminError, MetricsSource, Readiness, ServeError, Servers,
 };
-use etcd_shared::process::listen::BindError;
+use etcd_process::listen::BindError;
+use etcd_shared::EtcdCluster;
+use etcd_shared::admission::{AdmissionPolicy, Defaults};
 use etcd_shared::version::EtcdVersion;
 use tracing::{error, info};
 

@@ -28,8 +28,8 @@ use axum_server::{Control, Handle};
 use prometheus::{Encoder, Registry, TextEncoder};
 use tokio::task::JoinSet;
 
-use crate::process::connections::{ConnectionLimits, ConnectionMetrics, GuardAcceptor};
-use crate::process::listen::{BindError, ListenAddress};
+use crate::connections::{ConnectionLimits, ConnectionMetrics, GuardAcceptor};
+use crate::listen::{BindError, ListenAddress};
 
 /// The flag of the probe server's address.
 pub const PROBE_FLAG: &str = "--health-probe-bind-address";

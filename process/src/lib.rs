@@ -1,5 +1,6 @@
 //! The process shell of both binaries (the webhook and the controller), written once so that
-//! they take their flags, log, stop and answer probes the same way (feature `process`).
+//! they take their flags, log, stop and answer probes the same way: a crate of its own, so
+//! `etcd-shared` is the API types and rules only.
 //!
 //! One job a module:
 //!
@@ -12,6 +13,8 @@
 //! - [`connections`]: the cap on open connections and the idle timeout of every listener.
 //! - [`admin`]: the plain-HTTP probe (`/healthz`, `/readyz`) and metrics (`/metrics`) servers,
 //!   and the supervision of every server of the process.
+
+#![forbid(unsafe_code)]
 
 pub mod admin;
 pub mod connections;
