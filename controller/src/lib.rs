@@ -20,6 +20,7 @@ pub mod builders;
 pub mod cache;
 pub mod conditions;
 pub mod context;
+pub mod controller_loop;
 pub mod controllers;
 pub mod error;
 pub mod etcd;

@@ -10,11 +10,9 @@
 //!   snapshots in a PersistentVolumeClaim (storage type PVC).
 //! - [`safety`]: the snapshot before a minor upgrade or a scale-down (`spec.safetyBackup`).
 //! - [`recovery_source`]: the snapshot a recovery from permanent quorum loss starts from.
-//! - [`outcomes`]: what both controllers do with their reconcile streams.
 
 pub mod claim_backup;
 pub mod claim_restore;
-pub mod outcomes;
 pub mod reconciler;
 pub mod recovery_source;
 pub mod restore;

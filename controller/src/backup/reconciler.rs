@@ -24,6 +24,7 @@ use kube::runtime::watcher;
 use kube::{Api, Resource as _, ResourceExt as _};
 
 use crate::builders::OperatorImage;
+use crate::controller_loop::{Reconciled, object_key, run_controller};
 use crate::status_writer::apply_status;
 use object_store::{ObjectStore, ObjectStoreExt as _};
 use tracing::{info, warn};
@@ -209,34 +210,42 @@ pub async fn run(
         Some(ns) => Api::namespaced(reconciler.client.clone(), ns),
         None => Api::all(reconciler.client.clone()),
     };
-    let forgetting = reconciler.clone();
-    let results = Controller::new(backups, watcher::Config::default())
+    let controller = Controller::new(backups, watcher::Config::default())
         .with_config(ControllerRuntimeConfig::default().concurrency(concurrency))
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, reconciler);
-    super::outcomes::drain(results, "EtcdBackup", |namespace, name| {
-        forgetting.metrics.forget(namespace, name);
-        forgetting.backoff.succeeded(&format!("{namespace}/{name}"));
-    })
-    .await;
+        .graceful_shutdown_on(shutdown);
+    run_controller(controller, reconciler).await;
+}
+
+impl Reconciled for BackupReconciler {
+    type Object = EtcdBackup;
+    type Error = BackupError;
+    const KIND: &'static str = "EtcdBackup";
+
+    fn reconcile(
+        self: Arc<Self>,
+        backup: Arc<EtcdBackup>,
+    ) -> impl std::future::Future<Output = Result<Action, BackupError>> + Send + 'static {
+        reconcile(backup, self)
+    }
+
+    fn retry(&self, backup: &EtcdBackup, error: &BackupError) -> Action {
+        let delay = self.backoff.failed(&key(backup));
+        warn!(backup = %key(backup), %error, retry_in = ?delay, "backup failed; retrying");
+        match schedule::interval(&backup.spec) {
+            // A periodic backup never waits longer than its interval.
+            Some(every) => Action::requeue(delay.min(every)),
+            None => Action::requeue(delay),
+        }
+    }
+
+    fn forget(&self, namespace: &str, name: &str) {
+        self.metrics.forget(namespace, name);
+        self.backoff.succeeded(&format!("{namespace}/{name}"));
+    }
 }
 
 fn key(backup: &EtcdBackup) -> String {
-    format!(
-        "{}/{}",
-        backup.namespace().unwrap_or_default(),
-        backup.name_any()
-    )
-}
-
-fn error_policy(backup: Arc<EtcdBackup>, error: &BackupError, r: Arc<BackupReconciler>) -> Action {
-    let delay = r.backoff.failed(&key(&backup));
-    warn!(backup = %key(&backup), %error, retry_in = ?delay, "backup failed; retrying");
-    match schedule::interval(&backup.spec) {
-        // A periodic backup never waits longer than its interval.
-        Some(every) => Action::requeue(delay.min(every)),
-        None => Action::requeue(delay),
-    }
+    object_key(backup)
 }
 
 async fn reconcile(

@@ -41,6 +41,7 @@ use super::reconciler::{BackupError, credentials};
 use crate::backoff::Backoff;
 use crate::builders::OperatorImage;
 use crate::conditions;
+use crate::controller_loop::{Reconciled, object_key, run_controller};
 use crate::error::Error;
 use crate::events::publish;
 use crate::idempotent;
@@ -219,33 +220,37 @@ pub async fn run(
         Some(ns) => Api::namespaced(reconciler.client.clone(), ns),
         None => Api::all(reconciler.client.clone()),
     };
-    let forgetting = reconciler.clone();
-    let results = Controller::new(restores, watcher::Config::default())
+    let controller = Controller::new(restores, watcher::Config::default())
         .with_config(ControllerRuntimeConfig::default().concurrency(2))
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, reconciler);
-    super::outcomes::drain(results, "EtcdRestore", |namespace, name| {
-        forgetting.backoff.succeeded(&format!("{namespace}/{name}"));
-    })
-    .await;
+        .graceful_shutdown_on(shutdown);
+    run_controller(controller, reconciler).await;
+}
+
+impl Reconciled for RestoreReconciler {
+    type Object = EtcdRestore;
+    type Error = BackupError;
+    const KIND: &'static str = "EtcdRestore";
+
+    fn reconcile(
+        self: Arc<Self>,
+        restore: Arc<EtcdRestore>,
+    ) -> impl std::future::Future<Output = Result<Action, BackupError>> + Send + 'static {
+        reconcile(restore, self)
+    }
+
+    fn retry(&self, restore: &EtcdRestore, error: &BackupError) -> Action {
+        let delay = self.backoff.failed(&key(restore));
+        warn!(restore = %key(restore), %error, retry_in = ?delay, "restore step failed; retrying");
+        Action::requeue(delay)
+    }
+
+    fn forget(&self, namespace: &str, name: &str) {
+        self.backoff.succeeded(&format!("{namespace}/{name}"));
+    }
 }
 
 fn key(restore: &EtcdRestore) -> String {
-    format!(
-        "{}/{}",
-        restore.namespace().unwrap_or_default(),
-        restore.name_any()
-    )
-}
-
-fn error_policy(
-    restore: Arc<EtcdRestore>,
-    error: &BackupError,
-    r: Arc<RestoreReconciler>,
-) -> Action {
-    let delay = r.backoff.failed(&key(&restore));
-    warn!(restore = %key(&restore), %error, retry_in = ?delay, "restore step failed; retrying");
-    Action::requeue(delay)
+    object_key(restore)
 }
 
 async fn reconcile(

@@ -9,7 +9,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use futures::{FutureExt, StreamExt};
+use futures::FutureExt;
 use kube::runtime::controller::{Action, Config as ControllerRuntimeConfig, Controller};
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::watcher;
@@ -23,6 +23,7 @@ use crate::admin::Readiness;
 use crate::backoff::{Backoff, RetryGate};
 use crate::cache::{CachedClaim, CachedPdb, CachedPod, CachedService, Caches, StoredCluster};
 use crate::context::Context;
+use crate::controller_loop::{self, Reconciled};
 use crate::error::Error;
 use crate::etcd::EtcdPool;
 use crate::events::publish;
@@ -139,34 +140,9 @@ pub async fn run_controller(
         backoff: Backoff::default(),
         safety_retries: RetryGate::default(),
         reported: Mutex::default(),
+        health,
     });
-    let forgetting = reconciler.clone();
-    controller
-        .run(reconcile_stored, error_policy, reconciler)
-        .for_each(|result| {
-            let r = forgetting.clone();
-            let health = health.clone();
-            async move {
-                match result {
-                    Ok(_) => {}
-                    // A cluster deleted without a finalizer (a background delete) is seen
-                    // only as gone from the store: forget what was kept for it.
-                    Err(kube::runtime::controller::Error::ObjectNotFound(gone)) => {
-                        let namespace = gone.namespace.clone().unwrap_or_default();
-                        r.forget(&namespace, &gone.name);
-                        tracing::debug!(cluster = %format!("{namespace}/{}", gone.name), "cluster gone: forgotten");
-                    }
-                    // A watch failed (it retries with backoff): not ready meanwhile.
-                    Err(kube::runtime::controller::Error::QueueError(e)) => {
-                        health.failed();
-                        warn!(error = %e, "a watch failed; retrying");
-                    }
-                    // Reconcile errors are logged (and retried) by error_policy.
-                    Err(e) => tracing::debug!(error = %e, "controller stream error"),
-                }
-            }
-        })
-        .await;
+    controller_loop::run_controller(controller, reconciler).await;
     readiness_task.abort();
     ready.set(false);
 }
@@ -196,6 +172,41 @@ struct Reconciler {
     safety_retries: RetryGate,
     /// Undecodable clusters already reported, with the resourceVersion reported.
     reported: Mutex<HashMap<String, String>>,
+    /// Whether the watches have failed lately (readiness).
+    health: Arc<WatchHealth>,
+}
+
+impl Reconciled for Reconciler {
+    type Object = StoredCluster;
+    type Error = Error;
+    const KIND: &'static str = "EtcdCluster";
+
+    fn reconcile(
+        self: Arc<Self>,
+        cluster: Arc<StoredCluster>,
+    ) -> impl Future<Output = Result<Action, Error>> + Send + 'static {
+        reconcile_stored(cluster, self)
+    }
+
+    fn retry(&self, cluster: &StoredCluster, error: &Error) -> Action {
+        self.ctx.metrics.reconcile_error(error.metric_label());
+        if error.is_etcd_not_ready() {
+            let delay = self.ctx.config.busy_requeue;
+            info!(cluster = %key(cluster), %error, retry_in = ?delay, "etcd refused the change for now; retrying");
+            return Action::requeue(delay);
+        }
+        let delay = self.backoff.failed(&key(cluster));
+        warn!(cluster = %key(cluster), %error, retry_in = ?delay, "reconcile error; retrying");
+        Action::requeue(delay)
+    }
+
+    fn forget(&self, namespace: &str, name: &str) {
+        Reconciler::forget(self, namespace, name);
+    }
+
+    fn watch_failed(&self) {
+        self.health.failed();
+    }
 }
 
 impl Reconciler {
@@ -288,16 +299,4 @@ async fn reconcile_stored(stored: Arc<StoredCluster>, r: Arc<Reconciler>) -> Res
         r.backoff.succeeded(&key(cluster));
     }
     result
-}
-
-fn error_policy(cluster: Arc<StoredCluster>, error: &Error, r: Arc<Reconciler>) -> Action {
-    r.ctx.metrics.reconcile_error(error.metric_label());
-    if error.is_etcd_not_ready() {
-        let delay = r.ctx.config.busy_requeue;
-        info!(cluster = %key(cluster.as_ref()), %error, retry_in = ?delay, "etcd refused the change for now; retrying");
-        return Action::requeue(delay);
-    }
-    let delay = r.backoff.failed(&key(cluster.as_ref()));
-    warn!(cluster = %key(cluster.as_ref()), %error, retry_in = ?delay, "reconcile error; retrying");
-    Action::requeue(delay)
 }
