@@ -95,6 +95,32 @@ pub struct RealNodeOptions {
     pub cluster_dns: Option<Ipv4Addr>,
 }
 
+impl RealNodeOptions {
+    /// Node `name` at 10.244.255.1 with pods in 10.245.0.0/24, the pinned node binaries of
+    /// `tools`, and the images of `hack/build-images.sh` named in `images` (`etcd-3.6.16`,
+    /// `controller`, ...; the pause image is always imported), each checked to exist.
+    pub fn new(name: &str, tools: &crate::Tools, images: &[&str]) -> anyhow::Result<Self> {
+        Ok(Self {
+            name: name.into(),
+            node_ip: Ipv4Addr::new(10, 244, 255, 1),
+            pod_subnet: "10.245.0.0/24".into(),
+            bin: tools.node_bin()?,
+            images: std::iter::once("pause")
+                .chain(images.iter().copied().filter(|i| *i != "pause"))
+                .map(image_archive)
+                .collect::<anyhow::Result<_>>()?,
+            sandbox_image: SANDBOX_IMAGE.into(),
+            cluster_dns: None,
+        })
+    }
+
+    /// The same node, its pods told to use the cluster DNS ([`crate::cluster_dns`]).
+    pub fn with_cluster_dns(mut self) -> Self {
+        self.cluster_dns = Some(crate::cluster_dns::CLUSTER_DNS_IP);
+        self
+    }
+}
+
 /// A running real node; stopped (every process it started killed, its cgroups removed) on drop.
 pub struct RealNode {
     name: String,
@@ -524,18 +550,25 @@ fn join_cgroups(cgroup: &str, pid: u32) -> anyhow::Result<()> {
 /// SIGKILLs every process in `cgroup` and below (the pids hierarchy); returns how many were
 /// still there.
 fn kill_cgroup(cgroup: &str) -> usize {
-    let root = Path::new("/sys/fs/cgroup/pids").join(cgroup);
-    let mut found = 0;
-    let mut stack = vec![root];
+    let pids = pids_in(cgroup);
+    for pid in &pids {
+        if let Ok(pid) = i32::try_from(*pid) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+    pids.len()
+}
+
+/// Every process in `cgroup` (pids hierarchy) or below.
+fn pids_in(cgroup: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    let mut stack = vec![Path::new("/sys/fs/cgroup/pids").join(cgroup)];
     while let Some(dir) = stack.pop() {
         if let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) {
-            for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-                found += 1;
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
+            found.extend(procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
         }
         if let Ok(entries) = std::fs::read_dir(&dir) {
             stack.extend(
@@ -599,24 +632,8 @@ pub fn memory_cgroup(pid: u32) -> anyhow::Result<PathBuf> {
 /// The pid of the process whose command line contains `needle`, in `cgroup` (pids hierarchy)
 /// or below.
 pub fn process_in(cgroup: &str, needle: &str) -> Option<u32> {
-    let mut stack = vec![Path::new("/sys/fs/cgroup/pids").join(cgroup)];
-    while let Some(dir) = stack.pop() {
-        if let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) {
-            for pid in procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
-                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-                if String::from_utf8_lossy(&cmdline).contains(needle) {
-                    return Some(pid);
-                }
-            }
-        }
-        if let Ok(entries) = std::fs::read_dir(&dir) {
-            stack.extend(
-                entries
-                    .flatten()
-                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                    .map(|e| e.path()),
-            );
-        }
-    }
-    None
+    pids_in(cgroup).into_iter().find(|pid| {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        String::from_utf8_lossy(&cmdline).contains(needle)
+    })
 }

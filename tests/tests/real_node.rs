@@ -9,7 +9,6 @@
 //! Run: `hack/build-images.sh && cargo test -p etcd-tests --test real_node` (needs
 //! `hack/build-tools.sh` with the node's tools, Debian's runc, root).
 
-use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
@@ -20,9 +19,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use etcd_tests::control_plane::ControlPlaneOptions;
 use etcd_tests::kubelet::netns::NODE_IP;
 use etcd_tests::poll_until;
-use etcd_tests::real_node::{
-    RealNode, RealNodeOptions, images_dir, memory_cgroup, proc_status, process_in,
-};
+use etcd_tests::real_node::{RealNode, RealNodeOptions, memory_cgroup, proc_status, process_in};
 use etcd_tests::suite::{Suite, TestContext};
 
 const NODE: &str = "real-node";
@@ -57,23 +54,10 @@ fn memory_cgroup_file(pid: u32, file: &str) -> anyhow::Result<String> {
 async fn our_images_run_on_a_real_node_as_their_pods_say(ctx: TestContext) -> anyhow::Result<()> {
     let tools = ctx.control_plane().tools();
     let version = tools.versions().apiserver_etcd.clone();
-    let images = images_dir();
     let started = Instant::now();
     let node = RealNode::start(
         ctx.control_plane(),
-        RealNodeOptions {
-            name: NODE.into(),
-            node_ip: Ipv4Addr::new(10, 244, 255, 1),
-            pod_subnet: "10.245.0.0/24".into(),
-            bin: tools.node_bin()?,
-            images: vec![
-                images.join("pause.tar"),
-                images.join(format!("etcd-{version}.tar")),
-                images.join("controller.tar"),
-            ],
-            sandbox_image: "registry.k8s.io/pause:3.10".into(),
-            cluster_dns: None,
-        },
+        RealNodeOptions::new(NODE, tools, &[&format!("etcd-{version}"), "controller"])?,
     )
     .await?;
     let node_ready = started.elapsed();

@@ -18,7 +18,6 @@
 )]
 mod support;
 
-use std::net::Ipv4Addr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -29,12 +28,12 @@ use kube::api::{DeleteParams, ListParams};
 
 use etcd_shared::EtcdCluster;
 use etcd_tests::chart::enforce_restricted;
-use etcd_tests::cluster_dns::{self, CLUSTER_DNS_IP};
+use etcd_tests::cluster_dns;
 use etcd_tests::helm::{Helm, HelmMajor};
 use etcd_tests::operator::chart_dir;
 use etcd_tests::poll_until;
 use etcd_tests::real_node::{
-    self, RealNode, RealNodeOptions, images_dir, memory_cgroup, proc_status, process_in,
+    self, RealNode, RealNodeOptions, memory_cgroup, proc_status, process_in,
 };
 use etcd_tests::suite::{Suite, TestContext};
 
@@ -107,27 +106,22 @@ fn mib(bytes: u64) -> f64 {
 async fn the_chart_runs_the_users_example_on_a_real_node(ctx: TestContext) -> anyhow::Result<()> {
     let tools = ctx.control_plane().tools();
     let example = pinned_etcd("3.2")?;
-    let images = images_dir();
     let started = Instant::now();
     let node = RealNode::start(
         ctx.control_plane(),
-        RealNodeOptions {
-            name: NODE.into(),
-            node_ip: Ipv4Addr::new(10, 244, 255, 1),
-            pod_subnet: "10.245.0.0/24".into(),
-            bin: tools.node_bin()?,
-            images: ["pause", "coredns", "controller", "webhook"]
-                .iter()
-                .map(|i| images.join(format!("{i}.tar")))
-                .chain(
-                    [example.clone(), pinned_etcd("3.6")?, pinned_etcd("3.7")?]
-                        .iter()
-                        .map(|v| images.join(format!("etcd-{v}.tar"))),
-                )
-                .collect(),
-            sandbox_image: "registry.k8s.io/pause:3.10".into(),
-            cluster_dns: Some(CLUSTER_DNS_IP),
-        },
+        RealNodeOptions::new(
+            NODE,
+            tools,
+            &[
+                "coredns",
+                "controller",
+                "webhook",
+                &format!("etcd-{example}"),
+                &format!("etcd-{}", pinned_etcd("3.6")?),
+                &format!("etcd-{}", pinned_etcd("3.7")?),
+            ],
+        )?
+        .with_cluster_dns(),
     )
     .await?;
     let result = on_the_node(&ctx, &node, &example, started).await;

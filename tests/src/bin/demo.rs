@@ -8,7 +8,7 @@
 //! demo's API server and an `ETCDCTL_ENDPOINTS` for the example cluster: both are forwarded
 //! from the host's loopback into the demo's private pod network, like `kubectl port-forward`.
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -23,7 +23,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use etcd_shared::EtcdCluster;
 use etcd_shared::names::{CLIENT_PORT, client_service_name};
-use etcd_tests::cluster_dns::{self, CLUSTER_DNS_IP};
+use etcd_tests::cluster_dns;
 use etcd_tests::endpoints::ready_addresses;
 use etcd_tests::kubelet::netns;
 use etcd_tests::operator::{
@@ -169,16 +169,15 @@ async fn run(args: Args, listeners: Listeners) -> anyhow::Result<()> {
         .to_owned();
     let images = if args.real_node {
         // The real node imports these images; nothing is pulled.
-        [
-            "controller",
-            "webhook",
-            "pause",
-            "coredns",
-            &format!("etcd-{version}"),
-        ]
-        .iter()
-        .map(|name| real_node::image_archive(name))
-        .collect::<anyhow::Result<Vec<_>>>()?
+        let images: Vec<String> = ["controller", "webhook", "coredns"]
+            .map(String::from)
+            .into_iter()
+            .chain([format!("etcd-{version}")])
+            .collect();
+        for image in &images {
+            real_node::image_archive(image)?;
+        }
+        images
     } else {
         // The process kubelet runs the etcd that hack/build-tools.sh built for the version.
         tools.etcd(&version).with_context(|| {
@@ -237,21 +236,14 @@ async fn serve(cp: &ControlPlane, binaries: &OperatorBinaries, plan: Plan) -> an
 /// defaults.
 async fn serve_on_a_real_node(
     cp: &ControlPlane,
-    images: Vec<PathBuf>,
+    images: Vec<String>,
     plan: Plan,
 ) -> anyhow::Result<()> {
     plan.step("starting a real node (kubelet, kube-proxy, containerd, runc; our images imported)");
+    let images: Vec<&str> = images.iter().map(String::as_str).collect();
     let node = RealNode::start(
         cp,
-        RealNodeOptions {
-            name: "demo-node".into(),
-            node_ip: Ipv4Addr::new(10, 244, 255, 1),
-            pod_subnet: "10.245.0.0/24".into(),
-            bin: cp.tools().node_bin()?,
-            images,
-            sandbox_image: real_node::SANDBOX_IMAGE.into(),
-            cluster_dns: Some(CLUSTER_DNS_IP),
-        },
+        RealNodeOptions::new("demo-node", cp.tools(), &images)?.with_cluster_dns(),
     )
     .await?;
     plan.step("deploying CoreDNS (the cluster DNS the members' names need)");
