@@ -561,6 +561,7 @@ pub async fn observe(
             recovery: None,
             // The status's record, set by the pipeline.
             last_version: None,
+            safety: crate::planner::SafetyBackups::default(),
         },
         member_endpoints: by_ip,
         member_api,

@@ -88,6 +88,9 @@ pub fn describe(step: &Step) -> String {
         } => format!(
             "defragment member {name}: its database file is much larger than the data it holds"
         ),
+        Step::TakeSafetyBackup { change, .. } => {
+            format!("take the safety backup (spec.safetyBackup) before {change}")
+        }
         Step::StartRecovery { from, lost } => format!(
             "recover from permanent quorum loss ({} lost their data): take the snapshot of {}, verify it, then replace the cluster with one seeded from it",
             lost.join(", "),
@@ -320,6 +323,8 @@ fn phase(obs: &Observed, step: &Step, previous: Option<ClusterPhase>) -> Cluster
             | Blocked::QuorumLostForGood { .. },
         ) if obs.bootstrapped => ClusterPhase::QuorumLost,
         Step::StartRecovery { .. } | Step::FinishRecovery => ClusterPhase::Recovering,
+        // The snapshot is part of the change it comes before.
+        Step::TakeSafetyBackup { guarded, .. } => phase(obs, guarded, previous),
         _ if obs.recovery.is_some() => ClusterPhase::Recovering,
         Step::Blocked(
             Blocked::UpgradeNotSupported(_)
@@ -536,6 +541,7 @@ pub fn compute(
         Step::RestartBootstrap(_) => "Bootstrapping",
         Step::StartRecovery { .. } | Step::FinishRecovery => "Recovering",
         _ if obs.recovery.is_some() => "Recovering",
+        Step::TakeSafetyBackup { .. } => "TakingSafetyBackup",
         Step::Compact { .. }
         | Step::DisarmAlarm(_)
         | Step::Defragment {

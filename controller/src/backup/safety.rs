@@ -1,7 +1,7 @@
 //! Safety backups (an operator extension, `spec.safetyBackup`): a snapshot of the cluster
 //! written before each minor upgrade and before each scale-down, which the change waits for.
-//! [`before`] decides (pure) whether a planned step is such a change and names it; the
-//! pipeline takes the snapshot with [`take`] when the status has none for that change yet.
+//! The planner decides ([`crate::planner::safety`]); [`missing`] tells whether the stored
+//! record covers a change, [`take`] writes the snapshot when the planner says so.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{Timestamp, tz::TimeZone};
@@ -10,33 +10,8 @@ use etcd_shared::types::{SafetyBackup, SafetyBackupRecord};
 
 use super::reconciler::{BackupError, SnapshotSettings, snapshot_cluster};
 use super::schedule::DEFAULT_TIMEOUT;
-use crate::planner::{Observed, RemovalReason, Step};
 use crate::snapshot::store::{StoreLocation, StoreTimeouts};
 use crate::view::ClusterView;
-
-/// The risky change `step` starts, in words (also the key the status records), when the
-/// cluster asks for safety backups: a member moving to another minor line (once per line:
-/// `upgrade to 3.7`), or a member removed because the spec asks for fewer
-/// (`scale down to 3 (generation 4)`). `None` for every other step.
-pub fn before(view: &ClusterView, model: &Observed, step: &Step) -> Option<String> {
-    view.safety_backup.as_ref()?;
-    match step {
-        Step::UpgradeMember { name, version, .. } => {
-            let current = model.pod(name)?.version?;
-            ((current.major, current.minor) != (version.major, version.minor))
-                .then(|| format!("upgrade to {}.{}", version.major, version.minor))
-        }
-        Step::RemoveMember {
-            reason: RemovalReason::ScaleDown,
-            ..
-        } => Some(format!(
-            "scale down to {} (generation {})",
-            view.size,
-            view.generation.unwrap_or(0)
-        )),
-        _ => None,
-    }
-}
 
 /// How long a recorded snapshot stands for its change. An upgrade rolled back and asked for
 /// again weeks later (its change reads the same, `upgrade to 3.7`) gets a new snapshot; a
@@ -115,86 +90,6 @@ pub async fn take(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::planner::fixtures::ready_pod;
-    use crate::planner::{MemberPlan, PodState};
-    use crate::view::fixtures::view_of;
-
-    const SAFETY: &str =
-        "safetyBackup:\n  storageType: S3\n  s3:\n    path: bkt/demo.db\n    awsSecret: aws\n";
-
-    fn model(versions: &[&str]) -> Observed {
-        Observed {
-            pods: versions
-                .iter()
-                .enumerate()
-                .map(|(i, v)| ready_pod(u32::try_from(i).unwrap_or(0), v))
-                .collect::<Vec<PodState>>(),
-            ..Observed::default()
-        }
-    }
-
-    fn upgrade(name: &str, to: &str) -> Step {
-        Step::UpgradeMember {
-            name: name.into(),
-            image: format!("quay.io/coreos/etcd:v{to}"),
-            version: to.parse().expect("version"),
-        }
-    }
-
-    #[test]
-    fn minor_upgrades_and_scale_downs_are_the_risky_changes() {
-        let view = view_of(&format!("size: 3\nversion: 3.7.3\n{SAFETY}"));
-        let m = model(&["3.6.16", "3.6.16", "3.7.3"]);
-        let remove = |reason| Step::RemoveMember {
-            id: 7,
-            name: "demo-3".into(),
-            reason,
-        };
-        let cases: Vec<(&str, Step, Option<&str>)> = vec![
-            (
-                "a member moves to 3.7",
-                upgrade("demo-0", "3.7.3"),
-                Some("upgrade to 3.7"),
-            ),
-            (
-                "a member already on 3.7 (patch)",
-                upgrade("demo-2", "3.7.3"),
-                None,
-            ),
-            (
-                "scale down",
-                remove(RemovalReason::ScaleDown),
-                Some("scale down to 3 (generation 1)"),
-            ),
-            (
-                "a replacement is not a scale-down",
-                remove(RemovalReason::Replace),
-                None,
-            ),
-            ("nothing risky", Step::Done, None),
-            (
-                "a new member",
-                Step::CreatePod(MemberPlan {
-                    name: "demo-3".into(),
-                    initial_cluster: vec![],
-                    state: crate::planner::InitialState::Existing,
-                    version: "3.7.3".parse().expect("v"),
-                    token: "demo-uid-1".into(),
-                    seed: None,
-                }),
-                None,
-            ),
-        ];
-        for (name, step, want) in cases {
-            assert_eq!(before(&view, &m, &step).as_deref(), want, "{name}");
-        }
-        let without = view_of("size: 3\nversion: 3.7.3");
-        assert_eq!(
-            before(&without, &m, &upgrade("demo-0", "3.7.3")),
-            None,
-            "not asked for"
-        );
-    }
 
     #[test]
     fn one_snapshot_per_change_with_a_readable_key() {

@@ -24,6 +24,7 @@ pub(crate) mod fixtures;
 pub mod maintenance;
 pub mod model;
 pub mod recovery;
+pub mod safety;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -38,7 +39,7 @@ use crate::view::ClusterView;
 pub use maintenance::{DefragReason, DefragmentationPolicy};
 pub use model::{
     Alarm, AlarmKind, DbSize, Health, Maintenance, MemberState, Observed, PodPhase, PodState,
-    Recovering,
+    Recovering, SafetyBackups,
 };
 pub use recovery::{PermanentLoss, RecoverFrom};
 
@@ -298,6 +299,15 @@ pub enum Step {
     },
     /// Disarm NOSPACE alarms, once the members have room again.
     DisarmAlarm(Vec<Alarm>),
+    /// Take the snapshot `spec.safetyBackup` asks for before `change` (a minor upgrade or a
+    /// scale-down); `guarded` is the step that starts the change, planned again on a fresh
+    /// observation once the snapshot is recorded.
+    TakeSafetyBackup {
+        /// The change, in words (the key the status records).
+        change: String,
+        /// The step the snapshot comes before.
+        guarded: Box<Step>,
+    },
     /// Start recovering from permanent quorum loss: take the snapshot (from the best
     /// surviving member, or the newest backup that checks) and verify it; nothing of the cluster
     /// is touched before.
@@ -469,6 +479,11 @@ fn is_stuck(pod: &PodState, settings: &PlannerSettings) -> bool {
 
 /// The single next step for a cluster.
 pub fn plan(view: &ClusterView, obs: &Observed, settings: &PlannerSettings) -> Step {
+    safety::guard(view, obs, plan_change(view, obs, settings))
+}
+
+/// The next step, before [`safety::guard`] puts a safety backup in front of a risky one.
+fn plan_change(view: &ClusterView, obs: &Observed, settings: &PlannerSettings) -> Step {
     if view.paused {
         return Step::Blocked(Blocked::Paused);
     }

@@ -222,6 +222,19 @@ pub struct Observed {
     /// it, not on a newer spec version its data may not be ready for (3.7 cannot replay the
     /// v2 entries of a 3.4-born log until the snapshot barrier is passed).
     pub last_version: Option<EtcdVersion>,
+    /// The safety backups of `spec.safetyBackup`, as observed.
+    pub safety: SafetyBackups,
+}
+
+/// The safety backups of `spec.safetyBackup` as observed: which change the stored record still
+/// covers, and why a failed snapshot is not tried again yet.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SafetyBackups {
+    /// The change (`upgrade to 3.7`, `scale down to 3 (generation 4)`) the stored record holds
+    /// a snapshot for, while that record is fresh.
+    pub covered: Option<String>,
+    /// The last failure, while its next attempt is not due (`...; next attempt in N s`).
+    pub retry_wait: Option<String>,
 }
 
 /// A recovery in progress, as the planner sees it.
@@ -251,6 +264,7 @@ impl Default for Observed {
             maintenance: Maintenance::default(),
             recovery: None,
             last_version: None,
+            safety: SafetyBackups::default(),
         }
     }
 }

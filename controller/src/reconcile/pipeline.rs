@@ -31,7 +31,7 @@ use crate::etcd::EtcdPool;
 use crate::events::publish;
 use crate::observe::observe;
 use crate::planner::recovery;
-use crate::planner::{self, Blocked, Step, Waiting};
+use crate::planner::{self, Blocked, SafetyBackups, Step, Waiting};
 use crate::status;
 use crate::status_writer::apply_status;
 use crate::view::ClusterView;
@@ -149,31 +149,13 @@ pub async fn reconcile(
         ctx.metrics.health_check_failed(&namespace, &name);
         tracing::debug!(%name, %member, %why, "member health check failed");
     }
-    let step = planner::plan(&view, &obs.model, &ctx.config.planner);
     let stored_safety = stored.and_then(|s| s.last_safety_backup.clone());
-    let safety = safety_backup(
-        ctx,
-        recorder,
-        cluster,
-        &view,
-        &obs,
-        &step,
-        stored_safety.as_ref(),
-        safety_retries,
-    )
-    .await;
-    let (step, taken, safety_error) = match safety {
-        SafetyOutcome::NotNeeded => (step, None, None),
-        SafetyOutcome::Taken(record) => (step, Some(record), None),
-        SafetyOutcome::Failed(blocked, error) => (Step::Blocked(blocked), None, Some(error)),
-    };
-    // A snapshot takes as long as the database needs: the step it guarded is planned again
+    obs.model.safety = safety_backups(&view, stored_safety.as_ref(), safety_retries, now);
+    let step = planner::plan(&view, &obs.model, &ctx.config.planner);
+    let outcome = execute(ctx, recorder, cluster, &view, &obs, &step, safety_retries).await;
+    // A snapshot takes as long as the database needs: the change it guarded is planned again
     // on a fresh observation (a member may have failed meanwhile), in the next reconcile.
-    let outcome = if taken.is_some() {
-        Ok(Default::default())
-    } else {
-        execute(ctx, recorder, cluster, &view, &obs, &step).await
-    };
+    let taken = outcome.as_ref().ok().and_then(|o| o.safety_backup.clone());
 
     let mut new = status::compute(&view, &obs.model, &step, previous, now);
     if view.safety_backup.is_some() {
@@ -181,7 +163,7 @@ pub async fn reconcile(
         // stored one (not the cached one, which can predate the last reconcile's record).
         new.last_safety_backup = taken.clone().or(stored_safety);
     }
-    let carried_out = outcome.is_ok() && taken.is_none();
+    let carried_out = outcome.is_ok();
     new.maintenance = crate::planner::maintenance::record_after(
         previous.and_then(|s| s.maintenance.as_ref()),
         if carried_out { &step } else { &Step::Done },
@@ -227,12 +209,6 @@ pub async fn reconcile(
     }
     write_status(&api, &name, &new, previous).await?;
     outcome?;
-    if let Some(error) = safety_error {
-        return Err(error);
-    }
-    if taken.is_some() {
-        return Ok(Action::requeue(ctx.config.busy_requeue));
-    }
     Ok(Action::requeue(requeue_after(&step, &ctx.config)))
 }
 
@@ -264,95 +240,33 @@ async fn stored_status(
         .and_then(|fresh| fresh.status)
 }
 
-/// What became of the safety backup a step may need.
-enum SafetyOutcome {
-    /// The step needs none, or the stored record already covers it.
-    NotNeeded,
-    /// The snapshot was written; the record to keep.
-    Taken(etcd_shared::types::SafetyBackupRecord),
-    /// The snapshot failed (or its retry is not due yet): the step waits; the error makes the
-    /// cluster's reconciles back off.
-    Failed(Blocked, Error),
-}
-
-/// Before a minor upgrade or a scale-down of a cluster with `spec.safetyBackup`, the snapshot
-/// that `last` (the stored record) does not hold yet for that change. A failed snapshot is
-/// retried with a growing delay (`retries`: 10 s doubling to 10 min), not on every reconcile:
-/// each try streams the whole database from a member.
-#[allow(clippy::too_many_arguments)]
-async fn safety_backup(
-    ctx: &Context,
-    recorder: &Recorder,
-    cluster: &EtcdCluster,
+/// What the planner needs to know of the safety backups: the change the stored record still
+/// covers (fresh, within [`safety::RECORD_VALIDITY`]), and the last failure while its next
+/// attempt is not due (a failed snapshot is retried with a growing delay, `retries`: 10 s
+/// doubling to 10 min, not on every reconcile: each try streams the whole database).
+fn safety_backups(
     view: &ClusterView,
-    obs: &crate::observe::Observation,
-    step: &Step,
-    last: Option<&etcd_shared::types::SafetyBackupRecord>,
+    stored: Option<&etcd_shared::types::SafetyBackupRecord>,
     retries: &RetryGate,
-) -> SafetyOutcome {
-    let (Some(change), Some(spec)) = (
-        safety::before(view, &obs.model, step),
-        view.safety_backup.as_ref(),
-    ) else {
-        return SafetyOutcome::NotNeeded;
-    };
-    if !safety::missing(&change, last, Timestamp::now()) {
-        return SafetyOutcome::NotNeeded;
+    now: Timestamp,
+) -> SafetyBackups {
+    if view.safety_backup.is_none() {
+        return SafetyBackups::default();
     }
-    let key = format!("{}/{}", view.namespace, view.name);
-    if let Err(wait) = retries.due(&key) {
-        let reason = format!(
-            "{}; next attempt in {} s",
-            wait.last_error,
-            wait.remaining.as_secs().max(1)
-        );
-        return SafetyOutcome::Failed(
-            Blocked::SafetyBackupFailed {
-                change: change.clone(),
-                reason: reason.clone(),
-            },
-            Error::SafetyBackup { change, reason },
-        );
-    }
-    let reference = cluster.object_ref(&());
-    match safety::take(&ctx.client, view, spec, &change, ctx.config.etcd_timeout).await {
-        Ok(record) => {
-            retries.succeeded(&key);
-            let note = format!(
-                "snapshot of revision {} written to {} before {change}",
-                record.revision.unwrap_or(0),
-                record.path
-            );
-            publish(
-                recorder,
-                &reference,
-                EventType::Normal,
-                "SafetyBackupWritten",
-                note,
-            )
-            .await;
-            SafetyOutcome::Taken(record)
-        }
-        Err(e) => {
-            let reason = e.to_string();
-            let delay = retries.failed(&key, &reason);
-            warn!(cluster = %view.name, namespace = %view.namespace, %change, error = %reason, retry_in = ?delay, "safety backup failed; the change waits");
-            publish(
-                recorder,
-                &reference,
-                EventType::Warning,
-                "SafetyBackupFailed",
-                format!("{change} waits: {reason}"),
-            )
-            .await;
-            SafetyOutcome::Failed(
-                Blocked::SafetyBackupFailed {
-                    change: change.clone(),
-                    reason: reason.clone(),
-                },
-                Error::SafetyBackup { change, reason },
-            )
-        }
+    SafetyBackups {
+        covered: stored
+            .filter(|r| !safety::missing(&r.before, Some(r), now))
+            .map(|r| r.before.clone()),
+        retry_wait: retries
+            .due(&format!("{}/{}", view.namespace, view.name))
+            .err()
+            .map(|wait| {
+                format!(
+                    "{}; next attempt in {} s",
+                    wait.last_error,
+                    wait.remaining.as_secs().max(1)
+                )
+            }),
     }
 }
 

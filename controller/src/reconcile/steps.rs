@@ -7,18 +7,21 @@ use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod};
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::events::{EventType, Recorder};
 use kube::{Api, Resource};
-use tracing::info;
+use tracing::{info, warn};
 
 use etcd_shared::EtcdCluster;
 use etcd_shared::names;
 
+use crate::backoff::RetryGate;
+use crate::backup::safety;
 use crate::builders;
 use crate::context::Context;
 use crate::error::Error;
-use crate::events::publish_related;
+use crate::events::{publish, publish_related};
 use crate::idempotent;
 use crate::observe::Observation;
 use etcd_shared::types::RecoveryStatus;
+use etcd_shared::types::SafetyBackupRecord;
 
 use crate::planner::{MemberPlan, RemovalReason, Step};
 use crate::status;
@@ -81,7 +84,9 @@ pub fn record_of(step: &Step) -> Option<StepRecord> {
             ("LeadershipTransferred", "transfer_leadership", pod(to))
         }
         Step::RecordSnapshotBarrier { .. } => ("SnapshotBarrierRecorded", "snapshot_barrier", None),
-        Step::Wait(_) | Step::Blocked(_) | Step::Done => return None,
+        Step::TakeSafetyBackup { .. } | Step::Wait(_) | Step::Blocked(_) | Step::Done => {
+            return None;
+        }
     };
     Some(StepRecord {
         reason,
@@ -95,6 +100,66 @@ pub fn record_of(step: &Step) -> Option<StepRecord> {
 pub struct Outcome {
     /// The record of a recovery just started (its verified snapshot).
     pub recovery: Option<RecoveryStatus>,
+    /// The record of a safety backup just written.
+    pub safety_backup: Option<etcd_shared::types::SafetyBackupRecord>,
+}
+
+/// Writes the safety backup before `change` ([`safety::take`]), with an Event either way; a
+/// failure is remembered by `retries` (the planner blocks the change until the next attempt is
+/// due) and makes the cluster's reconciles back off.
+async fn take_safety_backup(
+    ctx: &Context,
+    recorder: &Recorder,
+    cluster: &EtcdCluster,
+    view: &ClusterView,
+    change: &str,
+    retries: &RetryGate,
+) -> Result<SafetyBackupRecord, Error> {
+    let key = format!("{}/{}", view.namespace, view.name);
+    let reference = cluster.object_ref(&());
+    let spec = view
+        .safety_backup
+        .as_ref()
+        .ok_or_else(|| Error::SafetyBackup {
+            change: change.to_string(),
+            reason: "spec.safetyBackup is not set".into(),
+        })?;
+    match safety::take(&ctx.client, view, spec, change, ctx.config.etcd_timeout).await {
+        Ok(record) => {
+            retries.succeeded(&key);
+            let note = format!(
+                "snapshot of revision {} written to {} before {change}",
+                record.revision.unwrap_or(0),
+                record.path
+            );
+            publish(
+                recorder,
+                &reference,
+                EventType::Normal,
+                "SafetyBackupWritten",
+                note,
+            )
+            .await;
+            Ok(record)
+        }
+        Err(e) => {
+            let reason = e.to_string();
+            let delay = retries.failed(&key, &reason);
+            warn!(cluster = %view.name, namespace = %view.namespace, %change, error = %reason, retry_in = ?delay, "safety backup failed; the change waits");
+            publish(
+                recorder,
+                &reference,
+                EventType::Warning,
+                "SafetyBackupFailed",
+                format!("{change} waits: {reason}"),
+            )
+            .await;
+            Err(Error::SafetyBackup {
+                change: change.to_string(),
+                reason,
+            })
+        }
+    }
 }
 
 /// Carries out one step, and records it as an Event and a metric.
@@ -105,7 +170,16 @@ pub async fn execute(
     view: &ClusterView,
     obs: &Observation,
     step: &Step,
+    safety_retries: &RetryGate,
 ) -> Result<Outcome, Error> {
+    if let Step::TakeSafetyBackup { change, .. } = step {
+        let record =
+            take_safety_backup(ctx, recorder, cluster, view, change, safety_retries).await?;
+        return Ok(Outcome {
+            safety_backup: Some(record),
+            ..Outcome::default()
+        });
+    }
     let Some(record) = record_of(step) else {
         return Ok(Outcome::default());
     };
@@ -217,7 +291,7 @@ async fn carry_out(
             }
         }
         // Carried out by `execute` (it yields a record); nothing to call for the finish.
-        Step::StartRecovery { .. } | Step::FinishRecovery => {}
+        Step::StartRecovery { .. } | Step::FinishRecovery | Step::TakeSafetyBackup { .. } => {}
         Step::UpgradeMember {
             name,
             image,
