@@ -447,21 +447,36 @@ impl Drop for RealNode {
         if let Some(containerd) = self.containerd.as_mut() {
             containerd.stop(Duration::from_secs(5));
         }
-        // Overlay, netns and volume mounts under the node's directory.
-        let quiet = || std::process::Stdio::null();
-        let _ = Command::new("umount")
-            .args(["--recursive", "--lazy"])
-            .arg(self.dir.path())
-            .stderr(quiet())
-            .status();
-        for sub in ["containerd-root", "containerd-state", "kubelet"] {
-            let _ = Command::new("umount")
-                .args(["--recursive", "--lazy"])
-                .arg(self.dir.path().join(sub))
-                .stderr(quiet())
-                .status();
-        }
+        // Overlay, netns, shm and volume mounts under the node's directory, then the
+        // directory itself (its TempDir cannot remove a mount point).
+        unmount_below(self.dir.path());
+        let _ = std::fs::remove_dir_all(self.dir.path());
         remove_cgroups(&self.cgroup);
+    }
+}
+
+/// Detaches every mount at or below `dir` (from `/proc/self/mountinfo`), deepest first.
+fn unmount_below(dir: &Path) {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return;
+    };
+    let mut points: Vec<PathBuf> = info
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        // mountinfo writes a space, tab, newline and backslash as octal escapes.
+        .map(|p| {
+            PathBuf::from(
+                p.replace("\\040", " ")
+                    .replace("\\011", "\t")
+                    .replace("\\012", "\n")
+                    .replace("\\134", "\\"),
+            )
+        })
+        .filter(|p| p.starts_with(dir))
+        .collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    for point in points {
+        let _ = nix::mount::umount2(&point, nix::mount::MntFlags::MNT_DETACH);
     }
 }
 
