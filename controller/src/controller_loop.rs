@@ -54,6 +54,18 @@ pub fn object_key<K: Resource>(object: &K) -> String {
     )
 }
 
+/// An Api for one namespace, or for all.
+pub fn scoped_api<K>(client: &kube::Client, namespace: Option<&str>) -> kube::Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    match namespace {
+        Some(ns) => kube::Api::namespaced(client.clone(), ns),
+        None => kube::Api::all(client.clone()),
+    }
+}
+
 /// Runs `controller` (its watches, concurrency and shutdown already configured) with
 /// `reconciler` until the controller stops.
 pub async fn run_controller<R: Reconciled>(controller: Controller<R::Object>, reconciler: Arc<R>) {

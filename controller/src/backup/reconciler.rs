@@ -24,7 +24,7 @@ use kube::runtime::watcher;
 use kube::{Api, Resource as _, ResourceExt as _};
 
 use crate::builders::OperatorImage;
-use crate::controller_loop::{Reconciled, object_key, run_controller};
+use crate::controller_loop::{Reconciled, object_key as key, run_controller, scoped_api};
 use crate::status_writer::apply_status;
 use object_store::{ObjectStore, ObjectStoreExt as _};
 use tracing::{info, warn};
@@ -206,10 +206,7 @@ pub async fn run(
     concurrency: u16,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let backups: Api<EtcdBackup> = match &namespace {
-        Some(ns) => Api::namespaced(reconciler.client.clone(), ns),
-        None => Api::all(reconciler.client.clone()),
-    };
+    let backups: Api<EtcdBackup> = scoped_api(&reconciler.client, namespace.as_deref());
     let controller = Controller::new(backups, watcher::Config::default())
         .with_config(ControllerRuntimeConfig::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown);
@@ -242,10 +239,6 @@ impl Reconciled for BackupReconciler {
         self.metrics.forget(namespace, name);
         self.backoff.succeeded(&format!("{namespace}/{name}"));
     }
-}
-
-fn key(backup: &EtcdBackup) -> String {
-    object_key(backup)
 }
 
 async fn reconcile(
@@ -292,7 +285,7 @@ async fn reconcile(
                 success.size,
                 status.last_success_date.as_ref().map(|t| t.0),
             );
-            r.backoff.succeeded(&key(&backup));
+            r.backoff.succeeded(&key(&*backup));
             publish(
                 &r.recorder,
                 &reference,
@@ -305,7 +298,7 @@ async fn reconcile(
                     .unwrap_or_default(),
             )
             .await;
-            info!(backup = %key(&backup), path = %success.path, revision = success.revision, size = success.size, took = ?started.elapsed(), "backup written");
+            info!(backup = %key(&*backup), path = %success.path, revision = success.revision, size = success.size, took = ?started.elapsed(), "backup written");
             Ok(match schedule::interval(&backup.spec) {
                 Some(every) => Action::requeue(every),
                 None => Action::await_change(),
@@ -324,7 +317,7 @@ async fn reconcile(
             r.metrics.failed(reason);
             publish(&r.recorder, &reference, EventType::Warning, reason, message).await;
             if let Err(e) = write_status(&r.client, &namespace, &name, &status).await {
-                warn!(backup = %key(&backup), error = %e, "could not write the backup's status");
+                warn!(backup = %key(&*backup), error = %e, "could not write the backup's status");
             }
             if error.needs_spec_change() {
                 Ok(Action::await_change())

@@ -41,7 +41,7 @@ use super::reconciler::{BackupError, credentials};
 use crate::backoff::Backoff;
 use crate::builders::OperatorImage;
 use crate::conditions;
-use crate::controller_loop::{Reconciled, object_key, run_controller};
+use crate::controller_loop::{Reconciled, object_key as key, run_controller, scoped_api};
 use crate::error::Error;
 use crate::events::publish;
 use crate::idempotent;
@@ -216,10 +216,7 @@ pub async fn run(
     namespace: Option<String>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let restores: Api<EtcdRestore> = match &namespace {
-        Some(ns) => Api::namespaced(reconciler.client.clone(), ns),
-        None => Api::all(reconciler.client.clone()),
-    };
+    let restores: Api<EtcdRestore> = scoped_api(&reconciler.client, namespace.as_deref());
     let controller = Controller::new(restores, watcher::Config::default())
         .with_config(ControllerRuntimeConfig::default().concurrency(2))
         .graceful_shutdown_on(shutdown);
@@ -249,10 +246,6 @@ impl Reconciled for RestoreReconciler {
     }
 }
 
-fn key(restore: &EtcdRestore) -> String {
-    object_key(restore)
-}
-
 async fn reconcile(
     restore: Arc<EtcdRestore>,
     r: Arc<RestoreReconciler>,
@@ -265,7 +258,7 @@ async fn reconcile(
         .await
         .map_err(Error::kube(format!("get EtcdCluster {target}")))?;
     let step = next_step(&restore, cluster.as_ref());
-    tracing::debug!(restore = %key(&restore), ?step, "restore step");
+    tracing::debug!(restore = %key(&*restore), ?step, "restore step");
     let reference = restore.object_ref(&());
     if restore.metadata.deletion_timestamp.is_some() {
         return finish_deleted(&r, &restore, &clusters, &namespace, step).await;
@@ -340,7 +333,7 @@ async fn reconcile(
                 Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
                 Err(e) => return Err(Error::kube(format!("delete EtcdCluster {target}"))(e).into()),
             }
-            info!(restore = %key(&restore), cluster = %target, %uid, "the snapshot checked; the cluster it replaces is being deleted");
+            info!(restore = %key(&*restore), cluster = %target, %uid, "the snapshot checked; the cluster it replaces is being deleted");
             publish(&r.recorder, &reference, EventType::Normal, "ClusterReplaced", format!("deleting EtcdCluster {target} (uid {uid}) to restore it from the verified snapshot")).await;
             Ok(Action::requeue(POLL))
         }
@@ -375,7 +368,7 @@ async fn reconcile(
             write_status(&r.client, &restore, &status).await?;
             set_finalizer(&r.client, &restore, false).await?;
             r.metrics.restored(true);
-            r.backoff.succeeded(&key(&restore));
+            r.backoff.succeeded(&key(&*restore));
             publish(
                 &r.recorder,
                 &reference,

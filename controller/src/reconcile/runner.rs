@@ -23,7 +23,7 @@ use crate::admin::Readiness;
 use crate::backoff::{Backoff, RetryGate};
 use crate::cache::{CachedClaim, CachedPdb, CachedPod, CachedService, Caches, StoredCluster};
 use crate::context::Context;
-use crate::controller_loop::{self, Reconciled};
+use crate::controller_loop::{self, Reconciled, object_key as key, scoped_api};
 use crate::error::Error;
 use crate::etcd::EtcdPool;
 use crate::events::publish;
@@ -147,18 +147,6 @@ pub async fn run_controller(
     ready.set(false);
 }
 
-/// An Api for one namespace, or for all.
-fn scoped_api<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-    K::DynamicType: Default,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
-}
-
 /// The context of the running controller: the shared context, the caches, the event recorder
 /// (one for the controller: it keeps the event series) and the retry backoff.
 struct Reconciler {
@@ -229,14 +217,6 @@ impl Reconciler {
         let version = version.unwrap_or_default();
         self.reported().insert(key, version.to_string()).as_deref() != Some(version)
     }
-}
-
-fn key<K: Resource>(object: &K) -> String {
-    format!(
-        "{}/{}",
-        object.meta().namespace.as_deref().unwrap_or_default(),
-        object.meta().name.as_deref().unwrap_or_default()
-    )
 }
 
 /// Reconciles a stored cluster that decodes; reports one that does not (a Warning Event
