@@ -95,8 +95,16 @@ pub async fn start(
         })
         .unwrap_or_default();
     if lost.is_empty() {
-        // Nothing of the cluster answered: every member its last status knew is lost.
-        record.members_lost = i32::try_from(known.len()).unwrap_or(i32::MAX);
+        // Nothing of the cluster answered: every member its last status knew is lost: its
+        // members' names or, once a status written after the pods went lists none, the member
+        // count it last read (`status.size` keeps it while no member answers).
+        let last_size = cluster
+            .status
+            .as_ref()
+            .and_then(|s| s.size)
+            .and_then(|s| usize::try_from(s).ok())
+            .unwrap_or(0);
+        record.members_lost = i32::try_from(known.len().max(last_size)).unwrap_or(i32::MAX);
     }
     let mut replaced: Vec<String> = obs
         .model
