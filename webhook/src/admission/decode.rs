@@ -91,54 +91,84 @@ fn at(field: &str) -> String {
 /// empty spec is what defaulting fills). `metadata.managedFields` is skipped unread, and each
 /// part may hold at most [`MAX_VALUES`] JSON values. The status holds only the members' version.
 pub(crate) fn decode(raw: &RawValue) -> Result<EtcdCluster, DecodeError> {
-    let (metadata, spec, status) = decode_parts::<EtcdClusterSpec>(raw, "an EtcdCluster object")?;
-    let mut cluster = EtcdCluster::new("", spec);
-    cluster.metadata = metadata;
-    cluster.status = running_version(status).map(|v| EtcdClusterStatus {
+    decode_cluster(raw).map(|(cluster, _)| cluster)
+}
+
+/// [`decode`], and which top-level fields the raw object has (the defaulting patch adds a
+/// missing one whole rather than into it).
+pub(crate) fn decode_cluster(raw: &RawValue) -> Result<(EtcdCluster, Present), DecodeError> {
+    let parts = decode_parts::<EtcdClusterSpec>(raw, "an EtcdCluster object")?;
+    let mut cluster = EtcdCluster::new("", parts.spec);
+    cluster.metadata = parts.metadata;
+    cluster.status = running_version(parts.status).map(|v| EtcdClusterStatus {
         current_version: Some(v),
         ..EtcdClusterStatus::default()
     });
-    Ok(cluster)
+    Ok((cluster, parts.present))
 }
 
 /// Reads an EtcdBackup's `metadata` and `spec` as [`decode`] does a cluster's (its status is
 /// never judged).
 pub(crate) fn decode_backup(raw: &RawValue) -> Result<EtcdBackup, DecodeError> {
-    let (metadata, spec, _) = decode_parts::<EtcdBackupSpec>(raw, "an EtcdBackup object")?;
-    let mut backup = EtcdBackup::new("", spec);
-    backup.metadata = metadata;
+    let parts = decode_parts::<EtcdBackupSpec>(raw, "an EtcdBackup object")?;
+    let mut backup = EtcdBackup::new("", parts.spec);
+    backup.metadata = parts.metadata;
     Ok(backup)
 }
 
 /// Reads an EtcdRestore's `metadata` and `spec` as [`decode`] does a cluster's (its status is
 /// never judged).
 pub(crate) fn decode_restore(raw: &RawValue) -> Result<EtcdRestore, DecodeError> {
-    let (metadata, spec, _) = decode_parts::<EtcdRestoreSpec>(raw, "an EtcdRestore object")?;
-    let mut restore = EtcdRestore::new("", spec);
-    restore.metadata = metadata;
+    let parts = decode_parts::<EtcdRestoreSpec>(raw, "an EtcdRestore object")?;
+    let mut restore = EtcdRestore::new("", parts.spec);
+    restore.metadata = parts.metadata;
     Ok(restore)
 }
 
 /// Reads the `spec.replicas` of an `autoscaling/v1` Scale (the scale subresource of an
 /// EtcdCluster: its `spec.size`); absent, it is 0, as the API server reads it.
 pub(crate) fn decode_scale(raw: &RawValue) -> Result<i32, DecodeError> {
-    let (_, spec, _) = decode_parts::<k8s_openapi::api::autoscaling::v1::ScaleSpec>(
+    let parts = decode_parts::<k8s_openapi::api::autoscaling::v1::ScaleSpec>(
         raw,
         "an autoscaling/v1 Scale object",
     )?;
-    Ok(spec.replicas.unwrap_or(0))
+    Ok(parts.spec.replicas.unwrap_or(0))
+}
+
+/// Which top-level fields a raw object has (a null one counts as absent).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Present {
+    /// `metadata`.
+    pub metadata: bool,
+    /// `spec`.
+    pub spec: bool,
+    /// `status`.
+    pub status: bool,
+}
+
+/// An object's typed `metadata` and `spec`, its raw status, and which of the three it has.
+struct Parts<'a, S> {
+    metadata: ObjectMeta,
+    spec: S,
+    status: Option<&'a RawValue>,
+    present: Present,
 }
 
 /// The typed `metadata` and `spec` of a raw object of any kind, and its raw status.
 fn decode_parts<'a, S: DeserializeOwned + Default>(
     raw: &'a RawValue,
     expected: &'static str,
-) -> Result<(ObjectMeta, S, Option<&'a RawValue>), DecodeError> {
+) -> Result<Parts<'a, S>, DecodeError> {
     if !is_object(raw) {
         return Err(DecodeError::not_an_object("", raw, expected));
     }
     let parts: ObjectParts<'_> =
         serde_json::from_str(raw.get()).map_err(|e| DecodeError::json("", e))?;
+    let present = Present {
+        metadata: parts.metadata.is_some(),
+        spec: parts.spec.is_some(),
+        status: parts.status.is_some(),
+    };
     let metadata: ObjectMeta = match parts.metadata {
         Some(meta) => decode_metadata(meta)?,
         None => ObjectMeta::default(),
@@ -155,7 +185,12 @@ fn decode_parts<'a, S: DeserializeOwned + Default>(
         }
         None => S::default(),
     };
-    Ok((metadata, spec, parts.status))
+    Ok(Parts {
+        metadata,
+        spec,
+        status: parts.status,
+        present,
+    })
 }
 
 /// `metadata` without `managedFields` (which no rule reads and which can be the largest part

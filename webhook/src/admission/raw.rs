@@ -30,16 +30,6 @@ pub(crate) struct Envelope<'a> {
     pub request: Option<&'a RawValue>,
 }
 
-/// The objects of a request, unread.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct Objects<'a> {
-    #[serde(borrow, default)]
-    pub object: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    pub old_object: Option<&'a RawValue>,
-}
-
 /// The top-level fields of an object the rules read, unread.
 #[derive(Deserialize)]
 pub(crate) struct ObjectParts<'a> {
@@ -88,21 +78,33 @@ pub(crate) fn check_values(
     part: &'static str,
     limit: usize,
 ) -> Result<(), TooManyValues> {
+    measure(raw, skip, part, limit).map(|_| ())
+}
+
+/// [`check_values`] that also answers the length in bytes of the longest string (keys not
+/// counted) outside the skipped keys, in the same pass.
+pub(crate) fn measure(
+    raw: &RawValue,
+    skip: &[&str],
+    part: &'static str,
+    limit: usize,
+) -> Result<usize, TooManyValues> {
     let left = Cell::new(limit);
+    let longest = Cell::new(0);
     let mut de = serde_json::Deserializer::from_str(raw.get());
     let counted = Counter {
         left: &left,
-        longest: &Cell::new(0),
+        longest: &longest,
         skip,
         top: true,
     }
     .deserialize(&mut de);
     match counted {
-        Ok(()) => Ok(()),
+        Ok(()) => Ok(longest.get()),
         // Valid JSON fails only when the budget runs out (or nesting passes serde_json's
         // limit of 128, which the typed decoding reports with its path).
         Err(_) if left.get() == 0 => Err(TooManyValues { part, limit }),
-        Err(_) => Ok(()),
+        Err(_) => Ok(longest.get()),
     }
 }
 
@@ -120,21 +122,6 @@ pub fn count_values(body: &[u8], cap: usize) -> usize {
     }
     .deserialize(&mut de);
     cap - left.get()
-}
-
-/// The length in bytes of the longest string (keys not counted) in `raw`, skipping the values
-/// of the object keys in `skip` at its top level; allocates nothing.
-pub(crate) fn longest_string(raw: &RawValue, skip: &[&str]) -> usize {
-    let longest = Cell::new(0);
-    let mut de = serde_json::Deserializer::from_str(raw.get());
-    let _ = Counter {
-        left: &Cell::new(usize::MAX),
-        longest: &longest,
-        skip,
-        top: true,
-    }
-    .deserialize(&mut de);
-    longest.get()
 }
 
 struct Counter<'b> {
@@ -298,8 +285,8 @@ mod tests {
     #[test]
     fn the_longest_string_is_measured_outside_skipped_keys() {
         let r = raw(r#"{"a": "xyz", "object": "0123456789", "b": {"object": "12345"}}"#);
-        assert_eq!(longest_string(&r, &["object"]), 5);
-        assert_eq!(longest_string(&r, &[]), 10);
+        assert_eq!(measure(&r, &["object"], "request", 100), Ok(5));
+        assert_eq!(measure(&r, &[], "request", 100), Ok(10));
     }
 
     #[test]
