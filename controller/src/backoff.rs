@@ -37,12 +37,13 @@ impl Backoff {
         }
     }
 
+    fn failures(&self) -> MutexGuard<'_, HashMap<String, u32>> {
+        self.failures.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Records a failure of `key`; returns how long to wait before the retry.
     pub fn failed(&self, key: &str) -> Duration {
-        let mut map = self
-            .failures
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut map = self.failures();
         let n = map.entry(key.to_string()).or_insert(0);
         *n = n.saturating_add(1);
         delay(*n, self.base, self.max)
@@ -50,11 +51,7 @@ impl Backoff {
 
     /// Records a success of `key`: the next failure starts from `base` again.
     pub fn succeeded(&self, key: &str) {
-        let mut map = self
-            .failures
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        map.remove(key);
+        self.failures().remove(key);
     }
 }
 

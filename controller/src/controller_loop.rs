@@ -10,7 +10,10 @@ use std::sync::Arc;
 
 use futures::StreamExt as _;
 use kube::Resource;
-use kube::runtime::controller::{Action, Controller, Error as ControllerError};
+use kube::runtime::controller::{
+    Action, Config as ControllerConfig, Controller, Error as ControllerError,
+};
+use kube::runtime::watcher;
 use serde::de::DeserializeOwned;
 use tracing::warn;
 
@@ -64,6 +67,23 @@ where
         Some(ns) => kube::Api::namespaced(client.clone(), ns),
         None => kube::Api::all(client.clone()),
     }
+}
+
+/// Runs a controller of `reconciler`'s kind that watches that kind alone (in `namespace`, or
+/// in all), reconciling up to `concurrency` objects at a time, until `shutdown` resolves.
+pub async fn run_kind<R: Reconciled>(
+    reconciler: Arc<R>,
+    client: &kube::Client,
+    namespace: Option<&str>,
+    concurrency: u16,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) where
+    R::Object: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+{
+    let controller = Controller::new(scoped_api(client, namespace), watcher::Config::default())
+        .with_config(ControllerConfig::default().concurrency(concurrency))
+        .graceful_shutdown_on(shutdown);
+    run_controller(controller, reconciler).await;
 }
 
 /// Runs `controller` (its watches, concurrency and shutdown already configured) with

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use futures::FutureExt as _;
 
 use crate::admin::Readiness;
-use crate::backup::reconciler::{self as backup, BackupConfig, BackupReconciler};
-use crate::backup::restore::{self, RestoreReconciler};
+use crate::backup::reconciler::{BackupConfig, BackupReconciler};
+use crate::backup::restore::RestoreReconciler;
 use crate::context::Context;
+use crate::controller_loop::run_kind;
 use crate::reconcile::run_controller;
 
 /// Runs every controller until `shutdown` resolves. `ready` follows the EtcdCluster
@@ -49,12 +50,13 @@ pub async fn run_all(
             shutdown.clone(),
             ready
         ),
-        backup::run(
+        run_kind(
             backups,
-            namespace.clone(),
+            &ctx.client,
+            namespace.as_deref(),
             concurrency.clamp(1, 4),
             shutdown.clone()
         ),
-        restore::run(restores, namespace, shutdown),
+        run_kind(restores, &ctx.client, namespace.as_deref(), 2, shutdown),
     );
 }

@@ -471,6 +471,10 @@ impl LeaderElector {
     /// Renews every retry period; returns why leadership was lost. Runs until then.
     async fn keep_renewing(&self) -> String {
         let p = &self.params;
+        let too_late = format!(
+            "could not renew the lease within the renew deadline ({:?})",
+            p.renew_deadline
+        );
         let mut last_renewal = Instant::now();
         loop {
             tokio::time::sleep(p.retry_period).await;
@@ -489,27 +493,16 @@ impl LeaderElector {
                     // then.
                     tracing::debug!("leader election: renewal conflicted; retrying");
                     if Instant::now() >= deadline {
-                        return format!(
-                            "could not renew the lease within the renew deadline ({:?})",
-                            p.renew_deadline
-                        );
+                        return too_late;
                     }
                 }
                 Ok(Err(e)) => {
                     tracing::warn!(error = %e, "leader election: cannot renew the lease");
                     if Instant::now() >= deadline {
-                        return format!(
-                            "could not renew the lease within the renew deadline ({:?}): {e}",
-                            p.renew_deadline
-                        );
+                        return format!("{too_late}: {e}");
                     }
                 }
-                Err(_) => {
-                    return format!(
-                        "could not renew the lease within the renew deadline ({:?})",
-                        p.renew_deadline
-                    );
-                }
+                Err(_) => return too_late,
             }
         }
     }

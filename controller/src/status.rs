@@ -7,7 +7,6 @@
 //! Nothing CoreOS' operator left in the status (phase Failed, its reason, its conditions) is
 //! carried over: every field is computed anew.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Map, Value, json};
 
@@ -15,7 +14,7 @@ use etcd_shared::names::{self, CLIENT_PORT};
 use etcd_shared::types::{ClusterPhase, EtcdClusterStatus, MembersStatus, RestoredFrom};
 use etcd_shared::version::EtcdVersion;
 
-use crate::conditions;
+use crate::conditions::{self, Stamp};
 
 use crate::planner::{
     Blocked, DefragReason, Handover, Health, MemberState, Observed, RecoverFrom, RemovalReason,
@@ -409,7 +408,6 @@ pub fn compute(
     previous: Option<&EtcdClusterStatus>,
     now: Timestamp,
 ) -> EtcdClusterStatus {
-    let now = Time(now);
     let generation = view.generation;
     let members = obs.members.as_ref().ok();
     let voters: Vec<&MemberState> = members
@@ -566,47 +564,26 @@ pub fn compute(
         Step::Done => "the cluster matches its spec".to_string(),
         _ => format!("next: {}", describe(step)),
     };
+    let (paused_reason, paused_message) = if view.paused {
+        (
+            "PausedBySpec",
+            "spec.paused is set: the operator makes no change",
+        )
+    } else {
+        ("NotPaused", "the operator manages the cluster")
+    };
+    let at = Stamp::new(generation, now);
+    let (available_reason, available_message) = available_reason;
     let mut conditions = vec![
-        conditions::new(
-            AVAILABLE,
-            available,
-            available_reason.0,
-            available_reason.1,
-            generation,
-            &now,
-        ),
-        conditions::new(
+        at.condition(AVAILABLE, available, available_reason, available_message),
+        at.condition(
             PROGRESSING,
             progressing,
             progressing_reason,
             progressing_message,
-            generation,
-            &now,
         ),
-        conditions::new(
-            DEGRADED,
-            degraded,
-            degraded_reason,
-            degraded_message,
-            generation,
-            &now,
-        ),
-        conditions::new(
-            PAUSED,
-            view.paused,
-            if view.paused {
-                "PausedBySpec"
-            } else {
-                "NotPaused"
-            },
-            if view.paused {
-                "spec.paused is set: the operator makes no change".into()
-            } else {
-                "the operator manages the cluster".into()
-            },
-            generation,
-            &now,
-        ),
+        at.condition(DEGRADED, degraded, degraded_reason, degraded_message),
+        at.condition(PAUSED, view.paused, paused_reason, paused_message.into()),
     ];
     if let Some(prev) = previous {
         conditions::carry_transition_times(&mut conditions, &prev.conditions);
@@ -685,31 +662,18 @@ pub fn invalid(
     previous: Option<&EtcdClusterStatus>,
     now: Timestamp,
 ) -> EtcdClusterStatus {
-    let now = Time(now);
+    let at = Stamp::new(generation, now);
     let mut status = previous.cloned().unwrap_or_default();
-    let mut conditions = vec![
-        conditions::new(
-            DEGRADED,
-            true,
-            "InvalidSpec",
-            error.to_string(),
-            generation,
-            &now,
-        ),
-        conditions::new(
+    let conditions = vec![
+        at.condition(DEGRADED, true, "InvalidSpec", error.to_string()),
+        at.condition(
             PROGRESSING,
             false,
             "InvalidSpec",
             "the spec must be fixed before the operator acts".into(),
-            generation,
-            &now,
         ),
     ];
-    conditions::carry_transition_times(&mut conditions, &status.conditions);
-    status
-        .conditions
-        .retain(|c| c.type_ != DEGRADED && c.type_ != PROGRESSING);
-    status.conditions.extend(conditions);
+    conditions::replace(&mut status.conditions, conditions);
     status.observed_generation = generation;
     status.reason = Some("InvalidSpec".into());
     status
@@ -725,7 +689,6 @@ pub fn observation_failed(
     previous: Option<&EtcdClusterStatus>,
     now: Timestamp,
 ) -> EtcdClusterStatus {
-    let now = Time(now);
     let generation = view.generation;
     let reason = match error {
         crate::error::Error::OperatorTls { .. } => "OperatorTLSSecretInvalid",
@@ -733,26 +696,20 @@ pub fn observation_failed(
     };
     let message = format!("the operator cannot observe the cluster: {error}");
     let mut status = previous.cloned().unwrap_or_default();
-    let mut available =
-        conditions::new(AVAILABLE, false, reason, message.clone(), generation, &now);
+    let at = Stamp::new(generation, now);
+    let mut available = at.condition(AVAILABLE, false, reason, message.clone());
     available.status = "Unknown".into();
-    let mut conditions = vec![
+    let conditions = vec![
         available,
-        conditions::new(
+        at.condition(
             PROGRESSING,
             false,
             reason,
             "the operator makes no change until it can observe the cluster".into(),
-            generation,
-            &now,
         ),
-        conditions::new(DEGRADED, true, reason, message, generation, &now),
+        at.condition(DEGRADED, true, reason, message),
     ];
-    conditions::carry_transition_times(&mut conditions, &status.conditions);
-    status
-        .conditions
-        .retain(|c| ![AVAILABLE, PROGRESSING, DEGRADED].contains(&c.type_.as_str()));
-    status.conditions.extend(conditions);
+    conditions::replace(&mut status.conditions, conditions);
     status.conditions.sort_by_key(|c| {
         [AVAILABLE, PROGRESSING, DEGRADED, PAUSED]
             .iter()

@@ -36,3 +36,18 @@ where
     )))?;
     Ok(())
 }
+
+/// Applies `status` to `object` (found by its namespace and name).
+pub async fn write_status<K, S>(client: &kube::Client, object: &K, status: &S) -> Result<(), Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Debug,
+    S: Serialize,
+{
+    let meta = object.meta();
+    let namespace = meta.namespace.as_deref().unwrap_or_default();
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+    apply_status(&api, meta.name.as_deref().unwrap_or_default(), status).await
+}

@@ -29,7 +29,7 @@ use super::schedule::{self, Success};
 use crate::builders::claim_pod::{self, ANNOTATION_FILE, ClaimPod, TLS_DIR, in_claim};
 use crate::error::Error;
 use crate::idempotent;
-use crate::in_pod::pod_report::PodOutcome;
+use crate::in_pod::pod_report::{PodOutcome, PodReport};
 use crate::snapshot::keys;
 
 /// How often a running backup pod is looked at.
@@ -49,10 +49,7 @@ pub enum Progress {
 
 /// The name of the backup pod of EtcdBackup `backup` (a DNS-1123 subdomain).
 pub fn pod_name(backup: &str) -> String {
-    const SUFFIX: &str = "-backup";
-    let mut base = backup.to_string();
-    base.truncate(253 - SUFFIX.len());
-    format!("{}{SUFFIX}", base.trim_end_matches(['-', '.']))
+    claim_pod::pod_name(backup, "-backup")
 }
 
 /// Whether a pod created at `created` has run out of time at `now`.
@@ -65,12 +62,7 @@ pub fn timed_out(created: Option<Timestamp>, limit: Duration, now: Timestamp) ->
 }
 
 /// The success a backup pod's report stands for.
-pub fn success(
-    claim: &str,
-    file: &str,
-    report: &crate::in_pod::pod_report::PodReport,
-    took: Duration,
-) -> Success {
+pub fn success(claim: &str, file: &str, report: &PodReport, took: Duration) -> Success {
     Success {
         path: format!("{claim}/{file}"),
         etcd_version: report.etcd_version.clone().unwrap_or_default(),
@@ -90,44 +82,58 @@ pub(crate) async fn step(
     let namespace = backup.namespace().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(r.client.clone(), &namespace);
     let name = pod_name(&backup.name_any());
+    let limit = schedule::timeout(&backup.spec);
+    let create = start(backup, r, &pods, &name, now);
+    let Some(outcome) = look(&pods, &name, limit, now, create).await? else {
+        return Ok(Progress::Waiting);
+    };
+    Ok(Progress::Finished(outcome.map(|(pod, report)| {
+        let pvc = backup.spec.source.pvc.as_ref();
+        let claim = pvc.map_or("", |p| p.claim_name.as_str());
+        let file = pod
+            .annotations()
+            .get(ANNOTATION_FILE)
+            .map_or("", String::as_str);
+        let took = (pod.metadata.creation_timestamp.as_ref())
+            .and_then(|c| Duration::try_from(now.duration_since(c.0)).ok())
+            .unwrap_or_default();
+        success(claim, file, &report, took)
+    })))
+}
+
+/// One look at the claim pod `name` (of a backup, or of a restore's check): `None` while it
+/// is created (by `create`, when there is none), deleted or running; once it finished, or ran
+/// longer than `limit` plus [`START_GRACE`], it is deleted and its report (or why it failed)
+/// is the outcome.
+pub(crate) async fn look(
+    pods: &Api<Pod>,
+    name: &str,
+    limit: Duration,
+    now: Timestamp,
+    create: impl Future<Output = Result<(), BackupError>>,
+) -> Result<Option<Result<(Pod, PodReport), BackupError>>, BackupError> {
     let Some(pod) = pods
-        .get_opt(&name)
+        .get_opt(name)
         .await
         .map_err(Error::kube(format!("get pod {name}")))?
     else {
-        start(backup, r, &pods, &name, now).await?;
-        return Ok(Progress::Waiting);
+        create.await?;
+        return Ok(None);
     };
     if pod.metadata.deletion_timestamp.is_some() {
-        return Ok(Progress::Waiting);
+        return Ok(None);
     }
     let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
-    let limit = schedule::timeout(&backup.spec);
     let outcome = match PodOutcome::of(&pod) {
         PodOutcome::Running if timed_out(created, limit, now) => Err(BackupError::Timeout(limit)),
-        PodOutcome::Running => return Ok(Progress::Waiting),
+        PodOutcome::Running => return Ok(None),
         PodOutcome::Failed(reason, message) => Err(BackupError::Pod(reason, message)),
-        PodOutcome::Succeeded(report) => {
-            let claim = backup
-                .spec
-                .source
-                .pvc
-                .as_ref()
-                .map(|p| p.claim_name.clone())
-                .unwrap_or_default();
-            let file = pod
-                .annotations()
-                .get(ANNOTATION_FILE)
-                .cloned()
-                .unwrap_or_default();
-            let took = created
-                .and_then(|c| Duration::try_from(now.duration_since(c)).ok())
-                .unwrap_or_default();
-            Ok(success(&claim, &file, &report, took))
-        }
+        PodOutcome::Succeeded(report) => Ok((pod, report)),
     };
-    delete_pod(&pods, &name).await?;
-    Ok(Progress::Finished(outcome))
+    // Deleted once read (gone already is fine).
+    let background = DeleteParams::background();
+    idempotent::delete(pods, name, &background, format!("pod {name}")).await?;
+    Ok(Some(outcome))
 }
 
 /// Creates the backup pod: the cluster's most advanced member, the file named for its revision.
@@ -191,17 +197,6 @@ async fn start(
     Ok(idempotent::create(pods, &pod, format!("pod {name}")).await?)
 }
 
-/// Deletes a finished (or timed-out) claim pod; gone already is fine.
-pub(crate) async fn delete_pod(pods: &Api<Pod>, name: &str) -> Result<(), BackupError> {
-    Ok(idempotent::delete(
-        pods,
-        name,
-        &DeleteParams::background(),
-        format!("pod {name}"),
-    )
-    .await?)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,7 +223,7 @@ mod tests {
 
     #[test]
     fn a_report_becomes_the_success_the_status_records() {
-        let report = crate::in_pod::pod_report::PodReport {
+        let report = PodReport {
             ok: true,
             size: Some(1056),
             sha256: Some("ab".repeat(32)),

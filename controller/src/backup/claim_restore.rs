@@ -17,14 +17,12 @@ use kube::{Api, Resource as _, ResourceExt as _};
 
 use etcd_shared::types::EtcdRestore;
 
-use super::claim_backup::{delete_pod, timed_out};
+use super::claim_backup::look;
 use super::reconciler::BackupError;
 use super::restore::CheckedSource;
 use crate::builders::OperatorImage;
 use crate::builders::claim_pod::{self, ClaimPod, in_claim};
-use crate::error::Error;
 use crate::idempotent;
-use crate::in_pod::pod_report::PodOutcome;
 
 /// How often a running verify pod is looked at.
 pub const POLL: Duration = Duration::from_secs(2);
@@ -34,10 +32,7 @@ pub const VERIFY_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// The name of the verify pod of EtcdRestore `restore`.
 pub fn pod_name(restore: &str) -> String {
-    const SUFFIX: &str = "-verify";
-    let mut base = restore.to_string();
-    base.truncate(253 - SUFFIX.len());
-    format!("{}{SUFFIX}", base.trim_end_matches(['-', '.']))
+    claim_pod::pod_name(restore, "-verify")
 }
 
 /// One step of the check: `None` while the pod is created or runs, the check once it passed.
@@ -55,50 +50,34 @@ pub(crate) async fn verify_step(
     let namespace = restore.namespace().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
     let name = pod_name(&restore.name_any());
-    let Some(pod) = pods
-        .get_opt(&name)
-        .await
-        .map_err(Error::kube(format!("get pod {name}")))?
-    else {
-        let pod = claim_pod::claim_pod(ClaimPod {
-            name: name.clone(),
-            namespace: namespace.clone(),
-            owner: restore.controller_owner_ref(&()).unwrap_or_default(),
-            component: "restore-verify",
-            image: image.clone(),
-            claim: pvc.claim_name.clone(),
-            read_only: true,
-            args: vec![
-                "backup".into(),
-                "verify".into(),
-                format!("--file={}", in_claim(&pvc.path)),
-            ],
-            tls_secret: None,
-            file: pvc.path.clone(),
-        });
-        idempotent::create(&pods, &pod, format!("pod {name}")).await?;
+    let pod = claim_pod::claim_pod(ClaimPod {
+        name: name.clone(),
+        namespace: namespace.clone(),
+        owner: restore.controller_owner_ref(&()).unwrap_or_default(),
+        component: "restore-verify",
+        image: image.clone(),
+        claim: pvc.claim_name.clone(),
+        read_only: true,
+        args: vec![
+            "backup".into(),
+            "verify".into(),
+            format!("--file={}", in_claim(&pvc.path)),
+        ],
+        tls_secret: None,
+        file: pvc.path.clone(),
+    });
+    let create = async { Ok(idempotent::create(&pods, &pod, format!("pod {name}")).await?) };
+    let Some(outcome) = look(&pods, &name, VERIFY_TIMEOUT, Timestamp::now(), create).await? else {
         return Ok(None);
     };
-    if pod.metadata.deletion_timestamp.is_some() {
-        return Ok(None);
-    }
-    let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
-    let outcome = match PodOutcome::of(&pod) {
-        PodOutcome::Running if timed_out(created, VERIFY_TIMEOUT, Timestamp::now()) => {
-            Err(BackupError::Timeout(VERIFY_TIMEOUT))
-        }
-        PodOutcome::Running => return Ok(None),
-        PodOutcome::Failed(reason, message) => Err(BackupError::Pod(reason, message)),
-        PodOutcome::Succeeded(report) => Ok(CheckedSource {
-            path: format!("{}/{}", pvc.claim_name, pvc.path),
-            size: report.size.unwrap_or_default(),
-            sha256: report.sha256.unwrap_or_default(),
-            revision: report.revision,
-            etcd_version: report.etcd_version,
-        }),
-    };
-    delete_pod(&pods, &name).await?;
-    outcome.map(Some)
+    let report = outcome?.1;
+    Ok(Some(CheckedSource {
+        path: format!("{}/{}", pvc.claim_name, pvc.path),
+        size: report.size.unwrap_or_default(),
+        sha256: report.sha256.unwrap_or_default(),
+        revision: report.revision,
+        etcd_version: report.etcd_version,
+    }))
 }
 
 #[cfg(test)]

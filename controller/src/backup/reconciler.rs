@@ -18,14 +18,13 @@ use futures::TryStreamExt as _;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
-use kube::runtime::controller::{Action, Config as ControllerRuntimeConfig, Controller};
-use kube::runtime::events::{EventType, Recorder, Reporter};
-use kube::runtime::watcher;
-use kube::{Api, Resource as _, ResourceExt as _};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::{Api, ResourceExt as _};
 
 use crate::builders::OperatorImage;
-use crate::controller_loop::{Reconciled, object_key as key, run_controller, scoped_api};
-use crate::status_writer::apply_status;
+use crate::controller_loop::{Reconciled, object_key as key};
+use crate::status_writer::write_status;
 use object_store::{ObjectStore, ObjectStoreExt as _};
 use tracing::{info, warn};
 
@@ -33,14 +32,14 @@ use etcd_shared::admission::{AdmissionPolicy, Defaults};
 use etcd_shared::endpoints::{EndpointError, cluster_of_endpoints};
 use etcd_shared::names;
 use etcd_shared::types::storage::PVC_STORAGE_TYPE;
-use etcd_shared::types::{EtcdBackup, EtcdBackupStatus, EtcdCluster};
+use etcd_shared::types::{EtcdBackup, EtcdCluster};
 
 use super::claim_backup::{self, Progress};
 use super::schedule::{self, Next, Success};
 use crate::backoff::Backoff;
 use crate::error::Error;
 use crate::etcd::{EtcdAccess, MemberStatus};
-use crate::events::publish;
+use crate::events::Events;
 use crate::metrics::backup::BackupMetrics;
 use crate::observe;
 use crate::snapshot::keys;
@@ -129,6 +128,25 @@ impl BackupError {
         }
     }
 
+    /// The cluster `name` cannot be read (its spec, or the etcd line it runs), for `reason`.
+    pub fn invalid<E: std::fmt::Display>(name: impl Into<String>) -> impl FnOnce(E) -> BackupError {
+        let name = name.into();
+        move |reason| BackupError::ClusterInvalid {
+            name,
+            reason: reason.to_string(),
+        }
+    }
+
+    /// What a reconcile that failed with it returns: a wait for a change of the spec when only
+    /// that can fix it ([`BackupError::needs_spec_change`]), else the error (retried).
+    pub fn into_action(self) -> Result<Action, BackupError> {
+        if self.needs_spec_change() {
+            Ok(Action::await_change())
+        } else {
+            Err(self)
+        }
+    }
+
     /// Whether only a change of the spec (or of the objects it names) can fix it: reported
     /// and not retried on a timer.
     pub fn needs_spec_change(&self) -> bool {
@@ -199,20 +217,6 @@ impl BackupReconciler {
     }
 }
 
-/// Runs the EtcdBackup controller until `shutdown` resolves.
-pub async fn run(
-    reconciler: Arc<BackupReconciler>,
-    namespace: Option<String>,
-    concurrency: u16,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
-) {
-    let backups: Api<EtcdBackup> = scoped_api(&reconciler.client, namespace.as_deref());
-    let controller = Controller::new(backups, watcher::Config::default())
-        .with_config(ControllerRuntimeConfig::default().concurrency(concurrency))
-        .graceful_shutdown_on(shutdown);
-    run_controller(controller, reconciler).await;
-}
-
 impl Reconciled for BackupReconciler {
     type Object = EtcdBackup;
     type Error = BackupError;
@@ -266,7 +270,7 @@ async fn reconcile(
             Err(_) => Err(BackupError::Timeout(limit)),
         }
     };
-    let reference = backup.object_ref(&());
+    let events = Events::of(&r.recorder, &*backup);
     let namespace = backup.namespace().unwrap_or_default();
     let name = backup.name_any();
     match outcome {
@@ -277,7 +281,7 @@ async fn reconcile(
                 generation,
                 Timestamp::now(),
             );
-            write_status(&r.client, &namespace, &name, &status).await?;
+            write_status(&r.client, &*backup, &status).await?;
             r.metrics.succeeded(
                 &namespace,
                 &name,
@@ -286,18 +290,10 @@ async fn reconcile(
                 status.last_success_date.as_ref().map(|t| t.0),
             );
             r.backoff.succeeded(&key(&*backup));
-            publish(
-                &r.recorder,
-                &reference,
-                EventType::Normal,
-                "BackupSucceeded",
-                status
-                    .conditions
-                    .first()
-                    .map(|c| c.message.clone())
-                    .unwrap_or_default(),
-            )
-            .await;
+            let note = status.conditions.first().map(|c| c.message.clone());
+            events
+                .normal("BackupSucceeded", note.unwrap_or_default())
+                .await;
             info!(backup = %key(&*backup), path = %success.path, revision = success.revision, size = success.size, took = ?started.elapsed(), "backup written");
             Ok(match schedule::interval(&backup.spec) {
                 Some(every) => Action::requeue(every),
@@ -315,15 +311,11 @@ async fn reconcile(
                 Timestamp::now(),
             );
             r.metrics.failed(reason);
-            publish(&r.recorder, &reference, EventType::Warning, reason, message).await;
-            if let Err(e) = write_status(&r.client, &namespace, &name, &status).await {
+            events.warning(reason, message).await;
+            if let Err(e) = write_status(&r.client, &*backup, &status).await {
                 warn!(backup = %key(&*backup), error = %e, "could not write the backup's status");
             }
-            if error.needs_spec_change() {
-                Ok(Action::await_change())
-            } else {
-                Err(error)
-            }
+            error.into_action()
         }
     }
 }
@@ -381,11 +373,8 @@ pub(crate) async fn target(
         .await
         .map_err(Error::kube(format!("get EtcdCluster {cluster_name}")))?
         .ok_or_else(|| BackupError::ClusterNotFound(cluster_name.clone()))?;
-    let view =
-        ClusterView::new(&cluster, &r.config.policy).map_err(|e| BackupError::ClusterInvalid {
-            name: cluster_name.clone(),
-            reason: e.to_string(),
-        })?;
+    let view = ClusterView::new(&cluster, &r.config.policy)
+        .map_err(BackupError::invalid(&cluster_name))?;
     let tls_secret = match spec.client_tls_secret.as_str() {
         "" => view.tls.operator_secret.clone(),
         secret => Some(secret.to_string()),
@@ -587,16 +576,5 @@ async fn retain(
         bucket.delete(&transfer::object_path(&doomed)?).await?;
         info!(key = %doomed, "old snapshot deleted (maxBackups)");
     }
-    Ok(())
-}
-
-async fn write_status(
-    client: &kube::Client,
-    namespace: &str,
-    name: &str,
-    status: &EtcdBackupStatus,
-) -> Result<(), BackupError> {
-    let api: Api<EtcdBackup> = Api::namespaced(client.clone(), namespace);
-    apply_status(&api, name, status).await?;
     Ok(())
 }

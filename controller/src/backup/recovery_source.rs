@@ -172,12 +172,8 @@ pub async fn newest_backup(
             let credentials = credentials(client, &view.namespace, &location).await?;
             let bucket = store::open(&location, &credentials, timeouts)?;
             let (checked, info) = transfer::verify(&bucket, &location.key, None).await?;
-            lines_fit(info.etcd_version.as_deref(), &view.version).map_err(|reason| {
-                BackupError::ClusterInvalid {
-                    name: view.name.clone(),
-                    reason,
-                }
-            })?;
+            lines_fit(info.etcd_version.as_deref(), &view.version)
+                .map_err(BackupError::invalid(&view.name))?;
             Ok::<_, BackupError>((location.display(&location.key), checked, info))
         }
         .await;

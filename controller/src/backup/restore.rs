@@ -19,13 +19,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
-use kube::runtime::controller::{Action, Config as ControllerRuntimeConfig, Controller};
-use kube::runtime::events::{EventType, Recorder, Reporter};
-use kube::runtime::watcher;
-use kube::{Api, Resource as _, ResourceExt as _};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::{Api, ResourceExt as _};
 use serde_json::json;
 use tracing::{info, warn};
 
@@ -40,15 +39,15 @@ use super::claim_restore;
 use super::reconciler::{BackupError, credentials};
 use crate::backoff::Backoff;
 use crate::builders::OperatorImage;
-use crate::conditions;
-use crate::controller_loop::{Reconciled, object_key as key, run_controller, scoped_api};
+use crate::conditions::{self, Stamp};
+use crate::controller_loop::{Reconciled, object_key as key};
 use crate::error::Error;
-use crate::events::publish;
+use crate::events::Events;
 use crate::idempotent;
 use crate::metrics::backup::BackupMetrics;
 use crate::snapshot::store::{self, StoreLocation, StoreTimeouts};
 use crate::snapshot::transfer;
-use crate::status_writer::apply_status;
+use crate::status_writer::write_status;
 
 /// Condition type: the snapshot was downloaded and checked.
 pub const VERIFIED: &str = "Verified";
@@ -208,19 +207,11 @@ impl RestoreReconciler {
             restore_image,
         }
     }
-}
 
-/// Runs the EtcdRestore controller until `shutdown` resolves.
-pub async fn run(
-    reconciler: Arc<RestoreReconciler>,
-    namespace: Option<String>,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
-) {
-    let restores: Api<EtcdRestore> = scoped_api(&reconciler.client, namespace.as_deref());
-    let controller = Controller::new(restores, watcher::Config::default())
-        .with_config(ControllerRuntimeConfig::default().concurrency(2))
-        .graceful_shutdown_on(shutdown);
-    run_controller(controller, reconciler).await;
+    /// The Events of `restore`.
+    fn events(&self, restore: &EtcdRestore) -> Events<'_> {
+        Events::of(&self.recorder, restore)
+    }
 }
 
 impl Reconciled for RestoreReconciler {
@@ -259,7 +250,6 @@ async fn reconcile(
         .map_err(Error::kube(format!("get EtcdCluster {target}")))?;
     let step = next_step(&restore, cluster.as_ref());
     tracing::debug!(restore = %key(&*restore), ?step, "restore step");
-    let reference = restore.object_ref(&());
     if restore.metadata.deletion_timestamp.is_some() {
         return finish_deleted(&r, &restore, &clusters, &namespace, step).await;
     }
@@ -288,32 +278,17 @@ async fn reconcile(
             match verify(&r, &restore, &cluster).await {
                 Ok(None) => Ok(Action::requeue(claim_restore::POLL)),
                 Ok(Some(status)) => {
-                    write_status(&r.client, &restore, &status).await?;
-                    let note = status
-                        .conditions
-                        .iter()
-                        .find(|c| c.type_ == VERIFIED)
-                        .map(|c| c.message.clone())
-                        .unwrap_or_default();
-                    publish(
-                        &r.recorder,
-                        &reference,
-                        EventType::Normal,
-                        "SnapshotVerified",
-                        note,
-                    )
-                    .await;
+                    write_status(&r.client, &*restore, &status).await?;
+                    let verified = status.conditions.iter().find(|c| c.type_ == VERIFIED);
+                    let note = verified.map(|c| c.message.clone()).unwrap_or_default();
+                    r.events(&restore).normal("SnapshotVerified", note).await;
                     Ok(Action::requeue(Duration::ZERO))
                 }
                 Err(error) => {
                     let reason = error.reason();
                     fail(&r, &restore, reason, &error.to_string(), VERIFIED).await;
                     r.metrics.restored(false);
-                    if error.needs_spec_change() {
-                        Ok(Action::await_change())
-                    } else {
-                        Err(error)
-                    }
+                    error.into_action()
                 }
             }
         }
@@ -334,7 +309,10 @@ async fn reconcile(
                 Err(e) => return Err(Error::kube(format!("delete EtcdCluster {target}"))(e).into()),
             }
             info!(restore = %key(&*restore), cluster = %target, %uid, "the snapshot checked; the cluster it replaces is being deleted");
-            publish(&r.recorder, &reference, EventType::Normal, "ClusterReplaced", format!("deleting EtcdCluster {target} (uid {uid}) to restore it from the verified snapshot")).await;
+            let note = format!(
+                "deleting EtcdCluster {target} (uid {uid}) to restore it from the verified snapshot"
+            );
+            r.events(&restore).normal("ClusterReplaced", note).await;
             Ok(Action::requeue(POLL))
         }
         RestoreStep::WaitGone | RestoreStep::WaitReady => Ok(Action::requeue(POLL)),
@@ -346,7 +324,6 @@ async fn reconcile(
             let mut status = restore.status.clone().unwrap_or_default();
             status.succeeded = true;
             status.reason = None;
-            let now = Time(Timestamp::now());
             let message = format!(
                 "EtcdCluster {target} runs on the snapshot {} (revision {})",
                 status.snapshot_path.clone().unwrap_or_default(),
@@ -354,29 +331,14 @@ async fn reconcile(
                     .snapshot_revision
                     .map_or("unknown".to_string(), |r| r.to_string())
             );
-            set_condition(
-                &mut status,
-                conditions::new(
-                    RESTORED,
-                    true,
-                    "Restored",
-                    message.clone(),
-                    restore.metadata.generation,
-                    &now,
-                ),
-            );
-            write_status(&r.client, &restore, &status).await?;
+            let at = Stamp::new(restore.metadata.generation, Timestamp::now());
+            let restored = at.condition(RESTORED, true, "Restored", message.clone());
+            conditions::replace(&mut status.conditions, vec![restored]);
+            write_status(&r.client, &*restore, &status).await?;
             set_finalizer(&r.client, &restore, false).await?;
             r.metrics.restored(true);
             r.backoff.succeeded(&key(&*restore));
-            publish(
-                &r.recorder,
-                &reference,
-                EventType::Normal,
-                "Restored",
-                message,
-            )
-            .await;
+            r.events(&restore).normal("Restored", message).await;
             Ok(Action::await_change())
         }
     }
@@ -392,14 +354,8 @@ async fn create_restored(
     let target = restore.spec.etcd_cluster.name.clone();
     let new = restored_cluster(restore, namespace)?;
     idempotent::create(clusters, &new, format!("EtcdCluster {target}")).await?;
-    publish(
-        &r.recorder,
-        &restore.object_ref(&()),
-        EventType::Normal,
-        "ClusterCreated",
-        format!("EtcdCluster {target} created; its first member restores the snapshot"),
-    )
-    .await;
+    let note = format!("EtcdCluster {target} created; its first member restores the snapshot");
+    r.events(restore).normal("ClusterCreated", note).await;
     Ok(())
 }
 
@@ -519,12 +475,8 @@ async fn verify(
     restore: &EtcdRestore,
     cluster: &EtcdCluster,
 ) -> Result<Option<EtcdRestoreStatus>, BackupError> {
-    let view = crate::builders::ClusterView::new(cluster, &r.policy).map_err(|e| {
-        BackupError::ClusterInvalid {
-            name: cluster.name_any(),
-            reason: e.to_string(),
-        }
-    })?;
+    let view = crate::builders::ClusterView::new(cluster, &r.policy)
+        .map_err(BackupError::invalid(cluster.name_any()))?;
     let checked = if restore.spec.backup_storage_type == PVC_STORAGE_TYPE {
         let image = r.restore_image.clone().ok_or(BackupError::NoImage)?;
         match claim_restore::verify_step(&r.client, &image, restore).await? {
@@ -535,13 +487,8 @@ async fn verify(
         check_object(r, restore).await?
     };
     let info = &checked;
-    lines_fit(info.etcd_version.as_deref(), &view.version).map_err(|reason| {
-        BackupError::ClusterInvalid {
-            name: cluster.name_any(),
-            reason,
-        }
-    })?;
-    let now = Time(Timestamp::now());
+    lines_fit(info.etcd_version.as_deref(), &view.version)
+        .map_err(BackupError::invalid(cluster.name_any()))?;
     let mut annotations = cluster.annotations().clone();
     annotations.remove(ANNOTATION_RESTORE_SEED);
     annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
@@ -568,17 +515,9 @@ async fn verify(
         info.revision
             .map_or("(not recorded)".to_string(), |r| r.to_string())
     );
-    set_condition(
-        &mut status,
-        conditions::new(
-            VERIFIED,
-            true,
-            "SnapshotVerified",
-            message,
-            restore.metadata.generation,
-            &now,
-        ),
-    );
+    let at = Stamp::new(restore.metadata.generation, Timestamp::now());
+    let verified = at.condition(VERIFIED, true, "SnapshotVerified", message);
+    conditions::replace(&mut status.conditions, vec![verified]);
     Ok(Some(status))
 }
 
@@ -611,19 +550,6 @@ fn restored_cluster(restore: &EtcdRestore, namespace: &str) -> Result<EtcdCluste
     Ok(cluster)
 }
 
-fn set_condition(
-    status: &mut EtcdRestoreStatus,
-    condition: k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition,
-) {
-    let mut new = vec![condition];
-    conditions::carry_transition_times(&mut new, &status.conditions);
-    let Some(condition) = new.pop() else {
-        return;
-    };
-    status.conditions.retain(|c| c.type_ != condition.type_);
-    status.conditions.push(condition);
-}
-
 /// Records a failure (the live cluster untouched when it happens before the replace step).
 async fn fail(
     r: &RestoreReconciler,
@@ -635,47 +561,20 @@ async fn fail(
     let mut status = restore.status.clone().unwrap_or_default();
     status.succeeded = false;
     status.reason = Some(format!("{reason}: {message}"));
-    let now = Time(Timestamp::now());
-    set_condition(
-        &mut status,
-        conditions::new(
-            condition,
-            false,
-            reason,
-            message.to_string(),
-            restore.metadata.generation,
-            &now,
-        ),
-    );
+    let at = Stamp::new(restore.metadata.generation, Timestamp::now());
+    let failed = at.condition(condition, false, reason, message.into());
+    conditions::replace(&mut status.conditions, vec![failed]);
     if let Err(e) = write_status(&r.client, restore, &status).await {
         warn!(restore = %key(restore), error = %e, "could not write the restore's status");
     }
-    publish(
-        &r.recorder,
-        &restore.object_ref(&()),
-        EventType::Warning,
-        reason,
-        message.to_string(),
-    )
-    .await;
-}
-
-async fn write_status(
-    client: &kube::Client,
-    restore: &EtcdRestore,
-    status: &EtcdRestoreStatus,
-) -> Result<(), BackupError> {
-    let namespace = restore.namespace().unwrap_or_default();
-    let api: Api<EtcdRestore> = Api::namespaced(client.clone(), &namespace);
-    apply_status(&api, &restore.name_any(), status).await?;
-    Ok(())
+    r.events(restore).warning(reason, message.into()).await;
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use etcd_shared::types::{EtcdClusterStatus, EtcdRestoreSpec};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
     fn restore(status: Option<EtcdRestoreStatus>) -> EtcdRestore {
         let mut r = EtcdRestore::new("r1", EtcdRestoreSpec::default());

@@ -9,7 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use etcd_shared::types::{EtcdBackupSpec, EtcdBackupStatus};
 
-use crate::conditions;
+use crate::conditions::{self, Stamp};
 
 /// CoreOS' default of `timeoutInSecond`.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -118,7 +118,7 @@ pub fn succeeded(
         last_backup_sha256: Some(success.sha256.clone()),
         conditions: with_condition(
             old,
-            conditions::new(SUCCEEDED, true, "BackupSucceeded", message, generation, &at),
+            Stamp::new(generation, now).condition(SUCCEEDED, true, "BackupSucceeded", message),
         ),
         observed_generation: generation,
     }
@@ -133,21 +133,11 @@ pub fn failed(
     generation: Option<i64>,
     now: Timestamp,
 ) -> EtcdBackupStatus {
-    let at = Time(now);
     let mut status = old.cloned().unwrap_or_default();
     status.succeeded = false;
     status.reason = Some(format!("{reason}: {message}"));
-    status.conditions = with_condition(
-        old,
-        conditions::new(
-            SUCCEEDED,
-            false,
-            reason,
-            message.to_string(),
-            generation,
-            &at,
-        ),
-    );
+    let failed = Stamp::new(generation, now).condition(SUCCEEDED, false, reason, message.into());
+    status.conditions = with_condition(old, failed);
     status.observed_generation = generation;
     status
 }

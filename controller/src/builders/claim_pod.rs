@@ -56,6 +56,14 @@ pub struct ClaimPod {
     pub file: String,
 }
 
+/// The name of the claim pod of the EtcdBackup or EtcdRestore `owner`: `owner` and `suffix`
+/// (`-backup`, `-verify`), cut to fit a DNS-1123 subdomain.
+pub fn pod_name(owner: &str, suffix: &str) -> String {
+    let mut base = owner.to_string();
+    base.truncate(253 - suffix.len());
+    format!("{}{suffix}", base.trim_end_matches(['-', '.']))
+}
+
 /// The path in the pod of `relative` (a checked `pvc.path`, or a name made from one).
 pub fn in_claim(relative: &str) -> String {
     format!("{CLAIM_MOUNT}/{relative}")

@@ -69,26 +69,14 @@ pub fn disruption_budget(view: &ClusterView, obs: &Observed) -> PodDisruptionBud
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::planner::fixtures::ready_pod;
-    use crate::planner::{Health, MemberState};
+    use crate::planner::MemberState;
+    use crate::planner::fixtures::{healthy_member, ready_pod};
     use crate::view::fixtures::view_of;
 
     fn member(i: u32, learner: bool) -> MemberState {
         MemberState {
-            id: u64::from(i) + 1,
-            name: format!("demo-{i}"),
             learner,
-            started: true,
-            health: Health::Healthy {
-                version: None,
-                leader: i == 0,
-            },
-            applied_index: 0,
-            db: Default::default(),
-            revision: 0,
-            answered: true,
-            raft_index: 0,
-            peer_url: None,
+            ..healthy_member(&format!("demo-{i}"), u64::from(i) + 1, None, i == 0)
         }
     }
 

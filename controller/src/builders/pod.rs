@@ -383,6 +383,17 @@ fn port(name: &str, port: i32) -> ContainerPort {
     }
 }
 
+/// The names of the Secrets `pod` pulls its images with, in order.
+#[cfg(test)]
+pub(crate) fn pull_secret_names(pod: Pod) -> Vec<String> {
+    let secrets = pod.spec.and_then(|s| s.image_pull_secrets);
+    secrets
+        .unwrap_or_default()
+        .into_iter()
+        .map(|s| s.name)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -680,14 +691,7 @@ mod tests {
         let view =
             view_of("version: 3.6.16\npod:\n  imagePullSecrets:\n  - name: quay\n  - name: mirror");
         let pod = member_pod(&view, &plan(&view, InitialState::New));
-        let pull: Vec<String> = pod
-            .spec
-            .and_then(|s| s.image_pull_secrets)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|s| s.name)
-            .collect();
-        assert_eq!(pull, ["quay", "mirror"]);
+        assert_eq!(pull_secret_names(pod), ["quay", "mirror"]);
         let view = view_of("version: 3.6.16");
         let pod = member_pod(&view, &plan(&view, InitialState::New));
         assert_eq!(pod.spec.and_then(|s| s.image_pull_secrets), None);

@@ -273,6 +273,12 @@ mod tests {
 
     fn seeded_from(version: &str, seed: &RestoreSeed) -> Pod {
         let view = view_of(&format!("size: 3\nversion: {version}"));
+        let image = OperatorImage::new("registry.example/etcd-controller:1");
+        seeded_in(&view, seed, &image)
+    }
+
+    /// The first member of `view`, seeded from `seed` with the operator's `image`.
+    fn seeded_in(view: &ClusterView, seed: &RestoreSeed, image: &OperatorImage) -> Pod {
         let plan = MemberPlan {
             name: "demo-0".into(),
             initial_cluster: vec![("demo-0".into(), view.peer_url("demo-0"))],
@@ -281,14 +287,8 @@ mod tests {
             token: view.token(),
             seed: None,
         };
-        let mut pod = member_pod(&view, &plan);
-        seed_member(
-            &mut pod,
-            &view,
-            &plan,
-            &from_store(seed),
-            &OperatorImage::new("registry.example/etcd-controller:1"),
-        );
+        let mut pod = member_pod(view, &plan);
+        seed_member(&mut pod, view, &plan, &from_store(seed), image);
         pod
     }
 
@@ -296,27 +296,12 @@ mod tests {
     fn the_seed_member_pulls_the_operators_image_with_its_secrets_too() {
         let view =
             view_of("size: 3\nversion: 3.6.16\npod:\n  imagePullSecrets:\n  - name: etcd-registry");
-        let plan = MemberPlan {
-            name: "demo-0".into(),
-            initial_cluster: vec![("demo-0".into(), view.peer_url("demo-0"))],
-            state: InitialState::New,
-            version: view.version,
-            token: view.token(),
-            seed: None,
-        };
-        let mut pod = member_pod(&view, &plan);
         let image = OperatorImage {
             reference: "registry.example/etcd-controller:1".into(),
             pull_secrets: vec!["operator-registry".into(), "etcd-registry".into()],
         };
-        seed_member(&mut pod, &view, &plan, &from_store(&seed()), &image);
-        let pull: Vec<String> = pod
-            .spec
-            .and_then(|s| s.image_pull_secrets)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|s| s.name)
-            .collect();
+        let pod = seeded_in(&view, &seed(), &image);
+        let pull = crate::builders::pod::pull_secret_names(pod);
         assert_eq!(pull, ["etcd-registry", "operator-registry"]);
     }
 
@@ -375,16 +360,6 @@ mod tests {
 
     #[test]
     fn a_pvc_seed_copies_from_the_claim_mounted_read_only() {
-        let view = view_of("size: 3\nversion: 3.6.16");
-        let plan = MemberPlan {
-            name: "demo-0".into(),
-            initial_cluster: vec![("demo-0".into(), view.peer_url("demo-0"))],
-            state: InitialState::New,
-            version: view.version,
-            token: view.token(),
-            seed: None,
-        };
-        let mut pod = member_pod(&view, &plan);
         let pvc_seed = RestoreSeed {
             source: StorageSource {
                 pvc: Some(etcd_shared::types::PvcSource {
@@ -395,13 +370,7 @@ mod tests {
             },
             ..seed()
         };
-        seed_member(
-            &mut pod,
-            &view,
-            &plan,
-            &from_store(&pvc_seed),
-            &OperatorImage::new("registry.example/etcd-controller:1"),
-        );
+        let pod = seeded_from("3.6.16", &pvc_seed);
         let spec = pod.spec.expect("spec");
         let init = spec.init_containers.expect("init");
         let fetch = init[0].args.clone().unwrap_or_default().join(" ");

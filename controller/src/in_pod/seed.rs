@@ -199,20 +199,27 @@ pub async fn fetch(args: &FetchArgs) -> Result<String, SeedError> {
     let mut out = std::fs::File::create(&partial).map_err(io("creating", &partial))?;
     let outcome = download(&bucket, &location.key, &expected, &mut out, &partial).await;
     drop(out);
-    match outcome {
-        Ok(size) => {
-            std::fs::rename(&partial, &snapshot).map_err(io("renaming", &partial))?;
-            Ok(format!(
-                "downloaded {} ({size} bytes, sha256 {expected}) to {}",
-                args.path,
-                snapshot.display()
-            ))
-        }
-        Err(e) => {
-            let _ = std::fs::remove_file(&partial);
-            Err(e)
-        }
+    let size = keep_if_done(&partial, &snapshot, outcome)?;
+    Ok(format!(
+        "downloaded {} ({size} bytes, sha256 {expected}) to {}",
+        args.path,
+        snapshot.display()
+    ))
+}
+
+/// Moves the temporary file `partial` to `snapshot` when it was written (`outcome` is `Ok`),
+/// else removes it.
+fn keep_if_done<T>(
+    partial: &Path,
+    snapshot: &Path,
+    outcome: Result<T, SeedError>,
+) -> Result<T, SeedError> {
+    if outcome.is_ok() {
+        std::fs::rename(partial, snapshot).map_err(io("renaming", partial))?;
+    } else {
+        let _ = std::fs::remove_file(partial);
     }
+    outcome
 }
 
 /// Streams the snapshot of the member at `member` into `snapshot` (through a temporary file,
@@ -272,21 +279,13 @@ fn copy(
         Ok(checked)
     });
     drop(out);
-    match copied {
-        Ok(checked) => {
-            std::fs::rename(&partial, snapshot).map_err(io("renaming", &partial))?;
-            Ok(format!(
-                "copied {} ({} bytes, sha256 {expected}) to {}",
-                file.display(),
-                checked.size,
-                snapshot.display()
-            ))
-        }
-        Err(e) => {
-            let _ = std::fs::remove_file(&partial);
-            Err(e)
-        }
-    }
+    let checked = keep_if_done(&partial, snapshot, copied)?;
+    Ok(format!(
+        "copied {} ({} bytes, sha256 {expected}) to {}",
+        file.display(),
+        checked.size,
+        snapshot.display()
+    ))
 }
 
 /// The storage source the arguments name (the secret is the mounted directory, not a name).

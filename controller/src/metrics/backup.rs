@@ -12,9 +12,7 @@
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
-use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGaugeVec, Opts, Registry};
-
-use super::NAMESPACE;
+use prometheus::{Histogram, IntCounterVec, IntGaugeVec, Registry};
 
 /// Buckets of `backup_duration_seconds`: 0.1 s to one hour.
 pub const DURATION_BUCKETS: &[f64] = &[
@@ -32,53 +30,40 @@ pub struct BackupMetrics {
     restores_total: IntCounterVec,
 }
 
-fn opts(name: &str, help: &str) -> Opts {
-    Opts::new(name, help).namespace(NAMESPACE)
-}
-
 impl BackupMetrics {
     /// Creates the series and registers them on `registry`.
     pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
-        let backups_total = IntCounterVec::new(
-            opts("backups_total", "Backups attempted, by result."),
+        let r = super::Series(registry);
+        let backups_total = r.counters(
+            "backups_total",
+            "Backups attempted, by result.",
             &["result"],
         )?;
-        let failures_total = IntCounterVec::new(
-            opts("backup_failures_total", "Failed backups, by reason."),
+        let failures_total = r.counters(
+            "backup_failures_total",
+            "Failed backups, by reason.",
             &["reason"],
         )?;
-        let duration_seconds = Histogram::with_opts(
-            HistogramOpts::new(
-                "backup_duration_seconds",
-                "Duration of a successful backup, from the member's status to the completed upload.",
-            )
-            .namespace(NAMESPACE)
-            .buckets(DURATION_BUCKETS.to_vec()),
+        let duration_seconds = r.histogram(
+            "backup_duration_seconds",
+            "Duration of a successful backup, from the member's status to the completed upload.",
+            DURATION_BUCKETS,
         )?;
-        let last_success = IntGaugeVec::new(
-            opts(
-                "backup_last_success_timestamp_seconds",
-                "Unix time of the latest successful backup of an EtcdBackup.",
-            ),
+        let last_success = r.gauges(
+            "backup_last_success_timestamp_seconds",
+            "Unix time of the latest successful backup of an EtcdBackup.",
             &["namespace", "backup"],
         )?;
-        let last_size = IntGaugeVec::new(
-            opts(
-                "backup_last_size_bytes",
-                "Size of the latest snapshot an EtcdBackup wrote.",
-            ),
+        let last_size = r.gauges(
+            "backup_last_size_bytes",
+            "Size of the latest snapshot an EtcdBackup wrote.",
             &["namespace", "backup"],
         )?;
-        let restores_total = IntCounterVec::new(
-            opts("restores_total", "Restores carried out, by result."),
+        let restores_total = r.counters(
+            "restores_total",
+            "Restores carried out, by result.",
             &["result"],
         )?;
-        registry.register(Box::new(backups_total.clone()))?;
-        registry.register(Box::new(failures_total.clone()))?;
-        registry.register(Box::new(duration_seconds.clone()))?;
-        registry.register(Box::new(last_success.clone()))?;
-        registry.register(Box::new(last_size.clone()))?;
-        registry.register(Box::new(restores_total.clone()))?;
         for result in ["ok", "error"] {
             backups_total.with_label_values(&[result]);
             restores_total.with_label_values(&[result]);
@@ -152,15 +137,15 @@ mod tests {
             Some(Timestamp::from_second(1_700_000_000).expect("t")),
         );
         m.failed("Timeout");
-        let text = prometheus::TextEncoder::new()
-            .encode_to_string(&registry.gather())
-            .expect("text");
+        let encode = || {
+            let families = registry.gather();
+            prometheus::TextEncoder::new().encode_to_string(&families)
+        };
+        let text = encode().expect("text");
         assert!(text.contains("etcd_controller_backup_last_success_timestamp_seconds{backup=\"b\",namespace=\"ns\"} 1700000000"), "{text}");
         assert!(text.contains("etcd_controller_backup_failures_total{reason=\"Timeout\"} 1"));
         m.forget("ns", "b");
-        let text = prometheus::TextEncoder::new()
-            .encode_to_string(&registry.gather())
-            .expect("text");
+        let text = encode().expect("text");
         assert!(!text.contains("backup=\"b\""), "{text}");
     }
 }

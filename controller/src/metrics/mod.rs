@@ -25,6 +25,7 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use etcd_shared::types::ClusterPhase;
+use prometheus::core::Collector;
 use prometheus::{
     Histogram, HistogramOpts, HistogramTimer, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
     TextEncoder,
@@ -93,111 +94,109 @@ fn opts(name: &str, help: &str) -> Opts {
     Opts::new(name, help).namespace(NAMESPACE)
 }
 
+type Made<T> = Result<T, prometheus::Error>;
+
+/// Creates series named `etcd_controller_NAME` and registers them on its registry.
+#[derive(Clone, Copy)]
+struct Series<'a>(&'a Registry);
+
+impl Series<'_> {
+    /// Registers `series` and hands it back.
+    fn register<C: Collector + Clone + 'static>(self, series: C) -> Made<C> {
+        self.0.register(Box::new(series.clone()))?;
+        Ok(series)
+    }
+
+    /// Counters by `labels`.
+    fn counters(self, name: &str, help: &str, labels: &[&str]) -> Made<IntCounterVec> {
+        self.register(IntCounterVec::new(opts(name, help), labels)?)
+    }
+
+    /// Gauges by `labels`.
+    fn gauges(self, name: &str, help: &str, labels: &[&str]) -> Made<IntGaugeVec> {
+        self.register(IntGaugeVec::new(opts(name, help), labels)?)
+    }
+
+    /// A histogram with `buckets`.
+    fn histogram(self, name: &str, help: &str, buckets: &[f64]) -> Made<Histogram> {
+        let opts = HistogramOpts::new(name, help).namespace(NAMESPACE);
+        self.register(Histogram::with_opts(opts.buckets(buckets.to_vec()))?)
+    }
+}
+
 impl Metrics {
     /// Creates every series and registers it on a new registry. `clusters{phase}` starts at 0
     /// for every known phase, so dashboards see each phase from the first scrape.
     pub fn new() -> Result<Self, prometheus::Error> {
         let registry = Registry::new();
-        let reconcile_total = IntCounterVec::new(
-            opts("reconcile_total", "Reconciles of EtcdClusters, by result."),
+        let r = Series(&registry);
+        let reconcile_total = r.counters(
+            "reconcile_total",
+            "Reconciles of EtcdClusters, by result.",
             &["result"],
         )?;
-        let reconcile_errors_total = IntCounterVec::new(
-            opts(
-                "reconcile_errors_total",
-                "Failed reconciles of EtcdClusters, by error kind.",
-            ),
+        let reconcile_errors_total = r.counters(
+            "reconcile_errors_total",
+            "Failed reconciles of EtcdClusters, by error kind.",
             &["error"],
         )?;
-        let reconcile_duration_seconds = Histogram::with_opts(
-            HistogramOpts::new(
-                "reconcile_duration_seconds",
-                "Duration of one reconcile of an EtcdCluster.",
-            )
-            .namespace(NAMESPACE)
-            .buckets(RECONCILE_BUCKETS.to_vec()),
+        let reconcile_duration_seconds = r.histogram(
+            "reconcile_duration_seconds",
+            "Duration of one reconcile of an EtcdCluster.",
+            RECONCILE_BUCKETS,
         )?;
-        let clusters = IntGaugeVec::new(
-            opts(
-                "clusters",
-                "EtcdClusters managed by the controller, by phase.",
-            ),
+        let clusters = r.gauges(
+            "clusters",
+            "EtcdClusters managed by the controller, by phase.",
             &["phase"],
         )?;
-        let ready_members = IntGaugeVec::new(
-            opts("ready_members", "Ready etcd members of a cluster."),
+        let ready_members = r.gauges(
+            "ready_members",
+            "Ready etcd members of a cluster.",
             &["namespace", "cluster"],
         )?;
-        let health_check_failures_total = IntCounterVec::new(
-            opts(
-                "etcd_health_check_failures_total",
-                "Failed health checks of a cluster's etcd members.",
-            ),
+        let health_check_failures_total = r.counters(
+            "etcd_health_check_failures_total",
+            "Failed health checks of a cluster's etcd members.",
             &["namespace", "cluster"],
         )?;
-        let member_changes_total = IntCounterVec::new(
-            opts(
-                "member_changes_total",
-                "Changes of etcd membership made by the controller, by kind.",
-            ),
+        let member_changes_total = r.counters(
+            "member_changes_total",
+            "Changes of etcd membership made by the controller, by kind.",
             &["kind"],
         )?;
-        let applies_total = IntCounterVec::new(
-            opts(
-                "applies_total",
-                "Server-side applies of derived objects sent (unchanged objects are not re-applied).",
-            ),
+        let applies_total = r.counters(
+            "applies_total",
+            "Server-side applies of derived objects sent (unchanged objects are not re-applied).",
             &["kind"],
         )?;
-        let leader = IntGauge::with_opts(opts(
+        let leader = r.register(IntGauge::with_opts(opts(
             "leader",
             "1 while this replica holds the leader election lease, else 0.",
-        ))?;
-
-        registry.register(Box::new(reconcile_total.clone()))?;
-        registry.register(Box::new(reconcile_errors_total.clone()))?;
-        registry.register(Box::new(reconcile_duration_seconds.clone()))?;
-        registry.register(Box::new(clusters.clone()))?;
-        registry.register(Box::new(ready_members.clone()))?;
-        registry.register(Box::new(health_check_failures_total.clone()))?;
-        registry.register(Box::new(member_changes_total.clone()))?;
-        registry.register(Box::new(applies_total.clone()))?;
-        let undecodable_clusters = IntGaugeVec::new(
-            opts(
-                "undecodable_clusters",
-                "1 for each stored EtcdCluster whose spec the controller cannot decode (it is skipped).",
-            ),
+        ))?)?;
+        let undecodable_clusters = r.gauges(
+            "undecodable_clusters",
+            "1 for each stored EtcdCluster whose spec the controller cannot decode (it is skipped).",
             &["namespace", "cluster"],
         )?;
-        registry.register(Box::new(leader.clone()))?;
-        registry.register(Box::new(undecodable_clusters.clone()))?;
-        let alarm_heals_total = IntCounterVec::new(
-            opts(
-                "alarm_heals_total",
-                "etcd alarms the controller healed and disarmed, by alarm.",
-            ),
+        let alarm_heals_total = r.counters(
+            "alarm_heals_total",
+            "etcd alarms the controller healed and disarmed, by alarm.",
             &["alarm"],
         )?;
-        let defragmentations_total = IntCounterVec::new(
-            opts(
-                "defragmentations_total",
-                "Members defragmented by the controller, by reason (nospace, fragmented).",
-            ),
+        let defragmentations_total = r.counters(
+            "defragmentations_total",
+            "Members defragmented by the controller, by reason (nospace, fragmented).",
             &["reason"],
         )?;
-        let recoveries_total = IntCounterVec::new(
-            opts(
-                "recoveries_total",
-                "Recoveries from permanent quorum loss the controller finished, by source (member, backup).",
-            ),
+        let recoveries_total = r.counters(
+            "recoveries_total",
+            "Recoveries from permanent quorum loss the controller finished, by source (member, backup).",
             &["source"],
         )?;
-        registry.register(Box::new(recoveries_total.clone()))?;
         for source in ["member", "backup"] {
             recoveries_total.with_label_values(&[source]);
         }
-        registry.register(Box::new(alarm_heals_total.clone()))?;
-        registry.register(Box::new(defragmentations_total.clone()))?;
         alarm_heals_total.with_label_values(&["NOSPACE"]);
         for reason in ["nospace", "fragmented"] {
             defragmentations_total.with_label_values(&[reason]);
@@ -388,6 +387,14 @@ mod tests {
         })
     }
 
+    /// Asserts the value of each sample `etcd_controller_SERIES` in `text`.
+    fn assert_samples(text: &str, expected: &[(&str, f64)]) {
+        for (series, value) in expected {
+            let series = format!("{NAMESPACE}_{series}");
+            assert_eq!(sample(text, &series), Some(*value), "{series}");
+        }
+    }
+
     #[test]
     fn every_series_has_help_and_type() {
         let m = Metrics::new().unwrap();
@@ -432,38 +439,16 @@ mod tests {
         }
         m.reconcile_timer().observe();
         let text = m.encode();
-        assert_eq!(
-            sample(&text, r#"etcd_controller_reconcile_total{result="ok"}"#),
-            Some(2.0)
-        );
-        assert_eq!(
-            sample(&text, r#"etcd_controller_reconcile_total{result="error"}"#),
-            Some(3.0)
-        );
-        assert_eq!(
-            sample(
-                &text,
-                r#"etcd_controller_reconcile_errors_total{error="etcd"}"#
-            ),
-            Some(2.0)
-        );
-        assert_eq!(
-            sample(
-                &text,
-                r#"etcd_controller_reconcile_errors_total{error="kube"}"#
-            ),
-            Some(1.0)
-        );
-        assert_eq!(
-            sample(&text, "etcd_controller_reconcile_duration_seconds_count"),
-            Some(2.0)
-        );
-        assert_eq!(
-            sample(
-                &text,
-                r#"etcd_controller_reconcile_duration_seconds_bucket{le="60"}"#
-            ),
-            Some(2.0)
+        assert_samples(
+            &text,
+            &[
+                (r#"reconcile_total{result="ok"}"#, 2.0),
+                (r#"reconcile_total{result="error"}"#, 3.0),
+                (r#"reconcile_errors_total{error="etcd"}"#, 2.0),
+                (r#"reconcile_errors_total{error="kube"}"#, 1.0),
+                ("reconcile_duration_seconds_count", 2.0),
+                (r#"reconcile_duration_seconds_bucket{le="60"}"#, 2.0),
+            ],
         );
         assert_eq!(
             sample(
@@ -490,27 +475,14 @@ mod tests {
         m.observe_cluster("ns", "a", "Running", 3);
         m.observe_cluster("ns", "a", "Running", 3);
         let text = m.encode();
-        assert_eq!(
-            sample(&text, r#"etcd_controller_clusters{phase="Creating"}"#),
-            Some(1.0)
-        );
-        assert_eq!(
-            sample(&text, r#"etcd_controller_clusters{phase="Running"}"#),
-            Some(2.0)
-        );
-        assert_eq!(
-            sample(
-                &text,
-                r#"etcd_controller_ready_members{cluster="b",namespace="ns"}"#
-            ),
-            Some(1.0)
-        );
-        assert_eq!(
-            sample(
-                &text,
-                r#"etcd_controller_ready_members{cluster="a",namespace="other"}"#
-            ),
-            Some(3.0)
+        assert_samples(
+            &text,
+            &[
+                (r#"clusters{phase="Creating"}"#, 1.0),
+                (r#"clusters{phase="Running"}"#, 2.0),
+                (r#"ready_members{cluster="b",namespace="ns"}"#, 1.0),
+                (r#"ready_members{cluster="a",namespace="other"}"#, 3.0),
+            ],
         );
     }
 
@@ -523,12 +495,12 @@ mod tests {
         m.health_check_failed("ns", "a");
         m.health_check_failed("ns", "b");
         let text = m.encode();
-        assert_eq!(
-            sample(
-                &text,
-                r#"etcd_controller_etcd_health_check_failures_total{cluster="a",namespace="ns"}"#
-            ),
-            Some(2.0)
+        assert_samples(
+            &text,
+            &[(
+                r#"etcd_health_check_failures_total{cluster="a",namespace="ns"}"#,
+                2.0,
+            )],
         );
 
         m.forget_cluster("ns", "a");
@@ -537,23 +509,16 @@ mod tests {
         m.forget_cluster("ns", "never");
         let text = m.encode();
         assert!(!text.contains(r#"cluster="a""#), "{text}");
-        assert_eq!(
-            sample(&text, r#"etcd_controller_clusters{phase="Running"}"#),
-            Some(1.0)
-        );
-        assert_eq!(
-            sample(
-                &text,
-                r#"etcd_controller_ready_members{cluster="b",namespace="ns"}"#
-            ),
-            Some(3.0)
-        );
-        assert_eq!(
-            sample(
-                &text,
-                r#"etcd_controller_etcd_health_check_failures_total{cluster="b",namespace="ns"}"#
-            ),
-            Some(1.0)
+        assert_samples(
+            &text,
+            &[
+                (r#"clusters{phase="Running"}"#, 1.0),
+                (r#"ready_members{cluster="b",namespace="ns"}"#, 3.0),
+                (
+                    r#"etcd_health_check_failures_total{cluster="b",namespace="ns"}"#,
+                    1.0,
+                ),
+            ],
         );
     }
 
@@ -563,13 +528,12 @@ mod tests {
         m.set_clusters_by_phase(&[("Running", 4), ("Degraded", 1)]);
         m.set_clusters_by_phase(&[("Running", 2)]);
         let text = m.encode();
-        assert_eq!(
-            sample(&text, r#"etcd_controller_clusters{phase="Running"}"#),
-            Some(2.0)
-        );
-        assert_eq!(
-            sample(&text, r#"etcd_controller_clusters{phase="Degraded"}"#),
-            Some(0.0)
+        assert_samples(
+            &text,
+            &[
+                (r#"clusters{phase="Running"}"#, 2.0),
+                (r#"clusters{phase="Degraded"}"#, 0.0),
+            ],
         );
     }
 
@@ -581,18 +545,14 @@ mod tests {
         m.member_change("promote");
         m.set_leader(true);
         let text = m.encode();
-        assert_eq!(
-            sample(&text, r#"etcd_controller_member_changes_total{kind="add"}"#),
-            Some(2.0)
+        assert_samples(
+            &text,
+            &[
+                (r#"member_changes_total{kind="add"}"#, 2.0),
+                (r#"member_changes_total{kind="promote"}"#, 1.0),
+                ("leader", 1.0),
+            ],
         );
-        assert_eq!(
-            sample(
-                &text,
-                r#"etcd_controller_member_changes_total{kind="promote"}"#
-            ),
-            Some(1.0)
-        );
-        assert_eq!(sample(&text, "etcd_controller_leader"), Some(1.0));
         m.set_leader(false);
         assert_eq!(sample(&m.encode(), "etcd_controller_leader"), Some(0.0));
     }

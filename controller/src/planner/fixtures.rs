@@ -1,4 +1,4 @@
-//! Test fixtures: pods as the planner sees them.
+//! Test fixtures: pods and members as the planner sees them.
 
 /// A running, ready, hour-old pod of member `demo-i` created at `version`, as the planner sees it.
 pub(crate) fn ready_pod(i: u32, version: &str) -> super::PodState {
@@ -21,5 +21,40 @@ pub(crate) fn ready_pod(i: u32, version: &str) -> super::PodState {
         running_for: Some(std::time::Duration::from_secs(3600)),
         reason: None,
         coreos: false,
+    }
+}
+
+/// A started, healthy voter `name` with `id` at `version` (the leader when `leader`) that
+/// answered, as the planner sees it.
+pub(crate) fn healthy_member(
+    name: &str,
+    id: u64,
+    version: Option<etcd_shared::version::EtcdVersion>,
+    leader: bool,
+) -> super::MemberState {
+    super::MemberState {
+        id,
+        name: name.into(),
+        learner: false,
+        started: true,
+        health: super::Health::Healthy { version, leader },
+        applied_index: 0,
+        db: super::DbSize::default(),
+        revision: 0,
+        answered: true,
+        raft_index: 0,
+        peer_url: None,
+    }
+}
+
+/// The plan of member `name` of a new 3.6.16 cluster, peers unlisted.
+pub(crate) fn new_member_plan(name: &str) -> super::MemberPlan {
+    super::MemberPlan {
+        name: name.into(),
+        initial_cluster: vec![],
+        state: super::InitialState::New,
+        version: "3.6.16".parse().unwrap_or_else(|e| panic!("{e}")),
+        token: "demo-uid-1".into(),
+        seed: None,
     }
 }

@@ -18,7 +18,7 @@
 //!   healthy, and only along a path etcd supports.
 
 pub mod adoption;
-/// Test fixtures: pods as the planner sees them.
+/// Test fixtures: pods and members as the planner sees them.
 #[cfg(test)]
 pub(crate) mod fixtures;
 pub mod maintenance;

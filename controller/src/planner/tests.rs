@@ -20,22 +20,8 @@ fn pod(i: u32, version: &str) -> PodState {
 }
 
 fn member(i: u32, version: &str) -> MemberState {
-    MemberState {
-        id: 100 + u64::from(i),
-        name: format!("demo-{i}"),
-        learner: false,
-        started: true,
-        health: Health::Healthy {
-            version: Some(v(version)),
-            leader: i == 0,
-        },
-        applied_index: 0,
-        db: DbSize::default(),
-        revision: 0,
-        answered: true,
-        raft_index: 0,
-        peer_url: None,
-    }
+    let id = 100 + u64::from(i);
+    crate::planner::fixtures::healthy_member(&format!("demo-{i}"), id, Some(v(version)), i == 0)
 }
 
 fn unhealthy(mut m: MemberState) -> MemberState {

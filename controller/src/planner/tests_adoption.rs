@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::planner::fixtures::ready_pod;
+use crate::planner::fixtures::{healthy_member, ready_pod};
 use crate::view::fixtures::view_of;
 
 /// CoreOS' member names: the cluster name and 10 random characters.
@@ -23,20 +23,8 @@ fn coreos_pod(name: &str, version: &str) -> PodState {
 
 fn member_named(name: &str, id: u64, version: &str, leader: bool) -> MemberState {
     MemberState {
-        id,
-        name: name.into(),
-        learner: false,
-        started: true,
-        health: Health::Healthy {
-            version: version.parse().ok(),
-            leader,
-        },
-        applied_index: 0,
-        db: DbSize::default(),
-        revision: 0,
-        answered: true,
-        raft_index: 0,
         peer_url: Some(format!("http://{name}.demo.ns1.svc:2380")),
+        ..healthy_member(name, id, version.parse().ok(), leader)
     }
 }
 

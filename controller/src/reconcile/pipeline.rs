@@ -28,7 +28,7 @@ use crate::cache::{self, Caches};
 use crate::context::{Context, ControllerConfig};
 use crate::error::{Error, FIELD_MANAGER};
 use crate::etcd::EtcdPool;
-use crate::events::publish;
+use crate::events::Events;
 use crate::observe::observe;
 use crate::planner::recovery;
 use crate::planner::{self, Blocked, SafetyBackups, Step, Waiting};
@@ -63,14 +63,8 @@ pub async fn reconcile(
             warn!(%name, %namespace, error = %e, "invalid EtcdCluster spec");
             let new = status::invalid(&e, cluster.metadata.generation, previous, Timestamp::now());
             write_status(&api, &name, &new, previous).await?;
-            publish(
-                recorder,
-                &cluster.object_ref(&()),
-                EventType::Warning,
-                "InvalidSpec",
-                e.to_string(),
-            )
-            .await;
+            let events = Events::of(recorder, cluster);
+            events.warning("InvalidSpec", e.to_string()).await;
             return Ok(Action::await_change());
         }
     };
@@ -202,9 +196,11 @@ pub async fn reconcile(
         i64::from(new.ready_members.unwrap_or(0)),
     );
     if let Some(prev) = previous {
-        let reference = cluster.object_ref(&());
+        let events = Events::of(recorder, cluster);
         for event in transition_events(&new, prev) {
-            publish(recorder, &reference, event.type_, &event.reason, event.note).await;
+            events
+                .publish(event.type_, &event.reason, event.note, None)
+                .await;
         }
     }
     write_status(&api, &name, &new, previous).await?;

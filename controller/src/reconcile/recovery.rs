@@ -6,9 +6,9 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
+use kube::Api;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::events::{EventType, Recorder};
-use kube::{Api, Resource as _};
+use kube::runtime::events::Recorder;
 
 use etcd_shared::EtcdCluster;
 use etcd_shared::names;
@@ -17,7 +17,7 @@ use etcd_shared::types::RecoveryStatus;
 use crate::backup::recovery_source;
 use crate::context::Context;
 use crate::error::Error;
-use crate::events::publish;
+use crate::events::Events;
 use crate::observe::Observation;
 use crate::planner::RecoverFrom;
 use crate::planner::recovery::source_of;
@@ -33,7 +33,7 @@ pub async fn start(
     from: &RecoverFrom,
     lost: &[String],
 ) -> Result<RecoveryStatus, Error> {
-    let reference = cluster.object_ref(&());
+    let events = Events::of(recorder, cluster);
     let mut record = RecoveryStatus {
         started: Some(Time(Timestamp::now())),
         members_lost: i32::try_from(lost.len()).unwrap_or(i32::MAX),
@@ -63,14 +63,8 @@ pub async fn start(
                     .await
                     .map_err(|e| Error::Recovery(e.to_string()))?;
             if !skipped.is_empty() {
-                publish(
-                    recorder,
-                    &reference,
-                    EventType::Warning,
-                    "RecoverySnapshotSkipped",
-                    format!("skipped: {}", skipped.join("; ")),
-                )
-                .await;
+                let note = format!("skipped: {}", skipped.join("; "));
+                events.warning("RecoverySnapshotSkipped", note).await;
             }
             tracing::info!(cluster = %view.name, namespace = %view.namespace, %origin, "recovering from a backup");
             record.sha256 = seed.sha256.clone();
@@ -127,18 +121,9 @@ pub async fn start(
     record.replaced = replaced;
     if view.recover_now {
         remove_approval(ctx, view).await?;
-        publish(
-            recorder,
-            &reference,
-            EventType::Normal,
-            "RecoveryApproved",
-            format!(
-                "{}={} acted on and removed",
-                names::ANNOTATION_RECOVER,
-                names::RECOVER_NOW
-            ),
-        )
-        .await;
+        let (annotation, value) = (names::ANNOTATION_RECOVER, names::RECOVER_NOW);
+        let note = format!("{annotation}={value} acted on and removed");
+        events.normal("RecoveryApproved", note).await;
     }
     Ok(record)
 }

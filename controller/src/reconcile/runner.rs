@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use kube::runtime::controller::{Action, Config as ControllerRuntimeConfig, Controller};
-use kube::runtime::events::{EventType, Recorder};
+use kube::runtime::events::Recorder;
 use kube::runtime::watcher;
 use kube::{Api, Resource};
 use tracing::{info, warn};
@@ -26,7 +26,7 @@ use crate::context::Context;
 use crate::controller_loop::{self, Reconciled, object_key as key, scoped_api};
 use crate::error::Error;
 use crate::etcd::EtcdPool;
-use crate::events::publish;
+use crate::events::Events;
 
 /// How long after an error of a watch `/readyz` stays failing. A watch that keeps failing
 /// retries with kube-runtime's default backoff (at most 30 s apart, with jitter), so readiness
@@ -243,14 +243,8 @@ async fn reconcile_stored(stored: Arc<StoredCluster>, r: Arc<Reconciler>) -> Res
             let note = format!(
                 "{bad}: the operator cannot read this EtcdCluster and leaves it alone until it is fixed"
             );
-            publish(
-                &r.recorder,
-                &stored.object_ref(&()),
-                EventType::Warning,
-                "Undecodable",
-                note,
-            )
-            .await;
+            let events = Events::of(&r.recorder, stored.as_ref());
+            events.warning("Undecodable", note).await;
             return Ok(Action::requeue(r.ctx.config.idle_requeue));
         }
     };

@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod};
+use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::events::{EventType, Recorder};
-use kube::{Api, Resource};
 use tracing::{info, warn};
 
 use etcd_shared::EtcdCluster;
@@ -17,7 +17,7 @@ use crate::backup::safety;
 use crate::builders;
 use crate::context::Context;
 use crate::error::Error;
-use crate::events::{publish, publish_related};
+use crate::events::Events;
 use crate::idempotent;
 use crate::observe::Observation;
 use etcd_shared::types::RecoveryStatus;
@@ -116,7 +116,7 @@ async fn take_safety_backup(
     retries: &RetryGate,
 ) -> Result<SafetyBackupRecord, Error> {
     let key = format!("{}/{}", view.namespace, view.name);
-    let reference = cluster.object_ref(&());
+    let events = Events::of(recorder, cluster);
     let spec = view
         .safety_backup
         .as_ref()
@@ -132,28 +132,15 @@ async fn take_safety_backup(
                 record.revision.unwrap_or(0),
                 record.path
             );
-            publish(
-                recorder,
-                &reference,
-                EventType::Normal,
-                "SafetyBackupWritten",
-                note,
-            )
-            .await;
+            events.normal("SafetyBackupWritten", note).await;
             Ok(record)
         }
         Err(e) => {
             let reason = e.to_string();
             let delay = retries.failed(&key, &reason);
             warn!(cluster = %view.name, namespace = %view.namespace, %change, error = %reason, retry_in = ?delay, "safety backup failed; the change waits");
-            publish(
-                recorder,
-                &reference,
-                EventType::Warning,
-                "SafetyBackupFailed",
-                format!("{change} waits: {reason}"),
-            )
-            .await;
+            let note = format!("{change} waits: {reason}");
+            events.warning("SafetyBackupFailed", note).await;
             Err(Error::SafetyBackup {
                 change: change.to_string(),
                 reason,
@@ -189,15 +176,9 @@ pub async fn execute(
         let note = super::recovery::started_note(&started);
         outcome.recovery = Some(started);
         ctx.metrics.member_change(record.kind);
-        publish_related(
-            recorder,
-            &cluster.object_ref(&()),
-            EventType::Warning,
-            record.reason,
-            note,
-            None,
-        )
-        .await;
+        Events::of(recorder, cluster)
+            .warning(record.reason, note)
+            .await;
         return Ok(outcome);
     }
     if !carry_out(ctx, view, obs, step).await? {
@@ -218,15 +199,9 @@ pub async fn execute(
         namespace: Some(view.namespace.clone()),
         ..ObjectReference::default()
     });
-    publish_related(
-        recorder,
-        &cluster.object_ref(&()),
-        EventType::Normal,
-        record.reason,
-        note,
-        related,
-    )
-    .await;
+    Events::of(recorder, cluster)
+        .publish(EventType::Normal, record.reason, note, related)
+        .await;
     Ok(outcome)
 }
 
@@ -389,19 +364,8 @@ async fn create_member_pod(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::planner::InitialState;
+    use crate::planner::fixtures::new_member_plan as plan;
     use crate::planner::{Blocked, Waiting};
-
-    fn plan(name: &str) -> MemberPlan {
-        MemberPlan {
-            name: name.into(),
-            initial_cluster: vec![],
-            state: InitialState::New,
-            version: "3.6.16".parse().unwrap_or_else(|e| panic!("{e}")),
-            token: "demo-uid-1".into(),
-            seed: None,
-        }
-    }
 
     /// Every change names the member it concerns, so two members' events of one reason are
     /// two series, each with its own note; steps that change nothing record nothing.

@@ -10,7 +10,8 @@ use etcd_shared::admission::{Refusal, Violation};
 use etcd_shared::types::status::unknown_time;
 
 use super::*;
-use crate::planner::{DbSize, MemberPlan, PodState};
+use crate::planner::PodState;
+use crate::planner::fixtures::new_member_plan as plan;
 use crate::view::fixtures::view_of;
 
 fn v(s: &str) -> EtcdVersion {
@@ -26,26 +27,18 @@ fn pod(i: u32, version: &str) -> PodState {
 }
 
 fn member(i: u32, version: &str, healthy: bool) -> MemberState {
-    MemberState {
-        id: 100 + u64::from(i),
-        name: format!("demo-{i}"),
-        learner: false,
-        started: true,
-        health: if healthy {
-            Health::Healthy {
-                version: Some(v(version)),
-                leader: i == 0,
-            }
-        } else {
-            Health::Unhealthy("connection refused".into())
-        },
-        applied_index: 0,
-        db: DbSize::default(),
-        revision: 0,
-        answered: healthy,
-        raft_index: 0,
-        peer_url: None,
+    let id = 100 + u64::from(i);
+    let mut m = crate::planner::fixtures::healthy_member(
+        &format!("demo-{i}"),
+        id,
+        Some(v(version)),
+        i == 0,
+    );
+    if !healthy {
+        m.health = Health::Unhealthy("connection refused".into());
+        m.answered = false;
     }
+    m
 }
 
 /// Three bootstrapped members at the given versions; `None` is an unhealthy member.
@@ -91,17 +84,6 @@ struct Row {
 
 const ALL: &[&str] = &["demo-0", "demo-1", "demo-2"];
 const NONE: &[&str] = &[];
-
-fn plan(name: &str) -> MemberPlan {
-    MemberPlan {
-        name: name.into(),
-        initial_cluster: vec![],
-        state: crate::planner::InitialState::New,
-        version: v("3.6.16"),
-        token: "demo-uid-1".into(),
-        seed: None,
-    }
-}
 
 fn rows() -> Vec<Row> {
     let upgrade = Step::UpgradeMember {
