@@ -58,3 +58,42 @@ pub fn carry_transition_times(new: &mut [Condition], old: &[Condition]) {
         }
     }
 }
+
+/// The most bytes of an Event's note the API server takes (events.k8s.io/v1 refuses a longer
+/// one, and the Event would be lost); condition messages that carry the same text keep to it.
+pub const MAX_MESSAGE_BYTES: usize = 1024;
+
+/// `note` on one line (an error's text may hold a store's multi-line answer) and cut to fit
+/// [`MAX_MESSAGE_BYTES`] with the cut said: an Event's note or a condition's message.
+pub fn bounded_message(note: String) -> String {
+    let note = if note.contains(['\n', '\r']) {
+        note.split_whitespace().collect::<Vec<_>>().join(" ")
+    } else {
+        note
+    };
+    // Room for clipped's "... (N bytes)".
+    etcd_shared::admission::clipped(note, MAX_MESSAGE_BYTES - 32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_one_line_and_fit_the_api_servers_limit() {
+        assert_eq!(
+            bounded_message("snapshot written".into()),
+            "snapshot written"
+        );
+        let store = "failed: 404 Not Found: <?xml version=\"1.0\"?>\n<Error>\r\n  <Code>NoSuchBucket</Code></Error>";
+        assert_eq!(
+            bounded_message(store.into()),
+            "failed: 404 Not Found: <?xml version=\"1.0\"?> <Error> <Code>NoSuchBucket</Code></Error>"
+        );
+        let long = format!("upgrade to 3.7 waits: {}", "é".repeat(4000));
+        let note = bounded_message(long);
+        assert!(note.len() <= MAX_MESSAGE_BYTES, "{}", note.len());
+        assert!(note.starts_with("upgrade to 3.7 waits: é"), "{note}");
+        assert!(note.ends_with("(8022 bytes)"), "{note}");
+    }
+}

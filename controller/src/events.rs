@@ -5,6 +5,8 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder};
 
+use crate::conditions::bounded_message;
+
 /// The Events of one object, published with one recorder.
 pub struct Events<'a> {
     recorder: &'a Recorder,
@@ -45,7 +47,7 @@ impl<'a> Events<'a> {
         let event = Event {
             type_,
             reason: reason.into(),
-            note: Some(note),
+            note: Some(bounded_message(note)),
             action: reason.into(),
             secondary: related,
         };

@@ -103,6 +103,11 @@ fn main() -> std::process::ExitCode {
         )
         .with_timeout(long),
         etcd_tests::Test::new(
+            "a_refused_safety_backup_holds_the_upgrade_until_the_store_takes_it",
+            a_refused_safety_backup_holds_the_upgrade_until_the_store_takes_it,
+        )
+        .with_timeout(long),
+        etcd_tests::Test::new(
             "a_restore_deleted_mid_replacement_still_recreates_the_cluster",
             a_restore_deleted_mid_replacement_still_recreates_the_cluster,
         )
@@ -162,8 +167,13 @@ impl Storage {
 
     /// The bucket, opened as the operator opens it.
     fn open(&self) -> anyhow::Result<Arc<dyn ObjectStore>> {
+        self.open_bucket(&self.bucket)
+    }
+
+    /// Another bucket of the same server, opened as the operator opens it.
+    fn open_bucket(&self, bucket: &str) -> anyhow::Result<Arc<dyn ObjectStore>> {
         let source = S3Source {
-            path: format!("{}/x", self.bucket),
+            path: format!("{bucket}/x"),
             aws_secret: "aws".into(),
             endpoint: self.server.endpoint().into(),
             force_path_style: true,
@@ -1275,6 +1285,89 @@ async fn a_weeks_old_safety_record_is_not_reused(ctx: TestContext) -> anyhow::Re
         keys.iter().any(|k| k.contains("before-upgrade-3.7")),
         "no snapshot before the upgrade: {keys:?}"
     );
+    Ok(())
+}
+
+/// The fault of a safety backup (issue 23): the store refuses the snapshot before a minor
+/// upgrade (its bucket does not exist yet). The upgrade waits — status reason
+/// `SafetyBackupFailed` with a Degraded message naming the change and the store's error on one
+/// bounded line, a Warning Event, the member still on the old line — and goes on by itself once the bucket
+/// exists (the failed snapshot is retried after 10 s, then doubling), with its snapshot in the
+/// store and recorded in the status.
+async fn a_refused_safety_backup_holds_the_upgrade_until_the_store_takes_it(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    install(&ctx).await?;
+    let _controller = Controller::start(&ctx)?;
+    let storage = Storage::start(&ctx, "other").await?;
+    let from = support::pinned_etcd("3.6")?;
+    let to = support::pinned_etcd("3.7")?;
+    let line = to.rsplit_once('.').map(|(l, _)| l).unwrap_or_default();
+    create_cluster(
+        &ctx,
+        &safe_cluster_yaml("held", 1, &from, "held", storage.server.endpoint()),
+    )
+    .await?;
+    let clusters: Api<EtcdCluster> = ctx.api();
+    wait_until(&clusters, "held", "settled", |c| settled(c, 1, &from)).await?;
+    let slices: Api<EndpointSlice> = ctx.api();
+    let data = bulk_put(&slices, "held", "/h/", 50, 4).await?;
+    clusters
+        .patch(
+            "held",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"spec": {"version": to}})),
+        )
+        .await?;
+    let message = support::degraded_for(&clusters, "held", "SafetyBackupFailed").await?;
+    ensure!(
+        message.contains(&format!("upgrade to {line}")) && message.contains("failed"),
+        "the Degraded message names the change and the failure: {message}"
+    );
+    ensure!(
+        !message.contains('\n') && message.len() < 1200,
+        "one bounded line, though the store answered a multi-line XML document: {message}"
+    );
+    let warnings = support::events(&ctx, "SafetyBackupFailed").await?;
+    ensure!(
+        warnings
+            .iter()
+            .any(|e| e.type_.as_deref() == Some("Warning")),
+        "a Warning Event SafetyBackupFailed: {warnings:?}"
+    );
+    let held = clusters.get("held").await?;
+    let status = held.status.context("status")?;
+    ensure!(
+        status.current_version.as_deref() == Some(from.as_str()),
+        "nothing moved while the snapshot failed: {:?}",
+        status.current_version
+    );
+    ensure!(
+        status.last_safety_backup.is_none(),
+        "no record of a snapshot that failed: {:?}",
+        status.last_safety_backup
+    );
+    println!("held: upgrade to {line} waits: {message}");
+
+    let fixed = Instant::now();
+    storage.server.create_bucket("held").await?;
+    let upgraded = wait_until(&clusters, "held", "upgraded once the store takes it", |c| {
+        settled(c, 1, &to)
+    })
+    .await?;
+    duration("held: bucket created -> upgraded", fixed);
+    let record = upgraded
+        .status
+        .and_then(|s| s.last_safety_backup)
+        .context("status.lastSafetyBackup after the upgrade")?;
+    ensure!(record.before == format!("upgrade to {line}"), "{record:?}");
+    let key = record
+        .path
+        .strip_prefix("held/")
+        .with_context(|| format!("the snapshot is in bucket held: {record:?}"))?;
+    transfer::verify(&storage.open_bucket("held")?, key, Some(&record.sha256)).await?;
+    let pods: Api<Pod> = ctx.api();
+    check_every_member(&pods, "held", "/h/", &data, 1).await?;
     Ok(())
 }
 

@@ -6,10 +6,10 @@
 //!    `PATH_v<revision>_<time>` for a periodic backup) and creates the pod, which streams the
 //!    snapshot from that member into the claim (`etcd-controller backup save`);
 //! 2. the pod runs: the controller looks again every [`POLL`]; past the backup's timeout
-//!    (plus [`START_GRACE`] to be scheduled and started) the pod is deleted and the backup fails
-//!    with `Timeout`;
-//! 3. the pod finished: its report ([`PodOutcome`]) becomes the outcome the reconciler records
-//!    as for S3 (status, Event, metrics), and the pod is deleted.
+//!    (plus the start grace of [`one_shot_pod`](super::one_shot_pod), whose lifecycle the pod
+//!    follows) the pod is deleted and the backup fails with `Timeout`;
+//! 3. the pod finished: its report becomes the outcome the reconciler records as for S3
+//!    (status, Event, metrics), and the pod is deleted.
 //!
 //! One name per EtcdBackup: a reconcile never leaves more than one pod for it.
 
@@ -17,26 +17,22 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::DeleteParams;
 use kube::{Api, Resource as _, ResourceExt as _};
 
 use etcd_shared::types::EtcdBackup;
 
+use super::one_shot_pod::look;
 use super::reconciler::{
     BackupError, BackupReconciler, member_access, most_advanced_member, target,
 };
 use super::schedule::{self, Success};
 use crate::builders::claim_pod::{self, ANNOTATION_FILE, ClaimPod, TLS_DIR, in_claim};
-use crate::error::Error;
 use crate::idempotent;
-use crate::in_pod::pod_report::{PodOutcome, PodReport};
+use crate::in_pod::pod_report::PodReport;
 use crate::snapshot::keys;
 
 /// How often a running backup pod is looked at.
 pub const POLL: Duration = Duration::from_secs(2);
-
-/// Time a backup pod gets beyond the backup's timeout to be scheduled and started.
-pub const START_GRACE: Duration = Duration::from_secs(60);
 
 /// Where a PVC backup stands.
 #[derive(Debug)]
@@ -50,15 +46,6 @@ pub enum Progress {
 /// The name of the backup pod of EtcdBackup `backup` (a DNS-1123 subdomain).
 pub fn pod_name(backup: &str) -> String {
     claim_pod::pod_name(backup, "-backup")
-}
-
-/// Whether a pod created at `created` has run out of time at `now`.
-pub fn timed_out(created: Option<Timestamp>, limit: Duration, now: Timestamp) -> bool {
-    let Some(created) = created else {
-        return false;
-    };
-    let age = Duration::try_from(now.duration_since(created)).unwrap_or(Duration::ZERO);
-    age > limit + START_GRACE
 }
 
 /// The success a backup pod's report stands for.
@@ -99,41 +86,6 @@ pub(crate) async fn step(
             .unwrap_or_default();
         success(claim, file, &report, took)
     })))
-}
-
-/// One look at the claim pod `name` (of a backup, or of a restore's check): `None` while it
-/// is created (by `create`, when there is none), deleted or running; once it finished, or ran
-/// longer than `limit` plus [`START_GRACE`], it is deleted and its report (or why it failed)
-/// is the outcome.
-pub(crate) async fn look(
-    pods: &Api<Pod>,
-    name: &str,
-    limit: Duration,
-    now: Timestamp,
-    create: impl Future<Output = Result<(), BackupError>>,
-) -> Result<Option<Result<(Pod, PodReport), BackupError>>, BackupError> {
-    let Some(pod) = pods
-        .get_opt(name)
-        .await
-        .map_err(Error::kube(format!("get pod {name}")))?
-    else {
-        create.await?;
-        return Ok(None);
-    };
-    if pod.metadata.deletion_timestamp.is_some() {
-        return Ok(None);
-    }
-    let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
-    let outcome = match PodOutcome::of(&pod) {
-        PodOutcome::Running if timed_out(created, limit, now) => Err(BackupError::Timeout(limit)),
-        PodOutcome::Running => return Ok(None),
-        PodOutcome::Failed(reason, message) => Err(BackupError::Pod(reason, message)),
-        PodOutcome::Succeeded(report) => Ok((pod, report)),
-    };
-    // Deleted once read (gone already is fine).
-    let background = DeleteParams::background();
-    idempotent::delete(pods, name, &background, format!("pod {name}")).await?;
-    Ok(Some(outcome))
 }
 
 /// Creates the backup pod: the cluster's most advanced member, the file named for its revision.
@@ -208,17 +160,6 @@ mod tests {
         let name = pod_name(&long);
         assert!(name.len() <= 253, "{}", name.len());
         assert!(name.ends_with("a-backup"), "{name}");
-    }
-
-    #[test]
-    fn a_pod_times_out_after_the_backup_timeout_and_the_start_grace() {
-        let created: Timestamp = "2026-01-01T00:00:00Z".parse().expect("time");
-        let at = |s: i64| created + k8s_openapi::jiff::SignedDuration::from_secs(s);
-        let limit = Duration::from_secs(60);
-        assert!(!timed_out(Some(created), limit, at(119)));
-        assert!(!timed_out(Some(created), limit, at(120)));
-        assert!(timed_out(Some(created), limit, at(121)));
-        assert!(!timed_out(None, limit, at(10_000)));
     }
 
     #[test]

@@ -17,7 +17,7 @@ use kube::{Api, Resource as _, ResourceExt as _};
 
 use etcd_shared::types::EtcdRestore;
 
-use super::claim_backup::look;
+use super::one_shot_pod::look;
 use super::reconciler::BackupError;
 use super::restore::CheckedSource;
 use crate::builders::OperatorImage;

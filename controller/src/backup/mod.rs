@@ -7,12 +7,14 @@
 //! - [`reconciler`]: the EtcdBackup reconciler.
 //! - [`restore`]: the EtcdRestore reconciler.
 //! - [`claim_backup`], [`claim_restore`]: the controller's side of the pods that write and check
-//!   snapshots in a PersistentVolumeClaim (storage type PVC).
+//!   snapshots in a PersistentVolumeClaim (storage type PVC); [`one_shot_pod`]: the lifecycle
+//!   of those pods, the same for both.
 //! - [`safety`]: the snapshot before a minor upgrade or a scale-down (`spec.safetyBackup`).
 //! - [`recovery_source`]: the snapshot a recovery from permanent quorum loss starts from.
 
 pub mod claim_backup;
 pub mod claim_restore;
+pub mod one_shot_pod;
 pub mod reconciler;
 pub mod recovery_source;
 pub mod restore;

@@ -39,7 +39,7 @@ use super::claim_restore;
 use super::reconciler::{BackupError, credentials};
 use crate::backoff::Backoff;
 use crate::builders::OperatorImage;
-use crate::conditions::{self, Stamp};
+use crate::conditions::{self, Stamp, bounded_message};
 use crate::controller_loop::{Reconciled, object_key as key};
 use crate::error::Error;
 use crate::events::Events;
@@ -560,14 +560,16 @@ async fn fail(
 ) {
     let mut status = restore.status.clone().unwrap_or_default();
     status.succeeded = false;
+    // One bounded line: a store's answer can be a multi-line XML document.
+    let message = bounded_message(message.to_string());
     status.reason = Some(format!("{reason}: {message}"));
     let at = Stamp::new(restore.metadata.generation, Timestamp::now());
-    let failed = at.condition(condition, false, reason, message.into());
+    let failed = at.condition(condition, false, reason, message.clone());
     conditions::replace(&mut status.conditions, vec![failed]);
     if let Err(e) = write_status(&r.client, restore, &status).await {
         warn!(restore = %key(restore), error = %e, "could not write the restore's status");
     }
-    r.events(restore).warning(reason, message.into()).await;
+    r.events(restore).warning(reason, message).await;
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use etcd_shared::types::{EtcdBackupSpec, EtcdBackupStatus};
 
-use crate::conditions::{self, Stamp};
+use crate::conditions::{self, Stamp, bounded_message};
 
 /// CoreOS' default of `timeoutInSecond`.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -135,8 +135,10 @@ pub fn failed(
 ) -> EtcdBackupStatus {
     let mut status = old.cloned().unwrap_or_default();
     status.succeeded = false;
+    // One bounded line: a store's answer can be a multi-line XML document.
+    let message = bounded_message(message.to_string());
     status.reason = Some(format!("{reason}: {message}"));
-    let failed = Stamp::new(generation, now).condition(SUCCEEDED, false, reason, message.into());
+    let failed = Stamp::new(generation, now).condition(SUCCEEDED, false, reason, message);
     status.conditions = with_condition(old, failed);
     status.observed_generation = generation;
     status

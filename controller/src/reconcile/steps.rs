@@ -15,6 +15,7 @@ use etcd_shared::names;
 use crate::backoff::RetryGate;
 use crate::backup::safety;
 use crate::builders;
+use crate::conditions::bounded_message;
 use crate::context::Context;
 use crate::error::Error;
 use crate::events::Events;
@@ -136,7 +137,8 @@ async fn take_safety_backup(
             Ok(record)
         }
         Err(e) => {
-            let reason = e.to_string();
+            // One bounded line: a store's answer can be a multi-line XML document.
+            let reason = bounded_message(e.to_string());
             let delay = retries.failed(&key, &reason);
             warn!(cluster = %view.name, namespace = %view.namespace, %change, error = %reason, retry_in = ?delay, "safety backup failed; the change waits");
             let note = format!("{change} waits: {reason}");
