@@ -155,16 +155,6 @@ pub enum AlarmKind {
     Corrupt,
 }
 
-impl AlarmKind {
-    /// etcd's name of the alarm (`NOSPACE`, `CORRUPT`).
-    pub fn etcd_name(self) -> &'static str {
-        match self {
-            AlarmKind::NoSpace => "NOSPACE",
-            AlarmKind::Corrupt => "CORRUPT",
-        }
-    }
-}
-
 /// One raised alarm: which member it was raised for, and what.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Alarm {
