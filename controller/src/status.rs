@@ -47,46 +47,28 @@ pub fn describe(step: &Step) -> String {
         }
         Step::CreatePod(p) => format!("create the pod of member {}", p.name),
         Step::PromoteLearner { name, .. } => format!("promote learner {name} to voter"),
-        Step::RemoveMember {
-            name,
-            reason: RemovalReason::ScaleDown,
-            ..
-        } => format!("remove member {name} (scale down)"),
-        Step::RemoveMember {
-            name,
-            reason: RemovalReason::Replace,
-            ..
-        } => format!("remove member {name} to replace it"),
-        Step::RemoveMember {
-            name,
-            reason: RemovalReason::StuckTerminating,
-            ..
-        } => format!(
-            "remove member {name}, whose pod is stuck terminating past its grace period, to replace it under a new name"
-        ),
-        Step::RemoveMember {
-            name,
-            reason: RemovalReason::Adopted,
-            ..
-        } => format!(
-            "remove member {name} of CoreOS' operator (this operator's members hold its data); its pod is deleted once it is out of the member list"
-        ),
+        Step::RemoveMember { name, reason, .. } => match reason {
+            RemovalReason::ScaleDown => format!("remove member {name} (scale down)"),
+            RemovalReason::Replace => format!("remove member {name} to replace it"),
+            RemovalReason::StuckTerminating => format!(
+                "remove member {name}, whose pod is stuck terminating past its grace period, to replace it under a new name"
+            ),
+            RemovalReason::Adopted => format!(
+                "remove member {name} of CoreOS' operator (this operator's members hold its data); its pod is deleted once it is out of the member list"
+            ),
+        },
         Step::RestartBootstrap(name) => format!(
             "start the cluster over: the first member {name} never became ready; its pod and data claim are deleted and a new first member is created"
         ),
         Step::Compact { revision } => {
             format!("compact the key-value history to revision {revision} to make room (NOSPACE)")
         }
-        Step::Defragment {
-            name,
-            reason: DefragReason::NoSpace,
-        } => format!("defragment member {name} to make room (NOSPACE)"),
-        Step::Defragment {
-            name,
-            reason: DefragReason::Fragmented,
-        } => format!(
-            "defragment member {name}: its database file is much larger than the data it holds"
-        ),
+        Step::Defragment { name, reason } => match reason {
+            DefragReason::NoSpace => format!("defragment member {name} to make room (NOSPACE)"),
+            DefragReason::Fragmented => format!(
+                "defragment member {name}: its database file is much larger than the data it holds"
+            ),
+        },
         Step::TakeSafetyBackup { change, .. } => {
             format!("take the safety backup (spec.safetyBackup) before {change}")
         }
@@ -114,19 +96,15 @@ pub fn describe(step: &Step) -> String {
         Step::DeleteClaim(n) => format!("delete the data claim of {n}"),
         Step::UpgradeMember { name, version, .. } => format!("upgrade member {name} to {version}"),
         Step::TransferLeadership {
-            from,
-            to,
-            before: Handover::Upgrade,
-            ..
-        } => format!("hand leadership from {from} to {to} before upgrading {from}"),
-        Step::TransferLeadership {
-            from,
-            to,
-            before: Handover::Removal,
-            ..
-        } => format!(
-            "hand leadership from {from} to {to} before removing {from}, the last member of CoreOS' operator"
-        ),
+            from, to, before, ..
+        } => match before {
+            Handover::Upgrade => {
+                format!("hand leadership from {from} to {to} before upgrading {from}")
+            }
+            Handover::Removal => format!(
+                "hand leadership from {from} to {to} before removing {from}, the last member of CoreOS' operator"
+            ),
+        },
         Step::Wait(Waiting::MemberStarting(n)) => format!("wait for member {n} to start"),
         Step::Wait(Waiting::MemberPending(n)) => format!(
             "wait for the pod of member {n}, which is Pending (being scheduled, pulling its image or running its init containers)"
@@ -349,14 +327,10 @@ fn phase(obs: &Observed, step: &Step, previous: Option<ClusterPhase>) -> Cluster
         | Step::Wait(Waiting::MemberUpgrading(_) | Waiting::SnapshotBeforeUpgrade { .. }) => {
             ClusterPhase::Upgrading
         }
-        Step::RemoveMember {
-            reason: RemovalReason::Adopted,
-            ..
-        } => ClusterPhase::Scaling,
-        Step::RemoveMember {
-            reason: RemovalReason::Replace | RemovalReason::StuckTerminating,
-            ..
-        } => ClusterPhase::Recovering,
+        Step::RemoveMember { reason, .. } => match reason {
+            RemovalReason::Replace | RemovalReason::StuckTerminating => ClusterPhase::Recovering,
+            RemovalReason::ScaleDown | RemovalReason::Adopted => ClusterPhase::Scaling,
+        },
         Step::Wait(Waiting::Unhealthy(_)) => ClusterPhase::Degraded,
         _ => ClusterPhase::Scaling,
     }
@@ -522,34 +496,21 @@ pub fn compute(
         }
         Step::Bootstrap(_) => "Bootstrapping",
         Step::AddMember { .. } | Step::PromoteLearner { .. } | Step::CreatePod(_) => "ScalingUp",
-        Step::RemoveMember {
-            reason: RemovalReason::ScaleDown,
-            ..
-        }
-        | Step::DeletePod(_)
-        | Step::DeleteClaim(_) => "ScalingDown",
-        Step::RemoveMember {
-            reason: RemovalReason::Replace | RemovalReason::StuckTerminating,
-            ..
-        } => "ReplacingMember",
-        Step::RemoveMember {
-            reason: RemovalReason::Adopted,
-            ..
-        } => "AdoptingCoreOSMembers",
+        Step::DeletePod(_) | Step::DeleteClaim(_) => "ScalingDown",
+        Step::RemoveMember { reason, .. } => match reason {
+            RemovalReason::ScaleDown => "ScalingDown",
+            RemovalReason::Replace | RemovalReason::StuckTerminating => "ReplacingMember",
+            RemovalReason::Adopted => "AdoptingCoreOSMembers",
+        },
         Step::RestartBootstrap(_) => "Bootstrapping",
         Step::StartRecovery { .. } | Step::FinishRecovery => "Recovering",
         _ if obs.recovery.is_some() => "Recovering",
         Step::TakeSafetyBackup { .. } => "TakingSafetyBackup",
-        Step::Compact { .. }
-        | Step::DisarmAlarm(_)
-        | Step::Defragment {
-            reason: DefragReason::NoSpace,
-            ..
-        } => "HealingNoSpace",
-        Step::Defragment {
-            reason: DefragReason::Fragmented,
-            ..
-        } => "Defragmenting",
+        Step::Compact { .. } | Step::DisarmAlarm(_) => "HealingNoSpace",
+        Step::Defragment { reason, .. } => match reason {
+            DefragReason::NoSpace => "HealingNoSpace",
+            DefragReason::Fragmented => "Defragmenting",
+        },
         Step::UpgradeMember { .. }
         | Step::TransferLeadership { .. }
         | Step::RecordSnapshotBarrier { .. }

@@ -58,3 +58,30 @@ pub(crate) fn new_member_plan(name: &str) -> super::MemberPlan {
         seed: None,
     }
 }
+
+/// The removal of member `demo-i` (id 100 + i) for `reason`.
+pub(crate) fn remove_member(i: u32, reason: super::RemovalReason) -> super::Step {
+    super::Step::RemoveMember {
+        id: 100 + u64::from(i),
+        name: format!("demo-{i}"),
+        reason,
+    }
+}
+
+/// The addition of member `demo-i` with its in-cluster peer URL.
+pub(crate) fn add_member(i: u32, learner: bool) -> super::Step {
+    super::Step::AddMember {
+        name: format!("demo-{i}"),
+        peer_url: format!("http://demo-{i}.demo.ns1.svc:2380"),
+        learner,
+    }
+}
+
+/// The upgrade of member `demo-i` to `version` on the stock image.
+pub(crate) fn upgrade_member(i: u32, version: &str) -> super::Step {
+    super::Step::UpgradeMember {
+        name: format!("demo-{i}"),
+        image: format!("quay.io/coreos/etcd:v{version}"),
+        version: version.parse().unwrap_or_else(|e| panic!("{e}")),
+    }
+}

@@ -57,7 +57,7 @@ pub fn guard(view: &ClusterView, obs: &Observed, step: Step) -> Step {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::planner::fixtures::ready_pod;
+    use crate::planner::fixtures::{ready_pod, remove_member, upgrade_member};
     use crate::planner::{MemberPlan, PodState, SafetyBackups};
     use crate::view::fixtures::view_of;
 
@@ -75,32 +75,20 @@ mod tests {
         }
     }
 
-    fn upgrade(name: &str, to: &str) -> Step {
-        Step::UpgradeMember {
-            name: name.into(),
-            image: format!("quay.io/coreos/etcd:v{to}"),
-            version: to.parse().expect("version"),
-        }
-    }
-
     #[test]
     fn minor_upgrades_and_scale_downs_are_the_risky_changes() {
         let view = view_of(&format!("size: 3\nversion: 3.7.3\n{SAFETY}"));
         let m = model(&["3.6.16", "3.6.16", "3.7.3"]);
-        let remove = |reason| Step::RemoveMember {
-            id: 7,
-            name: "demo-3".into(),
-            reason,
-        };
+        let remove = |reason| remove_member(3, reason);
         let cases: Vec<(&str, Step, Option<&str>)> = vec![
             (
                 "a member moves to 3.7",
-                upgrade("demo-0", "3.7.3"),
+                upgrade_member(0, "3.7.3"),
                 Some("upgrade to 3.7"),
             ),
             (
                 "a member already on 3.7 (patch)",
-                upgrade("demo-2", "3.7.3"),
+                upgrade_member(2, "3.7.3"),
                 None,
             ),
             (
@@ -132,7 +120,7 @@ mod tests {
         }
         let without = view_of("size: 3\nversion: 3.7.3");
         assert_eq!(
-            before(&without, &m, &upgrade("demo-0", "3.7.3")),
+            before(&without, &m, &upgrade_member(0, "3.7.3")),
             None,
             "not asked for"
         );
@@ -142,7 +130,7 @@ mod tests {
     fn a_risky_change_waits_for_its_snapshot_once_and_a_failing_one_blocks_it() {
         let view = view_of(&format!("size: 3\nversion: 3.7.3\n{SAFETY}"));
         let mut m = model(&["3.6.16", "3.6.16", "3.6.16"]);
-        let step = upgrade("demo-0", "3.7.3");
+        let step = upgrade_member(0, "3.7.3");
         assert_eq!(
             guard(&view, &m, step.clone()),
             Step::TakeSafetyBackup {

@@ -5,6 +5,9 @@
 use std::time::Duration;
 
 use super::*;
+use crate::planner::fixtures::{
+    add_member as add, remove_member as remove, upgrade_member as upgrade,
+};
 use crate::view::fixtures::view_of;
 use etcd_shared::names;
 
@@ -85,13 +88,9 @@ fn member_plan(
     }
 }
 
-fn add(i: u32, learner: bool) -> Step {
-    let (name, peer_url) = peer(i);
-    Step::AddMember {
-        name,
-        peer_url,
-        learner,
-    }
+/// A wait of `kind` on `demo-{i}`.
+fn wait(kind: fn(String) -> Waiting, i: u32) -> Step {
+    Step::Wait(kind(format!("demo-{i}")))
 }
 
 /// `obs` changed by `f`.
@@ -156,11 +155,7 @@ fn single_decisions() {
                 members(o)[1] = unhealthy(learner(member(1, "3.6.16")));
                 o.pods[1].age = Duration::from_secs(601);
             }),
-            Step::RemoveMember {
-                id: 101,
-                name: "demo-1".into(),
-                reason: RemovalReason::Replace,
-            },
+            remove(1, RemovalReason::Replace),
         ),
         (
             "scale-down removes an unhealthy member first",
@@ -168,21 +163,13 @@ fn single_decisions() {
             edit(healthy(3, "3.6.16"), |o| {
                 members(o)[0] = unhealthy(member(0, "3.6.16"));
             }),
-            Step::RemoveMember {
-                id: 100,
-                name: "demo-0".into(),
-                reason: RemovalReason::ScaleDown,
-            },
+            remove(0, RemovalReason::ScaleDown),
         ),
         (
             "scale-down never removes the leader (demo-0) while another can go",
             "size: 1",
             healthy(2, "3.6.16"),
-            Step::RemoveMember {
-                id: 101,
-                name: "demo-1".into(),
-                reason: RemovalReason::ScaleDown,
-            },
+            remove(1, RemovalReason::ScaleDown),
         ),
         (
             // 5 voters, 2 unhealthy: removing a healthy one would leave 2 healthy of 4
@@ -194,11 +181,7 @@ fn single_decisions() {
                     members(o)[i] = unhealthy(member(i as u32, "3.6.16"));
                 }
             }),
-            Step::RemoveMember {
-                id: 103,
-                name: "demo-3".into(),
-                reason: RemovalReason::ScaleDown,
-            },
+            remove(3, RemovalReason::ScaleDown),
         ),
         (
             "a durable member whose pod vanished is restarted on its claim, not replaced",
@@ -255,13 +238,13 @@ fn single_decisions() {
                 members(o).push(unstarted(member(1, "3.2.13")));
                 o.pods.push(young(pod(1, "3.2.13")));
             }),
-            Step::Wait(Waiting::MemberStarting("demo-1".into())),
+            wait(Waiting::MemberStarting, 1),
         ),
         (
             "terminating pods are waited for",
             "size: 3",
             edit(healthy(3, "3.6.16"), |o| o.pods[2].terminating = true),
-            Step::Wait(Waiting::PodTerminating("demo-2".into())),
+            wait(Waiting::PodTerminating, 2),
         ),
         (
             "member names are never reused",
@@ -280,11 +263,7 @@ fn single_decisions() {
             "a lone leader is upgraded without a handover",
             "size: 1\nversion: 3.7.3",
             healthy(1, "3.6.16"),
-            Step::UpgradeMember {
-                name: "demo-0".into(),
-                image: "quay.io/coreos/etcd:v3.7.3".into(),
-                version: v("3.7.3"),
-            },
+            upgrade(0, "3.7.3"),
         ),
         (
             "no upgrade while a member is unhealthy",
@@ -318,10 +297,7 @@ fn waits_for_the_seed_then_restarts_it_if_it_never_comes_up() {
         pods: vec![young(pod(0, "3.6.16"))],
         ..Observed::default()
     };
-    assert_eq!(
-        plan_for("size: 3", &obs),
-        Step::Wait(Waiting::MemberStarting("demo-0".into()))
-    );
+    assert_eq!(plan_for("size: 3", &obs), wait(Waiting::MemberStarting, 0));
     obs.pods[0].age = OLD;
     obs.pods[0].running_for = Some(OLD);
     assert_eq!(
@@ -345,7 +321,7 @@ fn promotes_a_learner_once_it_caught_up_and_waits_before() {
     obs.pods[1] = young(pod(1, "3.6.16"));
     assert_eq!(
         plan_for("size: 3", &obs),
-        Step::Wait(Waiting::LearnerCatchingUp("demo-1".into()))
+        wait(Waiting::LearnerCatchingUp, 1)
     );
 }
 
@@ -354,25 +330,15 @@ fn a_member_that_never_becomes_healthy_is_removed_after_the_timeout() {
     let mut obs = healthy(3, "3.6.16");
     obs.members.as_mut().unwrap()[2] = unstarted(member(2, "3.6.16"));
     obs.pods[2] = young(pod(2, "3.6.16"));
-    assert_eq!(
-        plan_for("size: 3", &obs),
-        Step::Wait(Waiting::MemberStarting("demo-2".into()))
-    );
+    assert_eq!(plan_for("size: 3", &obs), wait(Waiting::MemberStarting, 2));
     obs.pods[2].age = Duration::from_secs(301);
     assert_eq!(
         plan_for("size: 3", &obs),
-        Step::Wait(Waiting::MemberStarting("demo-2".into())),
+        wait(Waiting::MemberStarting, 2),
         "its etcd has run for 5 s only (it was pulling its image)"
     );
     obs.pods[2].running_for = Some(Duration::from_secs(301));
-    assert_eq!(
-        plan_for("size: 3", &obs),
-        Step::RemoveMember {
-            id: 102,
-            name: "demo-2".into(),
-            reason: RemovalReason::Replace
-        }
-    );
+    assert_eq!(plan_for("size: 3", &obs), remove(2, RemovalReason::Replace));
 }
 
 #[test]
@@ -381,27 +347,13 @@ fn scale_down_removes_the_member_before_its_pod_and_claim() {
     let mut obs = healthy(5, "3.6.16");
     obs.claims = (0..5).map(|i| format!("demo-{i}")).collect();
     // The newest follower goes first.
-    assert_eq!(
-        plan_for(spec, &obs),
-        Step::RemoveMember {
-            id: 104,
-            name: "demo-4".into(),
-            reason: RemovalReason::ScaleDown
-        }
-    );
+    assert_eq!(plan_for(spec, &obs), remove(4, RemovalReason::ScaleDown));
     obs.members.as_mut().unwrap().pop();
     assert_eq!(plan_for(spec, &obs), Step::DeletePod("demo-4".into()));
     obs.pods.pop();
     assert_eq!(plan_for(spec, &obs), Step::DeleteClaim("demo-4".into()));
     obs.claims.pop();
-    assert_eq!(
-        plan_for(spec, &obs),
-        Step::RemoveMember {
-            id: 103,
-            name: "demo-3".into(),
-            reason: RemovalReason::ScaleDown
-        }
-    );
+    assert_eq!(plan_for(spec, &obs), remove(3, RemovalReason::ScaleDown));
 }
 
 #[test]
@@ -409,14 +361,7 @@ fn replaces_a_member_whose_ephemeral_data_is_gone() {
     let mut obs = healthy(3, "3.6.16");
     obs.pods.remove(1);
     obs.members.as_mut().unwrap()[1] = unhealthy(member(1, "3.6.16"));
-    assert_eq!(
-        plan_for("size: 3", &obs),
-        Step::RemoveMember {
-            id: 101,
-            name: "demo-1".into(),
-            reason: RemovalReason::Replace
-        }
-    );
+    assert_eq!(plan_for("size: 3", &obs), remove(1, RemovalReason::Replace));
     // Once removed, a new member with a new name is added.
     obs.members.as_mut().unwrap().remove(1);
     let step = plan_for("size: 3", &obs);
@@ -474,13 +419,13 @@ fn a_member_added_on_the_spec_version_and_not_ready_yet_is_starting_not_upgradin
     obs.pods[4].ready = false;
     assert_eq!(
         plan_for("size: 5\nversion: 3.6.16", &obs),
-        Step::Wait(Waiting::MemberStarting("demo-4".into()))
+        wait(Waiting::MemberStarting, 4)
     );
     // The same not-Ready pod moved to this version by the operator is still upgrading.
     obs.pods[4].created_on = Some(v("3.5.35"));
     assert_eq!(
         plan_for("size: 5\nversion: 3.6.16", &obs),
-        Step::Wait(Waiting::MemberUpgrading("demo-4".into()))
+        wait(Waiting::MemberUpgrading, 4)
     );
 }
 
@@ -488,20 +433,13 @@ fn a_member_added_on_the_spec_version_and_not_ready_yet_is_starting_not_upgradin
 fn upgrades_followers_first_one_at_a_time() {
     let obs = healthy(3, "3.6.16");
     let step = plan_for("version: 3.7.3", &obs);
-    assert_eq!(
-        step,
-        Step::UpgradeMember {
-            name: "demo-1".into(),
-            image: "quay.io/coreos/etcd:v3.7.3".into(),
-            version: v("3.7.3")
-        }
-    );
+    assert_eq!(step, upgrade(1, "3.7.3"));
     // demo-1 has the new image but still reports the old version: wait.
     let mut obs = healthy(3, "3.6.16");
     obs.pods[1].image = "quay.io/coreos/etcd:v3.7.3".into();
     assert_eq!(
         plan_for("version: 3.7.3", &obs),
-        Step::Wait(Waiting::MemberUpgrading("demo-1".into()))
+        wait(Waiting::MemberUpgrading, 1)
     );
     // demo-1 answers on the new version and its pod reads Ready, but the kubelet has not
     // reported the restart the image change causes: that Ready is the old container's.
@@ -509,7 +447,7 @@ fn upgrades_followers_first_one_at_a_time() {
     obs.pods[1].restarts_at_upgrade = Some(0);
     assert_eq!(
         plan_for("version: 3.7.3", &obs),
-        Step::Wait(Waiting::MemberUpgrading("demo-1".into()))
+        wait(Waiting::MemberUpgrading, 1)
     );
     // demo-1 done; demo-2 next, the leader demo-0 last.
     obs.pods[1].restarts = 1;
@@ -586,7 +524,7 @@ fn an_upgraded_member_must_be_ready_before_the_next_one_moves() {
     obs.members.as_mut().unwrap()[1] = member(1, "3.7.3");
     assert_eq!(
         plan_for("version: 3.7.3", &obs),
-        Step::Wait(Waiting::MemberUpgrading("demo-1".into()))
+        wait(Waiting::MemberUpgrading, 1)
     );
     // A not-ready pod on the old image holds the upgrade too.
     let mut obs = healthy(3, "3.6.16");
@@ -618,7 +556,7 @@ fn a_spec_change_mid_step_is_followed_from_the_current_state() {
     obs.pods.push(young(pod(3, "3.6.16")));
     assert_eq!(
         plan_for("size: 3", &obs),
-        Step::Wait(Waiting::LearnerCatchingUp("demo-3".into()))
+        wait(Waiting::LearnerCatchingUp, 3)
     );
     obs.members.as_mut().unwrap()[3] = learner(member(3, "3.6.16"));
     // Once caught up it is promoted (a learner is never left behind), then scaled away.
@@ -840,11 +778,7 @@ fn failed_pods_come_back_on_their_claims_with_or_without_quorum() {
     let ephemeral = edit(one.clone(), |o| o.claims.clear());
     assert_eq!(
         plan_for("size: 3", &ephemeral),
-        Step::RemoveMember {
-            id: 101,
-            name: "demo-1".into(),
-            reason: RemovalReason::Replace
-        }
+        remove(1, RemovalReason::Replace)
     );
     // Every ephemeral pod ended: nothing to restart, nothing silently recreated.
     let all_ephemeral = Observed {
@@ -876,16 +810,12 @@ fn a_pod_stuck_terminating_is_replaced_under_a_new_name() {
     };
     assert_eq!(
         plan_for("size: 5", &stuck(30)),
-        Step::Wait(Waiting::PodTerminating("demo-1".into())),
+        wait(Waiting::PodTerminating, 1),
         "within the stuck timeout"
     );
     assert_eq!(
         plan_for("size: 5", &stuck(61)),
-        Step::RemoveMember {
-            id: 101,
-            name: "demo-1".into(),
-            reason: RemovalReason::StuckTerminating
-        }
+        remove(1, RemovalReason::StuckTerminating)
     );
     // Removed: the stuck pod is left to its finalizer, and the scale-up goes on past it.
     let removed = edit(stuck(61), |o| {
@@ -910,11 +840,7 @@ fn a_pod_stuck_terminating_is_replaced_under_a_new_name() {
     });
     assert_eq!(
         plan_for("size: 3", &only_stuck),
-        Step::RemoveMember {
-            id: 101,
-            name: "demo-1".into(),
-            reason: RemovalReason::StuckTerminating
-        }
+        remove(1, RemovalReason::StuckTerminating)
     );
     // Quorum lost: nothing is removed, the loss is reported.
     let lost = edit(stuck(61), |o| {
@@ -952,19 +878,19 @@ fn a_slow_first_member_is_waited_for_and_a_failed_one_starts_over_clean() {
     });
     assert_eq!(
         plan_for("size: 3", &pending),
-        Step::Wait(Waiting::MemberPending("demo-0".into())),
+        wait(Waiting::MemberPending, 0),
         "an hour Pending is not failing"
     );
     let restored_late = seed(|p| p.running_for = Some(YOUNG));
     assert_eq!(
         plan_for("size: 3", &restored_late),
-        Step::Wait(Waiting::MemberStarting("demo-0".into())),
+        wait(Waiting::MemberStarting, 0),
         "its etcd started 5 s ago, after a long restore"
     );
     let unreachable = seed(|p| p.ready = true);
     assert_eq!(
         plan_for("size: 3", &unreachable),
-        Step::Wait(Waiting::MemberStarting("demo-0".into())),
+        wait(Waiting::MemberStarting, 0),
         "a Ready seed the operator cannot reach keeps running"
     );
     let hung = seed(|_| {});
@@ -1312,10 +1238,7 @@ fn a_recovery_in_progress_seeds_then_removes_the_lost_cluster() {
     restoring.phase = PodPhase::Pending;
     restoring.ready = false;
     obs.pods = vec![restoring];
-    assert_eq!(
-        plan_for("size: 3", &obs),
-        Step::Wait(Waiting::MemberPending("demo-3".into()))
-    );
+    assert_eq!(plan_for("size: 3", &obs), wait(Waiting::MemberPending, 3));
     // It runs: the lost cluster goes, pods then claims, then the recovery is over.
     obs.pods[0].phase = PodPhase::Running;
     obs.pods[0].ready = true;

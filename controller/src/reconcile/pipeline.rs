@@ -430,14 +430,7 @@ mod tests {
                 wait,
             ),
             (Step::DeletePod("demo-1".into()), busy),
-            (
-                Step::AddMember {
-                    name: "demo-3".into(),
-                    peer_url: "http://demo-3:2380".into(),
-                    learner: true,
-                },
-                busy,
-            ),
+            (crate::planner::fixtures::add_member(3, true), busy),
             (Step::RecordSnapshotBarrier { index: 7 }, busy),
         ] {
             assert_eq!(requeue_after(&step, &config), expected, "{step:?}");

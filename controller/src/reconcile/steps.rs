@@ -48,26 +48,15 @@ pub fn record_of(step: &Step) -> Option<StepRecord> {
         Step::AddMember { name, .. } => ("MemberAdded", "add", pod(name)),
         Step::CreatePod(plan) => ("MemberPodCreated", "start", pod(&plan.name)),
         Step::PromoteLearner { name, .. } => ("MemberPromoted", "promote", pod(name)),
-        Step::RemoveMember {
-            name,
-            reason: RemovalReason::ScaleDown,
-            ..
-        } => ("MemberRemoved", "remove", pod(name)),
-        Step::RemoveMember {
-            name,
-            reason: RemovalReason::Replace,
-            ..
-        } => ("MemberReplaced", "replace", pod(name)),
-        Step::RemoveMember {
-            name,
-            reason: RemovalReason::StuckTerminating,
-            ..
-        } => ("StuckMemberReplaced", "replace_stuck", pod(name)),
-        Step::RemoveMember {
-            name,
-            reason: RemovalReason::Adopted,
-            ..
-        } => ("CoreOSMemberRemoved", "remove_coreos", pod(name)),
+        Step::RemoveMember { name, reason, .. } => {
+            let (reason, kind) = match reason {
+                RemovalReason::ScaleDown => ("MemberRemoved", "remove"),
+                RemovalReason::Replace => ("MemberReplaced", "replace"),
+                RemovalReason::StuckTerminating => ("StuckMemberReplaced", "replace_stuck"),
+                RemovalReason::Adopted => ("CoreOSMemberRemoved", "remove_coreos"),
+            };
+            (reason, kind, pod(name))
+        }
         Step::RestartBootstrap(name) => ("BootstrapRestarted", "restart_bootstrap", pod(name)),
         Step::Compact { .. } => ("Compacted", "compact", None),
         Step::Defragment { name, .. } => ("MemberDefragmented", "defragment", pod(name)),
@@ -382,11 +371,7 @@ mod tests {
                 pod("demo-0"),
             ),
             (
-                Step::AddMember {
-                    name: "demo-3".into(),
-                    peer_url: "http://demo-3.demo.ns1.svc:2380".into(),
-                    learner: true,
-                },
+                crate::planner::fixtures::add_member(3, true),
                 "MemberAdded",
                 "add",
                 pod("demo-3"),
@@ -407,21 +392,13 @@ mod tests {
                 pod("demo-3"),
             ),
             (
-                Step::RemoveMember {
-                    id: 7,
-                    name: "demo-2".into(),
-                    reason: RemovalReason::ScaleDown,
-                },
+                crate::planner::fixtures::remove_member(2, RemovalReason::ScaleDown),
                 "MemberRemoved",
                 "remove",
                 pod("demo-2"),
             ),
             (
-                Step::RemoveMember {
-                    id: 7,
-                    name: "demo-1".into(),
-                    reason: RemovalReason::Replace,
-                },
+                crate::planner::fixtures::remove_member(1, RemovalReason::Replace),
                 "MemberReplaced",
                 "replace",
                 pod("demo-1"),
@@ -439,11 +416,7 @@ mod tests {
                 Some(("PersistentVolumeClaim", "demo-2-data".to_string())),
             ),
             (
-                Step::UpgradeMember {
-                    name: "demo-1".into(),
-                    image: "quay.io/coreos/etcd:v3.7.3".into(),
-                    version: "3.7.3".parse().unwrap_or_else(|e| panic!("{e}")),
-                },
+                crate::planner::fixtures::upgrade_member(1, "3.7.3"),
                 "MemberUpgraded",
                 "upgrade",
                 pod("demo-1"),

@@ -12,6 +12,7 @@ use etcd_shared::types::status::unknown_time;
 use super::*;
 use crate::planner::PodState;
 use crate::planner::fixtures::new_member_plan as plan;
+use crate::planner::fixtures::{add_member, remove_member, upgrade_member};
 use crate::view::fixtures::view_of;
 
 fn v(s: &str) -> EtcdVersion {
@@ -86,11 +87,7 @@ const ALL: &[&str] = &["demo-0", "demo-1", "demo-2"];
 const NONE: &[&str] = &[];
 
 fn rows() -> Vec<Row> {
-    let upgrade = Step::UpgradeMember {
-        name: "demo-2".into(),
-        image: "quay.io/coreos/etcd:v3.6.16".into(),
-        version: v("3.6.16"),
-    };
+    let upgrade = upgrade_member(2, "3.6.16");
     let healthy = (false, "AsExpected");
     let quorum = (true, "QuorumHealthy");
     let base = Row {
@@ -259,11 +256,7 @@ fn rows() -> Vec<Row> {
         Row {
             what: "an unhealthy member replaced",
             obs: three([Some("3.6.16"), Some("3.6.16"), None]),
-            step: Step::RemoveMember {
-                id: 102,
-                name: "demo-2".into(),
-                reason: RemovalReason::Replace,
-            },
+            step: remove_member(2, RemovalReason::Replace),
             phase: ClusterPhase::Recovering,
             progressing: (true, "ReplacingMember"),
             degraded: (true, "MembersUnhealthy"),
@@ -274,11 +267,7 @@ fn rows() -> Vec<Row> {
         Row {
             what: "scaling up is no failure",
             spec: "size: 5\nversion: 3.6.16",
-            step: Step::AddMember {
-                name: "demo-3".into(),
-                peer_url: "http://demo-3.demo.ns1.svc:2380".into(),
-                learner: true,
-            },
+            step: add_member(3, true),
             phase: ClusterPhase::Scaling,
             progressing: (true, "ScalingUp"),
             ..base.clone()
@@ -294,11 +283,7 @@ fn rows() -> Vec<Row> {
         Row {
             what: "scaling down",
             spec: "size: 1\nversion: 3.6.16",
-            step: Step::RemoveMember {
-                id: 102,
-                name: "demo-2".into(),
-                reason: RemovalReason::ScaleDown,
-            },
+            step: remove_member(2, RemovalReason::ScaleDown),
             phase: ClusterPhase::Scaling,
             progressing: (true, "ScalingDown"),
             ..base.clone()
@@ -578,17 +563,9 @@ fn an_adoption_is_reported_with_the_coreos_members_left() {
         ..EtcdClusterStatus::default()
     };
     for step in [
-        Step::AddMember {
-            name: "demo-3".into(),
-            peer_url: "http://demo-3.demo.ns1.svc:2380".into(),
-            learner: true,
-        },
+        add_member(3, true),
         Step::Wait(Waiting::LearnerCatchingUp("demo-3".into())),
-        Step::RemoveMember {
-            id: 101,
-            name: "demo-1".into(),
-            reason: crate::planner::RemovalReason::Adopted,
-        },
+        remove_member(1, crate::planner::RemovalReason::Adopted),
         Step::TransferLeadership {
             from: "demo-2".into(),
             to: "demo-0".into(),
