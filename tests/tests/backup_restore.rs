@@ -1312,6 +1312,7 @@ async fn a_refused_safety_backup_holds_the_upgrade_until_the_store_takes_it(
     wait_until(&clusters, "held", "settled", |c| settled(c, 1, &from)).await?;
     let slices: Api<EndpointSlice> = ctx.api();
     let data = bulk_put(&slices, "held", "/h/", 50, 4).await?;
+    let patched = Instant::now();
     clusters
         .patch(
             "held",
@@ -1320,6 +1321,7 @@ async fn a_refused_safety_backup_holds_the_upgrade_until_the_store_takes_it(
         )
         .await?;
     let message = support::degraded_for(&clusters, "held", "SafetyBackupFailed").await?;
+    duration("held: version patched -> SafetyBackupFailed said", patched);
     ensure!(
         message.contains(&format!("upgrade to {line}")) && message.contains("failed"),
         "the Degraded message names the change and the failure: {message}"

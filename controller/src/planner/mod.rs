@@ -161,7 +161,8 @@ pub enum Blocked {
     /// The members run a version from which etcd cannot move to the spec's.
     UpgradeNotSupported(String),
     /// The snapshot `spec.safetyBackup` asks for before a minor upgrade or a scale-down could
-    /// not be written, so the change waits (decided by the pipeline, not the planner).
+    /// not be written, so the change waits (planned by `safety::guard` while the failed
+    /// snapshot's retry is not due).
     SafetyBackupFailed {
         /// The change, e.g. `upgrade to 3.7`.
         change: String,
