@@ -9,7 +9,7 @@
 //!
 //! Run: `cargo test -p etcd-controller --test etcd_lines` (needs `hack/build-tools.sh`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail, ensure};
@@ -17,7 +17,7 @@ use etcd_controller::error::{Error, EtcdRefusal};
 use etcd_controller::etcd::{AlarmName, EtcdAccess, EtcdPool, MemberStatus};
 use etcd_shared::version::EtcdVersion;
 use etcd_tests::ports::free_ports;
-use etcd_tests::process::ManagedProcess;
+use etcd_tests::process::{ManagedProcess, log_tail};
 use etcd_tests::{Tools, poll_until};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -97,16 +97,15 @@ where
     Ok(result)
 }
 
-async fn exercise(tools: &Tools, version: &str) -> anyhow::Result<()> {
+async fn exercise(tools: &Tools, version: &str, dir: &Path) -> anyhow::Result<()> {
     let caps = version
         .parse::<EtcdVersion>()?
         .capabilities()
         .with_context(|| format!("{version} is not a supported line"))?;
     let etcd = tools.etcd(version)?;
-    let dir = tempfile::tempdir()?;
     let [c1, p1, c2, p2] = free_ports()?;
     let a_peer = format!("a=http://127.0.0.1:{p1}");
-    let _a = start_member(&etcd, dir.path(), "a", (c1, p1), &a_peer, "new")?;
+    let _a = start_member(&etcd, dir, "a", (c1, p1), &a_peer, "new")?;
     let access = EtcdAccess {
         timeout: Duration::from_secs(3),
         ..EtcdAccess::default()
@@ -134,7 +133,7 @@ async fn exercise(tools: &Tools, version: &str) -> anyhow::Result<()> {
     .await?;
     let b = start_member(
         &etcd,
-        dir.path(),
+        dir,
         "b",
         (c2, p2),
         &format!("{a_peer},b={b_peer}"),
@@ -222,39 +221,68 @@ async fn exercise(tools: &Tools, version: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs `check` against a real server of every pinned line at once; prints each line's result
-/// (with the note `check` returns) and fails with every failure.
+/// Runs `check` against a real server of every pinned line at once, each line in a directory
+/// of its own for its members' data and logs; prints each line's result (with the note `check`
+/// returns) and fails with every failure, each with the tail of its members' logs.
 async fn on_every_line<F, Fut>(check: F) -> anyhow::Result<()>
 where
-    F: Fn(Tools, String) -> Fut,
+    F: Fn(Tools, String, PathBuf) -> Fut,
     Fut: Future<Output = anyhow::Result<String>>,
 {
     let tools = Tools::from_env()?;
     let versions = tools.versions().every_etcd();
-    let results = futures::future::join_all(versions.iter().map(|v| {
-        let run = check(tools.clone(), v.clone());
+    let dirs = versions
+        .iter()
+        .map(|_| tempfile::tempdir())
+        .collect::<Result<Vec<_>, _>>()?;
+    let results = futures::future::join_all(versions.iter().zip(&dirs).map(|(v, dir)| {
+        let run = check(tools.clone(), v.clone(), dir.path().to_path_buf());
         async move { (v.clone(), run.await) }
     }))
     .await;
-    let failed: Vec<String> = results
-        .iter()
-        .filter_map(|(v, r)| r.as_ref().err().map(|e| format!("{v}: {e:#}")))
-        .collect();
-    for (v, r) in &results {
+    let mut failed = Vec::new();
+    for ((v, r), dir) in results.iter().zip(&dirs) {
         match r {
             Ok(note) if note.is_empty() => println!("etcd {v}: ok"),
             Ok(note) => println!("etcd {v}: ok ({note})"),
-            Err(_) => println!("etcd {v}: FAILED"),
+            Err(e) => {
+                println!("etcd {v}: FAILED");
+                failed.push(format!("{v}: {e:#}\n{}", member_logs(dir.path())));
+            }
         }
     }
     ensure!(failed.is_empty(), "{}", failed.join("\n"));
     Ok(())
 }
 
+/// The last lines of every member log in `dir`, for a failure's message.
+fn member_logs(dir: &Path) -> String {
+    let mut logs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|e| e == "log"))
+        .collect();
+    logs.sort();
+    logs.iter()
+        .map(|log| {
+            format!(
+                "--- {} (last 20 lines)\n{}",
+                log.display(),
+                log_tail(log, 20)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 #[tokio::test]
 async fn every_call_works_or_is_unsupported_on_every_line() -> anyhow::Result<()> {
-    on_every_line(|tools, v| async move { exercise(&tools, &v).await.map(|()| String::new()) })
-        .await
+    on_every_line(|tools, v, dir| async move {
+        exercise(&tools, &v, &dir).await.map(|()| String::new())
+    })
+    .await
 }
 
 /// The refusal of a call that must fail, or why it did not.
@@ -270,16 +298,15 @@ fn refusal<T: std::fmt::Debug>(result: Result<T, Error>) -> anyhow::Result<Optio
 /// a learner member which is in sync with leader" (promote right after the add), "too many
 /// learner members" (a second learner) where the line has learners, and "unhealthy cluster"
 /// (a member added while a voter is down).
-async fn refusals(tools: &Tools, version: &str) -> anyhow::Result<()> {
+async fn refusals(tools: &Tools, version: &str, dir: &Path) -> anyhow::Result<()> {
     let caps = version
         .parse::<EtcdVersion>()?
         .capabilities()
         .with_context(|| format!("{version} is not a supported line"))?;
     let etcd = tools.etcd(version)?;
-    let dir = tempfile::tempdir()?;
     let [c1, p1, c2, p2, _, p3, _, p4] = free_ports()?;
     let a_peer = format!("a=http://127.0.0.1:{p1}");
-    let _a = start_member(&etcd, dir.path(), "a", (c1, p1), &a_peer, "new")?;
+    let _a = start_member(&etcd, dir, "a", (c1, p1), &a_peer, "new")?;
     let access = EtcdAccess {
         timeout: Duration::from_secs(3),
         ..EtcdAccess::default()
@@ -301,7 +328,7 @@ async fn refusals(tools: &Tools, version: &str) -> anyhow::Result<()> {
     .await?;
     let b = start_member(
         &etcd,
-        dir.path(),
+        dir,
         "b",
         (c2, p2),
         &format!("{a_peer},b={b_peer}"),
@@ -380,8 +407,10 @@ async fn refusals(tools: &Tools, version: &str) -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn refusals_classify_by_code_on_every_line() -> anyhow::Result<()> {
-    on_every_line(|tools, v| async move { refusals(&tools, &v).await.map(|()| String::new()) })
-        .await
+    on_every_line(|tools, v, dir| async move {
+        refusals(&tools, &v, &dir).await.map(|()| String::new())
+    })
+    .await
 }
 
 /// Issue 15, item 5: calls of a pooled access reuse one connection per member across calls
@@ -463,18 +492,17 @@ async fn http_get(endpoint: &str, path: &str) -> anyhow::Result<(u16, String)> {
 /// while `/health?exclude=NOSPACE` answers healthy exactly on the lines the capability table
 /// says (the readiness probe asks it there); and the controller's heal works: compaction (a
 /// second one to the same revision is fine), defragmentation, disarm, writes accepted again.
-async fn no_space(tools: &Tools, version: &str) -> anyhow::Result<String> {
+async fn no_space(tools: &Tools, version: &str, dir: &Path) -> anyhow::Result<String> {
     let caps = version
         .parse::<EtcdVersion>()?
         .capabilities()
         .with_context(|| format!("{version} is not a supported line"))?;
     let etcd = tools.etcd(version)?;
-    let dir = tempfile::tempdir()?;
     let [c1, p1] = free_ports()?;
     let quota = 16 * 1024 * 1024;
     let _a = start_member_with(
         &etcd,
-        dir.path(),
+        dir,
         "a",
         (c1, p1),
         &format!("a=http://127.0.0.1:{p1}"),
@@ -561,26 +589,27 @@ async fn no_space(tools: &Tools, version: &str) -> anyhow::Result<String> {
 
 #[tokio::test]
 async fn no_space_is_seen_excluded_from_health_and_healed_on_every_line() -> anyhow::Result<()> {
-    on_every_line(|tools, v| async move { no_space(&tools, &v).await }).await
+    on_every_line(|tools, v, dir| async move { no_space(&tools, &v, &dir).await }).await
 }
 
 /// Issue 24: what the controller asks of the last member of a cluster that lost quorum, on a
 /// real server of every line: a 3-member cluster, two members stopped for good, and the one
 /// left answers Status (no leader; its raft index), the member list (our client asks it
 /// serializable) and the Snapshot RPC, whose stream checks: the recovery starts from it.
-async fn survivor(tools: &Tools, version: &str) -> anyhow::Result<String> {
+async fn survivor(tools: &Tools, version: &str, dir: &Path) -> anyhow::Result<String> {
     let etcd = tools.etcd(version)?;
-    let dir = tempfile::tempdir()?;
     let [c1, p1, c2, p2, c3, p3] = free_ports()?;
     let peers = format!("a=http://127.0.0.1:{p1},b=http://127.0.0.1:{p2},c=http://127.0.0.1:{p3}");
-    let a = start_member(&etcd, dir.path(), "a", (c1, p1), &peers, "new")?;
-    let b = start_member(&etcd, dir.path(), "b", (c2, p2), &peers, "new")?;
-    let c = start_member(&etcd, dir.path(), "c", (c3, p3), &peers, "new")?;
+    let started = std::time::Instant::now();
+    let a = start_member(&etcd, dir, "a", (c1, p1), &peers, "new")?;
+    let b = start_member(&etcd, dir, "b", (c2, p2), &peers, "new")?;
+    let c = start_member(&etcd, dir, "c", (c3, p3), &peers, "new")?;
     let access = EtcdAccess {
         timeout: Duration::from_secs(3),
         ..EtcdAccess::default()
     };
     healthy(&access, &a.client_url).await?;
+    let elected = started.elapsed();
     let mut client = etcd_client::Client::connect([a.client_url.as_str()], None).await?;
     for i in 0..100 {
         client.put(format!("k{i:03}"), "v", None).await?;
@@ -614,12 +643,15 @@ async fn survivor(tools: &Tools, version: &str) -> anyhow::Result<String> {
     }
     let checked = hasher.finish()?;
     Ok(format!(
-        "revision {}, raft index {}, snapshot {} bytes checked",
-        status.revision, status.raft_index, checked.db_size
+        "a leader {:.1} s after start; revision {}, raft index {}, snapshot {} bytes checked",
+        elected.as_secs_f64(),
+        status.revision,
+        status.raft_index,
+        checked.db_size
     ))
 }
 
 #[tokio::test]
 async fn the_last_member_answers_without_quorum_on_every_line() -> anyhow::Result<()> {
-    on_every_line(|tools, v| async move { survivor(&tools, &v).await }).await
+    on_every_line(|tools, v, dir| async move { survivor(&tools, &v, &dir).await }).await
 }
