@@ -8,7 +8,7 @@
 #   hack/build-tools.sh            build whatever is missing, then print each tool's version
 #   hack/build-tools.sh --check    exit 1 (building nothing) when something is missing
 #   ONLY=helm hack/build-tools.sh  only one group: etcd, etcd-source, kubernetes, helm, s3,
-#                                  abs, gcs or prometheus
+#                                  abs, gcs, prometheus or porcupine
 #   ONLY=demo hack/build-tools.sh  only what hack/demo.sh runs: Kubernetes, the API server's
 #                                  etcd (also the default member version), the example's etcd
 #                                  and Helm 3
@@ -396,6 +396,24 @@ build_coredns() {
   rm -rf "$work" "$out/bin"; mv "$out/bin.tmp" "$out/bin"; touch "$out/.complete"
 }
 
+# Porcupine's test data, the validation of etcd-lincheck (lincheck/tests/porcupine_jepsen.rs):
+# its Jepsen etcd histories (test_data/jepsen/) and porcupine_test.go (their expected verdicts),
+# copied from the Go module (nothing is built).
+PORCUPINE_VERSION=1.3.1
+fetch_porcupine() {
+  local v="$PORCUPINE_VERSION" out="$TOOLS/porcupine/v$PORCUPINE_VERSION"
+  need "$out" || return 0
+  local mod="github.com/anishathalye/porcupine" dir
+  log "fetching $mod@v$v (the Jepsen etcd histories etcd-lincheck is checked against)"
+  dir="$(module_field Dir "$mod@v$v")"
+  [[ -f "$dir/porcupine_test.go" && -d "$dir/test_data/jepsen" ]] || { log "could not download $mod@v$v"; return 1; }
+  rm -rf "$out.tmp"; mkdir -p "$out.tmp/test_data"
+  # The module cache is read-only: the copy is made writable so a later rm -rf works.
+  { cp -r "$dir/test_data/jepsen" "$out.tmp/test_data/" && cp "$dir/porcupine_test.go" "$out.tmp/" &&
+    chmod -R u+w "$out.tmp"; } || { rm -rf "$out.tmp"; log "porcupine v$v: copy failed"; return 1; }
+  rm -rf "$out"; mv "$out.tmp" "$out"; touch "$out/.complete"
+}
+
 # Both majors the chart supports: Helm 3 (HELM_VERSION) and Helm 4 (HELM4_VERSION).
 build_helm() {
   build_helm_major 3 "$HELM_VERSION"
@@ -422,6 +440,7 @@ case "$only" in all|abs) install_azurite ;; esac
 case "$only" in all|gcs) build_fake_gcs_server ;; esac
 case "$only" in all|prometheus) build_prometheus ;; esac
 case "$only" in all|node) build_node; build_coredns ;; esac
+case "$only" in all|porcupine) fetch_porcupine ;; esac
 
 if [[ "$mode" == "--check" ]]; then exit "$missing"; fi
 log "tools in $TOOLS:"
@@ -440,3 +459,4 @@ node_bin="$TOOLS/node/v$KUBERNETES_VERSION-containerd$CONTAINERD_VERSION-cni$CNI
 show "$node_bin/kubelet" --version
 show "$node_bin/containerd" --version
 show "$TOOLS/coredns/v$COREDNS_VERSION/bin/coredns" -version
+[[ -f "$TOOLS/porcupine/v$PORCUPINE_VERSION/.complete" ]] && log "porcupine v$PORCUPINE_VERSION test data" || log "not fetched: porcupine"

@@ -1,0 +1,4 @@
+//! The sequential specifications histories are checked against.
+
+pub mod kv;
+pub mod register;
