@@ -31,6 +31,7 @@ pub mod in_pod;
 pub mod installed_crds;
 pub mod leader;
 pub mod metrics;
+pub mod nodes;
 pub mod observe;
 pub mod planner;
 pub mod reconcile;

@@ -18,8 +18,12 @@ use crate::cache::{self, CachedPod, Caches};
 use crate::error::Error;
 use crate::etcd::{AlarmName, EtcdAccess, EtcdPool, ListedMember, MemberStatus, RaisedAlarm};
 use crate::etcd_tls::MemberTls;
-use crate::planner::{Alarm, AlarmKind, DbSize, Health, MemberState, Observed, PodPhase, PodState};
+use crate::planner::{
+    AbsentPod, Alarm, AlarmKind, DbSize, Health, MemberState, NodeState, Observed, PodPhase,
+    PodState, ReplacedPod,
+};
 use crate::view::ClusterView;
+use etcd_shared::types::MemberPlacement;
 
 /// Everything observed, with the pods as read (the executor needs their IPs).
 pub struct Observation {
@@ -35,7 +39,14 @@ pub struct Observation {
     /// Members whose health check failed, with the reason.
     pub health_failures: Vec<(String, String)>,
     /// Member pods of a cluster a recovery replaces, still there (not in the model).
-    pub replaced_pods: Vec<String>,
+    pub replaced_pods: Vec<ReplacedPod>,
+    /// A member of the cluster a recovery replaces that answers with a leader, in words: that
+    /// cluster is not lost.
+    pub lost_cluster_serves: Option<String>,
+    /// Client endpoints of the pods of the cluster a recovery replaces whose containers may
+    /// run, by member name: asked again right before the seed is created and the survivor
+    /// deleted.
+    pub replaced_endpoints: Vec<(String, String)>,
     /// Data claims of a cluster a recovery replaces, still there (not in the model).
     pub replaced_claims: Vec<String>,
 }
@@ -246,12 +257,10 @@ fn pod_state(
         .deletion_timestamp
         .as_ref()
         .map_or(Duration::ZERO, |deadline| since(deadline.0));
-    let running_for = status
-        .container_statuses
-        .iter()
-        .find(|c| c.name == "etcd")
-        .and_then(|c| c.earliest_start())
-        .map(since);
+    let etcd_status = status.container_statuses.iter().find(|c| c.name == "etcd");
+    let running_for = etcd_status.and_then(|c| c.earliest_start()).map(since);
+    let container_stopped =
+        etcd_status.is_some_and(|c| c.state.terminated.is_some() && c.state.running.is_none());
     Some(PodState {
         name,
         version,
@@ -271,6 +280,9 @@ fn pod_state(
         running_for,
         reason: status.reason.clone(),
         coreos: origin == PodOrigin::CoreOS,
+        node: pod.spec.node_name.clone().filter(|n| !n.is_empty()),
+        node_state: NodeState::Unknown,
+        container_stopped,
     })
 }
 
@@ -396,16 +408,32 @@ fn member_name(view: &ClusterView, m: &ListedMember) -> String {
         .unwrap_or_else(|| format!("unknown-{:x}", m.id))
 }
 
+/// What the cluster's status recorded that the observation needs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Recorded<'a> {
+    /// The status records a member list read before: the cluster exists (or existed).
+    pub bootstrapped: bool,
+    /// Member names of the cluster a recovery replaces (its pods and claims are not this
+    /// cluster's).
+    pub replaced: &'a [String],
+    /// The node each member's pod runs or last ran on.
+    pub placement: &'a [MemberPlacement],
+}
+
 /// Reads the pods, claims and etcd members of a cluster.
 pub async fn observe(
     client: &kube::Client,
     caches: &Caches,
     view: &ClusterView,
-    bootstrapped: bool,
+    recorded: Recorded<'_>,
     timeout: Duration,
     pool: Option<Arc<EtcdPool>>,
-    replaced: &[String],
 ) -> Result<Observation, Error> {
+    let Recorded {
+        bootstrapped,
+        replaced,
+        placement,
+    } = recorded;
     let now = Timestamp::now();
     let mut claim_selector = names::selector_labels(&view.name);
     claim_selector.insert(names::LABEL_COMPONENT.into(), "data".into());
@@ -432,9 +460,10 @@ pub async fn observe(
         .filter_map(|(p, origin)| pod_state(p, *origin, &claim_created_on, now))
         .collect();
     // The pods and claims of a cluster being replaced by a recovery are not this cluster's.
-    let (replaced_pods, pods): (Vec<PodState>, Vec<PodState>) =
+    let (replaced_pods, mut pods): (Vec<PodState>, Vec<PodState>) =
         pods.into_iter().partition(|p| replaced.contains(&p.name));
-    let replaced_pods: Vec<String> = replaced_pods.into_iter().map(|p| p.name).collect();
+    let mut absent = absent_pods(placement, &pods, replaced);
+    read_nodes(client, &mut pods, &mut absent).await;
     let member_of = |c: &crate::cache::CachedClaim| {
         c.metadata
             .labels
@@ -461,10 +490,21 @@ pub async fn observe(
         timeout,
         pool: pool.map(|p| (p, format!("{}/{}", view.namespace, view.name))),
     };
-    let by_ip: Vec<(String, String)> = pods
-        .iter()
-        .filter(|p| !p.terminating && p.phase == PodPhase::Running)
-        .filter_map(|p| Some((p.name.clone(), endpoint(view, p.ip.as_deref()?))))
+    // Terminating pods are asked too: a pod evicted from a silent node may still run its
+    // member, and a member that answers is alive, whatever the API says of its pod.
+    let by_ip = running_endpoints(view, &pods);
+    let replaced_endpoints = running_endpoints(view, &replaced_pods);
+    let lost_cluster_serves = if replaced_endpoints.is_empty() {
+        None
+    } else {
+        lost_cluster_serves(&access, &replaced_endpoints).await
+    };
+    let replaced_pods: Vec<ReplacedPod> = replaced_pods
+        .into_iter()
+        .map(|p| ReplacedPod {
+            name: p.name,
+            terminating: p.terminating,
+        })
         .collect();
 
     // Every running member says who it is, who leads and whether it is a learner first, so
@@ -562,13 +602,89 @@ pub async fn observe(
             // The status's record, set by the pipeline.
             last_version: None,
             safety: crate::planner::SafetyBackups::default(),
+            absent,
         },
         member_endpoints: by_ip,
         member_api,
         access,
         health_failures,
         replaced_pods,
+        lost_cluster_serves,
+        replaced_endpoints,
         replaced_claims,
+    })
+}
+
+/// The client endpoints of the pods whose containers may run (phase Running, with an IP),
+/// terminating ones included, by member name.
+fn running_endpoints(view: &ClusterView, pods: &[PodState]) -> Vec<(String, String)> {
+    pods.iter()
+        .filter(|p| p.phase == PodPhase::Running)
+        .filter_map(|p| Some((p.name.clone(), endpoint(view, p.ip.as_deref()?))))
+        .collect()
+}
+
+/// The members of the placement record whose pod is gone from the API (a recovery's lost
+/// cluster aside), with the node it last ran on; node states are read afterwards.
+fn absent_pods(
+    placement: &[MemberPlacement],
+    pods: &[PodState],
+    replaced: &[String],
+) -> Vec<AbsentPod> {
+    placement
+        .iter()
+        .filter(|p| !replaced.contains(&p.member) && !pods.iter().any(|pod| pod.name == p.member))
+        .map(|p| AbsentPod {
+            member: p.member.clone(),
+            node: p.node.clone(),
+            node_state: NodeState::Unknown,
+        })
+        .collect()
+}
+
+/// Reads the nodes of terminating pods and of pods gone from the API (only those: their
+/// liveness depends on what the node says) and records each one's state.
+async fn read_nodes(client: &kube::Client, pods: &mut [PodState], absent: &mut [AbsentPod]) {
+    let wanted: Vec<String> = pods
+        .iter()
+        .filter(|p| p.terminating)
+        .filter_map(|p| p.node.clone())
+        .chain(absent.iter().map(|a| a.node.clone()))
+        .collect();
+    if wanted.is_empty() {
+        return;
+    }
+    let states = crate::nodes::states(client, &wanted).await;
+    let state = |node: &str| states.get(node).copied().unwrap_or_default();
+    for pod in pods.iter_mut().filter(|p| p.terminating) {
+        if let Some(node) = &pod.node {
+            pod.node_state = state(node);
+        }
+    }
+    for a in absent.iter_mut() {
+        a.node_state = state(&a.node);
+    }
+}
+
+/// Asks the members of the cluster a recovery replaces whether they have a leader: the first
+/// that does, in words (that cluster is not lost: it serves).
+pub async fn lost_cluster_serves(
+    access: &EtcdAccess,
+    endpoints: &[(String, String)],
+) -> Option<String> {
+    let answers = join_all(endpoints.iter().map(|(pod, endpoint)| {
+        let access = access.clone();
+        async move { (pod.clone(), access.status(endpoint).await) }
+    }))
+    .await;
+    answers.into_iter().find_map(|(pod, status)| {
+        let status = status.ok()?;
+        (status.leader != 0).then(|| {
+            format!(
+                "member {pod} of the lost cluster answers with leader {:x}",
+                status.leader
+            )
+        })
     })
 }
 

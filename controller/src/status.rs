@@ -84,6 +84,9 @@ pub fn describe(step: &Step) -> String {
         Step::FinishRecovery => {
             "finish the recovery: the recovered cluster runs and the lost one is removed".into()
         }
+        Step::AbortRecovery { why } => format!(
+            "stop the recovery: the cluster it was replacing was not lost ({why}); the recovery record is dropped and the cluster is operated as before"
+        ),
         Step::DisarmAlarm(alarms) => format!(
             "disarm the NOSPACE alarm ({}): the members have room again",
             alarms
@@ -135,11 +138,39 @@ pub fn describe(step: &Step) -> String {
 fn blocked_message(b: &Blocked) -> String {
     match b {
         Blocked::Paused => "spec.paused is set: no change is made".into(),
-        Blocked::QuorumLost { missing, voters } => format!(
-            "quorum lost: {} of {voters} voting members are unhealthy ({}); the operator makes no membership change until a majority is back",
-            missing.len(),
-            missing.join(", ")
-        ),
+        Blocked::QuorumLost {
+            missing,
+            voters,
+            unconfirmed,
+        } => {
+            let lost = format!(
+                "quorum lost: {} of {voters} voting members are unhealthy ({}); the operator makes no membership change until a majority is back",
+                missing.len(),
+                missing.join(", ")
+            );
+            if unconfirmed.is_empty() {
+                return lost;
+            }
+            let said: Vec<String> = unconfirmed
+                .iter()
+                .map(|u| format!("{}: {}", u.member, u.why))
+                .collect();
+            let mut nodes: Vec<&str> = unconfirmed.iter().filter_map(|u| u.node.as_deref()).collect();
+            nodes.sort_unstable();
+            nodes.dedup();
+            let declare = if nodes.is_empty() {
+                "if you know their processes are gone, approve a recovery".to_string()
+            } else {
+                format!(
+                    "if the node is down for good, say so and the operator acts: {}",
+                    crate::planner::liveness::out_of_service_command(&nodes)
+                )
+            };
+            format!(
+                "{lost}; not known to be gone, so neither recovered nor replaced (their etcd may still run and hold the quorum): {}; {declare}",
+                said.join("; ")
+            )
+        }
         Blocked::AllMembersLost => "every member and its data is gone (members kept their data in emptyDirs); delete and recreate the EtcdCluster to start an empty cluster, or restore from a backup".into(),
         Blocked::UpgradeNotSupported(why) => format!("upgrade blocked: {why}"),
         Blocked::SafetyBackupFailed { change, reason } => format!(
@@ -300,6 +331,8 @@ fn phase(obs: &Observed, step: &Step, previous: Option<ClusterPhase>) -> Cluster
             | Blocked::QuorumLostForGood { .. },
         ) if obs.bootstrapped => ClusterPhase::QuorumLost,
         Step::StartRecovery { .. } | Step::FinishRecovery => ClusterPhase::Recovering,
+        // Back to normal operation: the phase follows from the next reconcile.
+        Step::AbortRecovery { .. } => ClusterPhase::Degraded,
         // The snapshot is part of the change it comes before.
         Step::TakeSafetyBackup { guarded, .. } => phase(obs, guarded, previous),
         _ if obs.recovery.is_some() => ClusterPhase::Recovering,
@@ -349,6 +382,7 @@ fn failure_reason(phase: ClusterPhase, step: &Step, obs: &Observed) -> Option<St
         Step::Blocked(Blocked::UpgradeNotSupported(_)) => "UpgradeNotSupported",
         Step::Blocked(Blocked::SafetyBackupFailed { .. }) => "SafetyBackupFailed",
         Step::Blocked(Blocked::SpaceExhausted { .. }) => "SpaceExhausted",
+        Step::AbortRecovery { .. } => "RecoveryAborted",
         _ if !obs.alarms.is_empty() => alarm_report(obs).map_or("Alarm", |(reason, _)| reason),
         Step::Wait(Waiting::Unhealthy(_)) => "MembersUnhealthy",
         _ => phase.as_str(),
@@ -438,12 +472,17 @@ pub fn compute(
     let alarm = alarm_report(obs);
     let stuck = stuck_report(obs, STUCK_REPORT_AFTER);
     let (degraded, degraded_reason, degraded_message) = match step {
-        Step::Blocked(Blocked::QuorumLost { .. }) if obs.bootstrapped => (
+        Step::Blocked(Blocked::QuorumLost { unconfirmed, .. }) if obs.bootstrapped => (
             true,
             "QuorumLost",
             format!(
-                "{}; the missing members' data is on their claims or pods, so they can come back: the operator waits (spec.recovery.policy {} acts only when the data of a majority is gone)",
+                "{}; {}: the operator waits (spec.recovery.policy {} acts only when the data of a majority is known to be gone)",
                 describe(step),
+                if unconfirmed.is_empty() {
+                    "the missing members' data is on their claims or pods, so they can come back"
+                } else {
+                    "unknown is not gone"
+                },
                 if view.recover_automatically {
                     "Automatic"
                 } else {
@@ -456,6 +495,7 @@ pub fn compute(
             (true, "QuorumLostForGood", describe(step))
         }
         Step::StartRecovery { .. } | Step::FinishRecovery => (true, "Recovering", describe(step)),
+        Step::AbortRecovery { .. } => (true, "RecoveryAborted", describe(step)),
         _ if obs.recovery.is_some() => (
             true,
             "Recovering",
@@ -504,6 +544,7 @@ pub fn compute(
         },
         Step::RestartBootstrap(_) => "Bootstrapping",
         Step::StartRecovery { .. } | Step::FinishRecovery => "Recovering",
+        Step::AbortRecovery { .. } => "RecoveryAborted",
         _ if obs.recovery.is_some() => "Recovering",
         Step::TakeSafetyBackup { .. } => "TakingSafetyBackup",
         Step::Compact { .. } | Step::DisarmAlarm(_) => "HealingNoSpace",
@@ -607,6 +648,7 @@ pub fn compute(
                 .collect::<Vec<_>>()
                 .join(","),
         ),
+        placement: placement::after(previous.map_or(&[][..], |p| p.placement.as_slice()), obs),
         coreos_members: obs
             .coreos_members()
             .into_iter()
@@ -726,5 +768,6 @@ pub fn changed(new: &EtcdClusterStatus, old: Option<&EtcdClusterStatus>) -> bool
     old != Some(new)
 }
 
+pub mod placement;
 #[cfg(test)]
 mod tests;

@@ -32,7 +32,7 @@ pub use restore::{
 };
 pub use status::{
     ClusterPhase, CompactionRecord, DefragmentationRecord, EtcdClusterStatus, MaintenanceStatus,
-    MembersStatus, RecoveryRecord, RecoveryStatus, RestoredFrom,
+    MemberPlacement, MembersStatus, RecoveryRecord, RecoveryStatus, RestoredFrom,
 };
 pub use storage::{PvcSource, S3Source, StorageSource};
 

@@ -270,8 +270,9 @@ fn not_needed(scope: &Scope) -> Vec<Question> {
 fn cluster_denied() -> Vec<Question> {
     let c = Scope::Cluster;
     vec![
-        ask("get", "nodes", &c, false),
         ask("list", "nodes", &c, false),
+        ask("watch", "nodes", &c, false),
+        ask("patch", "nodes", &c, false),
         ask("create", "namespaces", &c, false),
         ask("delete", "namespaces", &c, false),
         ask(
@@ -593,6 +594,8 @@ async fn controller_rbac_is_least_privilege(
     questions.extend(not_needed(&Scope::Cluster));
     questions.extend(not_needed(&Scope::In(ns.clone())));
     questions.extend(cluster_denied());
+    // The node of a terminating member pod, one at a time (issue 32): never listed.
+    questions.push(ask("get", "nodes", &Scope::Cluster, true));
     questions.extend(lease_questions(&ns, &lease));
     check_can_i(&ctx, &user, questions).await?;
 
@@ -682,6 +685,8 @@ async fn namespace_mode_checks(
         }));
     }
     questions.extend(cluster_denied());
+    // No cluster-wide RBAC at all in namespace mode: not even nodes.
+    questions.push(ask("get", "nodes", &Scope::Cluster, false));
     questions.extend(lease_questions(&ns, &lease));
     check_can_i(ctx, &user, questions).await?;
 

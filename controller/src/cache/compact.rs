@@ -75,12 +75,16 @@ pub struct CachedPod {
 
 resource_of!(CachedPod, k8s_openapi::api::core::v1::Pod);
 
-/// The containers of a [`CachedPod`].
+/// The containers of a [`CachedPod`] and the node it is bound to.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
 pub struct CachedPodSpec {
     /// Names and images.
     #[serde(default)]
     pub containers: Vec<CachedContainer>,
+    /// The node the pod is bound to (`spec.nodeName`), once scheduled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
 }
 
 /// A container's name and image.

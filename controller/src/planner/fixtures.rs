@@ -21,6 +21,9 @@ pub(crate) fn ready_pod(i: u32, version: &str) -> super::PodState {
         running_for: Some(std::time::Duration::from_secs(3600)),
         reason: None,
         coreos: false,
+        node: Some(format!("node-{i}")),
+        node_state: super::NodeState::Unknown,
+        container_stopped: false,
     }
 }
 

@@ -21,6 +21,7 @@ pub mod adoption;
 /// Test fixtures: pods and members as the planner sees them.
 #[cfg(test)]
 pub(crate) mod fixtures;
+pub mod liveness;
 pub mod maintenance;
 pub mod model;
 pub mod recovery;
@@ -29,6 +30,8 @@ pub mod safety;
 mod tests;
 #[cfg(test)]
 mod tests_adoption;
+#[cfg(test)]
+mod tests_safety;
 
 use std::time::Duration;
 
@@ -36,10 +39,11 @@ use etcd_shared::names;
 use etcd_shared::version::{DEFAULT_SNAPSHOT_COUNT, EtcdVersion, LineCapabilities, check_upgrade};
 
 use crate::view::ClusterView;
+pub use liveness::{Liveness, Unconfirmed};
 pub use maintenance::{DefragReason, DefragmentationPolicy};
 pub use model::{
-    Alarm, AlarmKind, DbSize, Health, Maintenance, MemberState, Observed, PodPhase, PodState,
-    Recovering, SafetyBackups,
+    AbsentPod, Alarm, AlarmKind, DbSize, Health, Maintenance, MemberState, NodeState, Observed,
+    PodPhase, PodState, Recovering, ReplacedPod, SafetyBackups,
 };
 pub use recovery::{PermanentLoss, RecoverFrom};
 
@@ -155,6 +159,10 @@ pub enum Blocked {
         missing: Vec<String>,
         /// Number of voters.
         voters: usize,
+        /// Missing voters whose pods are terminating or gone while their processes may still
+        /// run (their node is silent): they may hold the quorum elsewhere, so nothing is
+        /// recovered or replaced until that is known.
+        unconfirmed: Vec<Unconfirmed>,
     },
     /// Every member and its data is gone: only a new cluster (or a restore) can follow.
     AllMembersLost,
@@ -320,6 +328,12 @@ pub enum Step {
     },
     /// The recovered cluster runs and the lost one is removed: the recovery is over.
     FinishRecovery,
+    /// A member of the cluster being recovered answered with a leader: it was not lost after
+    /// all. The recovery stops (its record is dropped) and the cluster is operated as before.
+    AbortRecovery {
+        /// What showed the lost cluster serving.
+        why: String,
+    },
     /// Nothing to change now; check again soon.
     Wait(Waiting),
     /// Nothing the operator may safely change.
@@ -514,15 +528,6 @@ fn plan_change(view: &ClusterView, obs: &Observed, settings: &PlannerSettings) -
     {
         return Step::Wait(Waiting::PodTerminating(p.name.clone()));
     }
-    let corrupt: Vec<String> = obs
-        .alarms
-        .iter()
-        .filter(|a| a.kind == AlarmKind::Corrupt)
-        .map(|a| a.member.clone())
-        .collect();
-    if !corrupt.is_empty() {
-        return Step::Blocked(Blocked::DataCorrupted { members: corrupt });
-    }
     match &obs.members {
         Err(_) => plan_without_member_list(view, obs, settings),
         Ok(members) => plan_with_members(view, obs, members, settings),
@@ -623,7 +628,7 @@ fn plan_without_member_list(
             restart_version(view, obs, None),
         ));
     }
-    if let Some(loss) = recovery::permanent_loss(view, obs, settings) {
+    if let Some(loss) = recovery::permanent_loss(view, obs) {
         return recovery::on_permanent_loss(view, loss);
     }
     let live: Vec<&PodState> = obs.pods.iter().filter(|p| !is_stuck(p, settings)).collect();
@@ -643,6 +648,14 @@ fn plan_without_member_list(
     Step::Blocked(Blocked::QuorumLost {
         voters: missing.len(),
         missing,
+        unconfirmed: obs
+            .pods
+            .iter()
+            .filter_map(|p| match liveness::of_pod(p) {
+                Liveness::Unconfirmed(u) => Some(u),
+                _ => None,
+            })
+            .collect(),
     })
 }
 
@@ -688,7 +701,7 @@ fn plan_with_members(
         }) {
             return Step::Wait(Waiting::MemberStarting(m.name.clone()));
         }
-        if let Some(loss) = recovery::permanent_loss(view, obs, settings) {
+        if let Some(loss) = recovery::permanent_loss(view, obs) {
             return recovery::on_permanent_loss(view, loss);
         }
         let missing = voters
@@ -699,13 +712,17 @@ fn plan_with_members(
         return Step::Blocked(Blocked::QuorumLost {
             missing,
             voters: voters.len(),
+            unconfirmed: recovery::unconfirmed_losses(view, obs),
         });
     }
 
     // 2. Members whose data is gone, that never came up, or whose pod is stuck terminating:
     //    remove, to be added anew. Removing an unhealthy member never lowers the number of
-    //    healthy voters; a healthy one goes only when quorum holds without it.
-    for m in members {
+    //    healthy voters; a healthy one goes only when quorum holds without it, the leader
+    //    last (its removal costs an election).
+    let mut leader_last: Vec<&MemberState> = members.iter().collect();
+    leader_last.sort_by_key(|m| matches!(m.health, Health::Healthy { leader: true, .. }));
+    for m in leader_last {
         let pod = obs.pod(&m.name);
         let data_gone = match pod {
             None => m.started, // (unstarted ones were handled above)
@@ -725,7 +742,11 @@ fn plan_with_members(
         let keeps_quorum = !m.health.is_healthy()
             || m.learner
             || healthy_voters > ClusterView::quorum(voters.len().saturating_sub(1));
-        if (data_gone || never_started || learner_stalled || stuck) && keeps_quorum {
+        // A healthy member stuck terminating (its kubelet silent, its etcd serving) is
+        // replaced one at a time: the next goes only once a replacement has joined.
+        let one_at_a_time = !(stuck && m.health.is_healthy()) || members.len() >= view.size;
+        if (data_gone || never_started || learner_stalled || stuck) && keeps_quorum && one_at_a_time
+        {
             return Step::RemoveMember {
                 id: m.id,
                 name: m.name.clone(),
@@ -748,6 +769,20 @@ fn plan_with_members(
         .find(|c| !member_names.contains(&c.as_str()))
     {
         return Step::DeleteClaim(c.clone());
+    }
+
+    // CORRUPT stops every change that moves data (adding, promoting, scaling, upgrading,
+    //    healing); members are still brought back on their claims (1.), replaced when their
+    //    data is gone (2.) and their leftovers removed (3.), so a node loss never freezes the
+    //    cluster while a human decides which data is right.
+    let corrupt: Vec<String> = obs
+        .alarms
+        .iter()
+        .filter(|a| a.kind == AlarmKind::Corrupt)
+        .map(|a| a.member.clone())
+        .collect();
+    if !corrupt.is_empty() {
+        return Step::Blocked(Blocked::DataCorrupted { members: corrupt });
     }
 
     // 4. Learners that caught up are promoted; others are waited for.

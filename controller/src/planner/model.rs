@@ -49,6 +49,13 @@ pub struct PodState {
     /// The pod was made by CoreOS' operator (its member is adopted: replaced by a member of
     /// this operator, never upgraded, restarted or recreated).
     pub coreos: bool,
+    /// The node the pod is bound to (`spec.nodeName`); `None` while it is not scheduled.
+    pub node: Option<String>,
+    /// What the API says of that node (read only for pods whose liveness matters: terminating
+    /// or ended ones; [`NodeState::Unknown`] otherwise).
+    pub node_state: NodeState,
+    /// The kubelet reported the etcd container terminated (and not running again).
+    pub container_stopped: bool,
 }
 
 impl PodState {
@@ -58,6 +65,39 @@ impl PodState {
         self.restarts_at_upgrade
             .is_some_and(|before| self.restarts <= before)
     }
+}
+
+/// What the API says of the node a member pod runs on, or last ran on: how much the kubelet's
+/// word about the pod's containers is worth.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum NodeState {
+    /// Its kubelet reports the node Ready: what it says of the pod's containers is current,
+    /// and it stops the containers of pods no longer in the API.
+    Ready,
+    /// The node is not Ready (NotReady or Unknown: a silent kubelet, a partition, a paused
+    /// machine): its containers may still run, whatever the API says of its pods.
+    NotReady,
+    /// The Node object is gone: its pods cannot run (the node controller deletes the Node of a
+    /// machine that is gone, or an administrator did).
+    Gone,
+    /// The node carries `node.kubernetes.io/out-of-service`: an administrator said it is down
+    /// (Kubernetes' non-graceful node shutdown).
+    OutOfService,
+    /// Not known: the node was not read, could not be read, or no node is recorded.
+    #[default]
+    Unknown,
+}
+
+/// A member whose pod is gone from the API, with the node its pod last ran on (the status's
+/// placement record).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AbsentPod {
+    /// The member (and pod) name.
+    pub member: String,
+    /// The node its pod last ran on.
+    pub node: String,
+    /// What the API says of that node now.
+    pub node_state: NodeState,
 }
 
 /// `status.phase` of a pod.
@@ -214,6 +254,9 @@ pub struct Observed {
     pub last_version: Option<EtcdVersion>,
     /// The safety backups of `spec.safetyBackup`, as observed.
     pub safety: SafetyBackups,
+    /// Members whose pod is gone from the API, with the node it last ran on (as the status
+    /// recorded it): a pod deleted while its node is silent may still run there.
+    pub absent: Vec<AbsentPod>,
 }
 
 /// The safety backups of `spec.safetyBackup` as observed: which change the stored record still
@@ -233,12 +276,24 @@ pub struct Recovering {
     /// What the new first member is seeded from.
     pub seed: super::SeedPlan,
     /// Member pods of the lost cluster still there (the survivor among them, until the new
-    /// first member runs).
-    pub replaced_pods: Vec<String>,
+    /// cluster holds a quorum of its own size).
+    pub replaced_pods: Vec<ReplacedPod>,
     /// Data claims of the lost cluster still there.
     pub replaced_claims: Vec<String>,
     /// Every member name of the lost cluster (its pods, claims and members): none is reused.
     pub lost_names: Vec<String>,
+    /// Why the lost cluster is not lost after all, when one of its members answers with a
+    /// leader: a majority of it runs again (or never stopped), so the recovery must stop.
+    pub lost_cluster_serves: Option<String>,
+}
+
+/// A member pod of the cluster a recovery replaces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplacedPod {
+    /// Its name.
+    pub name: String,
+    /// It is already being deleted (deleting it again changes nothing).
+    pub terminating: bool,
 }
 
 impl Default for Observed {
@@ -255,6 +310,7 @@ impl Default for Observed {
             recovery: None,
             last_version: None,
             safety: SafetyBackups::default(),
+            absent: Vec::new(),
         }
     }
 }
@@ -282,6 +338,12 @@ impl Observed {
     /// Whether `member`'s pod was made by CoreOS' operator.
     pub fn is_coreos(&self, member: &str) -> bool {
         self.pod(member).is_some_and(|p| p.coreos)
+    }
+
+    /// The record of member `name`'s pod that is gone from the API, if the status recorded
+    /// its node.
+    pub fn absent(&self, name: &str) -> Option<&AbsentPod> {
+        self.absent.iter().find(|a| a.member == name)
     }
 
     /// Whether an alarm of `kind` is raised.

@@ -1,10 +1,13 @@
-//! Recovery from permanent quorum loss (pure decisions; issue 24).
+//! Recovery from permanent quorum loss (pure decisions; issues 24 and 32).
 //!
-//! **When.** Only when quorum can never return on its own: the data of a majority of the
-//! voting members is provably gone ([`permanent_loss`]): an emptyDir member whose pod is gone
-//! or ended, a member whose claim is gone, a member that never started. A member whose data is
-//! on its claim, or whose pod still runs, may come back: that loss is temporary and is waited
-//! for, whatever the policy.
+//! **When.** Only when quorum can never return on its own and nothing still has one: the data
+//! of a majority of the voting members is *known* to be gone ([`permanent_loss`]): an emptyDir
+//! member whose process is known to have stopped ([`super::liveness`]: its pod ended, its node
+//! is gone or out of service, or its Ready kubelet reported it stopped), a member whose claim is
+//! gone, a member that never started. A member whose data is on its claim, whose pod still
+//! runs, or whose pod is terminating or gone while its node is silent may come back (or may
+//! still be serving): that loss is waited for, whatever the policy. No member may answer with
+//! a leader, and fewer than a majority may answer at all.
 //!
 //! **From what.** The surviving member with the most data (the highest raft index it
 //! reports; the Snapshot RPC answers without quorum on every line 3.2-3.7), else, when no
@@ -13,12 +16,16 @@
 //! **How.** `spec.recovery.policy: Automatic`, or the approval annotation under `Manual`,
 //! starts it ([`Step::StartRecovery`]): the snapshot is taken and verified first, the survivor
 //! untouched. Then, from the record the status keeps (so a restart goes on where it stopped):
-//! a new first member under a new name and cluster token restores the snapshot
-//! ([`plan_recovery`]), and once it runs, the pods and claims of the lost cluster are removed,
-//! the recovery is finished, and the cluster grows back to its size as usual.
+//! a new first member under a new name and cluster token restores the snapshot, checked
+//! against the verified hash ([`plan_recovery`]); the new cluster grows as usual, and only once
+//! it holds a quorum of its own size are the lost cluster's pods (those not already being
+//! deleted) and claims removed: until then the survivor keeps the only other copy. Should a
+//! member of the lost cluster answer with a leader at any point (it was not lost after all),
+//! the recovery stops ([`Step::AbortRecovery`]) and the cluster goes back to normal operation.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use super::liveness::{Liveness, Unconfirmed, liveness, of_pod};
 use super::model::{MemberState, Observed, PodPhase};
 use super::{
     Blocked, InitialState, PlannerSettings, SeedFrom, SeedPlan, Step, Waiting, is_durable,
@@ -54,45 +61,57 @@ pub struct PermanentLoss {
     pub from: Option<RecoverFrom>,
 }
 
-/// Whether `m`'s data is provably gone.
-fn data_gone(
-    view: &ClusterView,
-    obs: &Observed,
-    m: &MemberState,
-    settings: &PlannerSettings,
-) -> bool {
+/// Whether `m`'s data is known to be gone.
+fn data_gone(view: &ClusterView, obs: &Observed, m: &MemberState) -> bool {
     let on_claim = is_durable(view) && obs.has_claim(&m.name);
-    if on_claim {
+    if on_claim || m.answered {
         return false;
     }
-    match obs.pod(&m.name) {
-        None => true,
-        Some(p) => !m.started || p.phase == PodPhase::Ended || is_stuck(p, settings),
-    }
+    !m.started || liveness(obs, &m.name).is_stopped()
+}
+
+/// The voters whose data may be gone but is not known to be: their pods are terminating or
+/// gone while their processes may still run (see [`super::liveness`]).
+pub fn unconfirmed_losses(view: &ClusterView, obs: &Observed) -> Vec<Unconfirmed> {
+    let Ok(members) = &obs.members else {
+        return Vec::new();
+    };
+    members
+        .iter()
+        .filter(|m| !m.learner && m.started && !m.answered)
+        .filter(|m| !(is_durable(view) && obs.has_claim(&m.name)))
+        .filter_map(|m| match liveness(obs, &m.name) {
+            Liveness::Unconfirmed(u) => Some(u),
+            Liveness::Present | Liveness::Stopped(_) => None,
+        })
+        .collect()
 }
 
 /// The permanent loss of a cluster whose quorum is lost, if it is one. `None` for a temporary
-/// loss (a majority of the voters still holds its data) and for a cluster that never formed.
-pub fn permanent_loss(
-    view: &ClusterView,
-    obs: &Observed,
-    settings: &PlannerSettings,
-) -> Option<PermanentLoss> {
+/// loss (a majority of the voters may still hold its data), while any member answers with a
+/// leader or a majority of the voters answers at all (something still has, or may regain, a
+/// quorum), and for a cluster that never formed.
+pub fn permanent_loss(view: &ClusterView, obs: &Observed) -> Option<PermanentLoss> {
     match &obs.members {
         Ok(members) => {
             let voters: Vec<&MemberState> = members.iter().filter(|m| !m.learner).collect();
+            let quorum = ClusterView::quorum(voters.len());
+            let answering = voters.iter().filter(|m| m.answered).count();
+            if voters.iter().any(|m| m.health.is_healthy()) || answering >= quorum {
+                return None;
+            }
             let lost: Vec<String> = voters
                 .iter()
-                .filter(|m| data_gone(view, obs, m, settings))
+                .filter(|m| data_gone(view, obs, m))
                 .map(|m| m.name.clone())
                 .collect();
-            if voters.len() - lost.len() >= ClusterView::quorum(voters.len()) {
+            if voters.len() - lost.len() >= quorum {
                 return None;
             }
             // Every member not lost may hold data: the one with the most that answers.
             let holders: Vec<&MemberState> = members
                 .iter()
-                .filter(|m| !data_gone(view, obs, m, settings))
+                .filter(|m| !data_gone(view, obs, m))
                 .collect();
             let best = holders
                 .iter()
@@ -115,12 +134,14 @@ pub fn permanent_loss(
         }
         Err(_) => {
             // Nobody answered the member list: only a cluster with nothing left that could hold
-            // data (no pod that may run again, no claim) is known to be lost.
-            let live = obs
-                .pods
-                .iter()
-                .any(|p| p.phase != PodPhase::Ended && !is_stuck(p, settings));
-            (obs.bootstrapped && !live && obs.claims.is_empty()).then(|| PermanentLoss {
+            // data or still run (no pod or deleted pod whose process may run, no claim) is known
+            // to be lost.
+            let may_run = obs.pods.iter().any(|p| !of_pod(p).is_stopped())
+                || obs
+                    .absent
+                    .iter()
+                    .any(|a| !liveness(obs, &a.member).is_stopped());
+            (obs.bootstrapped && !may_run && obs.claims.is_empty()).then(|| PermanentLoss {
                 lost: obs.pods.iter().map(|p| p.name.clone()).collect(),
                 voters: obs.pods.len(),
                 from: Some(RecoverFrom::Backup),
@@ -150,21 +171,46 @@ pub fn on_permanent_loss(view: &ClusterView, loss: PermanentLoss) -> Step {
     }
 }
 
-/// The next step of a recovery in progress (`obs.recovery` is set): the new first member,
-/// then, once it runs, the lost cluster's pods and claims removed one at a time, then done.
+/// Whether the approval annotation (`recover=now`) approves nothing: the cluster has its
+/// quorum (a majority of its voters healthy) and no recovery starts. An approval belongs to
+/// the loss it approves; kept on a healthy cluster it would silently approve the next one,
+/// weeks later, with no one asked (a GitOps tool re-applying it does the same).
+pub fn approval_is_stale(view: &ClusterView, obs: &Observed, step: &Step) -> bool {
+    if !view.recover_now || matches!(step, Step::StartRecovery { .. }) || obs.recovery.is_some() {
+        return false;
+    }
+    obs.members.as_ref().is_ok_and(|members| {
+        let voters: Vec<&MemberState> = members.iter().filter(|m| !m.learner).collect();
+        let healthy = voters.iter().filter(|m| m.health.is_healthy()).count();
+        !voters.is_empty() && healthy >= ClusterView::quorum(voters.len())
+    })
+}
+
+/// The next step of a recovery in progress (`obs.recovery` is set): the new first member;
+/// then, while the new cluster holds fewer healthy members than a quorum of its size, `None`
+/// (it grows as any cluster does, the survivor kept); then the lost cluster's pods (those not
+/// already being deleted) and claims removed one at a time, then done. A lost cluster that
+/// answers with a leader stops it.
 pub fn plan_recovery(
     view: &ClusterView,
     obs: &Observed,
     settings: &PlannerSettings,
 ) -> Option<Step> {
     let recovering = obs.recovery.as_ref()?;
-    let seeded = obs
+    if let Some(why) = &recovering.lost_cluster_serves {
+        return Some(Step::AbortRecovery { why: why.clone() });
+    }
+    let healthy = obs
         .members
         .as_ref()
-        .is_ok_and(|m| m.iter().any(|m| m.health.is_healthy()));
-    if seeded {
-        if let Some(pod) = recovering.replaced_pods.first() {
-            return Some(Step::DeletePod(pod.clone()));
+        .map_or(0, |m| m.iter().filter(|m| m.health.is_healthy()).count());
+    if healthy > 0 {
+        // Keep the only other copy until the new cluster is one a single failure cannot lose.
+        if healthy < ClusterView::quorum(view.size) {
+            return None;
+        }
+        if let Some(pod) = recovering.replaced_pods.iter().find(|p| !p.terminating) {
+            return Some(Step::DeletePod(pod.name.clone()));
         }
         if let Some(claim) = recovering.replaced_claims.first() {
             return Some(Step::DeleteClaim(claim.clone()));
@@ -249,6 +295,8 @@ pub fn records_after(
             };
             (None, Some(record))
         }
+        // The lost cluster serves: the record goes, the last finished recovery stays.
+        (Some(_), Step::AbortRecovery { .. }) => (None, last),
         (Some(mut r), Step::Bootstrap(plan)) => {
             r.seed = Some(plan.name.clone());
             (Some(r), last)

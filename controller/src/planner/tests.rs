@@ -29,6 +29,7 @@ fn member(i: u32, version: &str) -> MemberState {
 
 fn unhealthy(mut m: MemberState) -> MemberState {
     m.health = Health::Unhealthy("connection refused".into());
+    m.answered = false;
     m
 }
 
@@ -104,6 +105,15 @@ fn members(obs: &mut Observed) -> &mut Vec<MemberState> {
     obs.members
         .as_mut()
         .unwrap_or_else(|e| panic!("fixture without a member list: {e}"))
+}
+
+/// Records that member `demo-i`'s pod, gone from the API, last ran on a node in `state`.
+fn gone_from(obs: &mut Observed, i: u32, state: NodeState) {
+    obs.absent.push(AbsentPod {
+        member: format!("demo-{i}"),
+        node: format!("node-{i}"),
+        node_state: state,
+    });
 }
 
 const DURABLE: &str =
@@ -382,12 +392,22 @@ fn does_nothing_risky_when_quorum_is_lost() {
         plan_for("size: 3", &obs),
         Step::Blocked(Blocked::QuorumLost {
             missing: vec!["demo-1".into(), "demo-2".into()],
-            voters: 3
+            voters: 3,
+            unconfirmed: vec![],
         })
     );
-    // Their (ephemeral) pods gone: lost for good, but no removal and no recovery without the
-    // approval (spec.recovery.policy Manual, the default).
+    // Their (ephemeral) pods gone from a Ready node (its kubelet stopped them): lost for good,
+    // but no removal and no recovery without the approval (spec.recovery.policy Manual, the
+    // default).
     obs.pods.truncate(1);
+    gone_from(&mut obs, 1, NodeState::Ready);
+    gone_from(&mut obs, 2, NodeState::Ready);
+    // (while the survivor still reports a leader, something has a quorum: issue 32, item 2)
+    assert!(matches!(
+        plan_for("size: 3", &obs),
+        Step::Blocked(Blocked::QuorumLost { .. })
+    ));
+    members(&mut obs)[0].health = Health::Unhealthy("no leader".into());
     assert!(
         matches!(
             plan_for("size: 3", &obs),
@@ -1104,6 +1124,8 @@ fn a_permanent_loss_is_recovered_from_the_best_survivor_only_when_approved() {
         o.pods.truncate(1);
         members(&mut o)[0].health = Health::Unhealthy("no leader".into());
         members(&mut o)[0].raft_index = 120;
+        gone_from(&mut o, 1, NodeState::Ready);
+        gone_from(&mut o, 2, NodeState::Ready);
         o
     };
     let obs = lost_two(healthy(3, "3.6.16"));
@@ -1156,6 +1178,9 @@ fn a_permanent_loss_is_recovered_from_the_best_survivor_only_when_approved() {
         members(&mut five)[i] = unhealthy(member(i as u32, "3.6.16"));
     }
     five.pods.truncate(2);
+    for i in [2, 3, 4] {
+        gone_from(&mut five, i, NodeState::Gone);
+    }
     members(&mut five)[0].raft_index = 90;
     members(&mut five)[1].raft_index = 95;
     for i in [0, 1] {
@@ -1209,9 +1234,16 @@ fn a_recovery_in_progress_seeds_then_removes_the_lost_cluster() {
     };
     let recovering = |pods: Vec<String>, claims: Vec<String>| Recovering {
         seed: recovery::seed_plan(&record),
-        replaced_pods: pods,
+        replaced_pods: pods
+            .into_iter()
+            .map(|name| ReplacedPod {
+                name,
+                terminating: false,
+            })
+            .collect(),
         replaced_claims: claims,
         lost_names: record.replaced.clone(),
+        lost_cluster_serves: None,
     };
     let mut obs = Observed {
         bootstrapped: true,
@@ -1239,11 +1271,27 @@ fn a_recovery_in_progress_seeds_then_removes_the_lost_cluster() {
     restoring.ready = false;
     obs.pods = vec![restoring];
     assert_eq!(plan_for("size: 3", &obs), wait(Waiting::MemberPending, 3));
-    // It runs: the lost cluster goes, pods then claims, then the recovery is over.
+    // It runs: the new cluster grows as any does while the survivor (the only other copy)
+    // is kept (issue 32, item 4).
     obs.pods[0].phase = PodPhase::Running;
     obs.pods[0].ready = true;
     obs.members = Ok(vec![member(3, "3.6.16")]);
+    assert_eq!(plan_for("size: 3", &obs), add(4, true));
+    // A quorum of its size healthy: the lost cluster goes, pods then claims, then the recovery
+    // is over.
+    obs.pods.push(pod(4, "3.6.16"));
+    members(&mut obs).push(member(4, "3.6.16"));
     assert_eq!(plan_for("size: 3", &obs), Step::DeletePod("demo-0".into()));
+    // A pod of the lost cluster already being deleted (a finalizer, a silent node) is not
+    // deleted again: the recovery goes on past it (issue 32, item 3).
+    obs.recovery = Some(Recovering {
+        replaced_pods: vec![ReplacedPod {
+            name: "demo-0".into(),
+            terminating: true,
+        }],
+        ..recovering(vec![], vec![])
+    });
+    assert_eq!(plan_for("size: 3", &obs), Step::FinishRecovery);
     obs.recovery = Some(recovering(vec![], vec!["demo-1".into()]));
     assert_eq!(
         plan_for("size: 3", &obs),

@@ -92,14 +92,18 @@ pub async fn reconcile(
             apply(ctx, &view, &client, &caches.services),
         )?;
         let bootstrapped = previous.and_then(|s| s.size).is_some_and(|s| s > 0);
+        let recorded = crate::observe::Recorded {
+            bootstrapped,
+            replaced: &replaced,
+            placement: previous.map_or(&[][..], |s| s.placement.as_slice()),
+        };
         observe(
             &ctx.client,
             caches,
             &view,
-            bootstrapped,
+            recorded,
             ctx.config.etcd_timeout,
             Some(pool.clone()),
-            &replaced,
         )
         .await
     }
@@ -130,6 +134,7 @@ pub async fn reconcile(
         replaced_pods: obs.replaced_pods.clone(),
         replaced_claims: obs.replaced_claims.clone(),
         lost_names: r.replaced.clone(),
+        lost_cluster_serves: obs.lost_cluster_serves.clone(),
     });
     // The budget protects the voting members that exist, whatever the spec asks for.
     apply(
@@ -146,6 +151,9 @@ pub async fn reconcile(
     let stored_safety = stored.and_then(|s| s.last_safety_backup.clone());
     obs.model.safety = safety_backups(&view, stored_safety.as_ref(), safety_retries, now);
     let step = planner::plan(&view, &obs.model, &ctx.config.planner);
+    if recovery::approval_is_stale(&view, &obs.model, &step) {
+        super::recovery::discard_stale_approval(ctx, recorder, cluster, &view).await?;
+    }
     let outcome = execute(ctx, recorder, cluster, &view, &obs, &step, safety_retries).await;
     // A snapshot takes as long as the database needs: the change it guarded is planned again
     // on a fresh observation (a member may have failed meanwhile), in the next reconcile.
@@ -426,6 +434,7 @@ mod tests {
                 Step::Blocked(Blocked::QuorumLost {
                     missing: vec!["demo-0".into(), "demo-1".into()],
                     voters: 3,
+                    unconfirmed: vec![],
                 }),
                 wait,
             ),

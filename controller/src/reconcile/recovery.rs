@@ -141,6 +141,25 @@ pub fn started_note(record: &RecoveryStatus) -> String {
     )
 }
 
+/// Removes an approval that approves nothing (see
+/// [`crate::planner::recovery::approval_is_stale`]), with an Event saying so.
+pub async fn discard_stale_approval(
+    ctx: &Context,
+    recorder: &Recorder,
+    cluster: &EtcdCluster,
+    view: &ClusterView,
+) -> Result<(), Error> {
+    remove_approval(ctx, view).await?;
+    let (annotation, value) = (names::ANNOTATION_RECOVER, names::RECOVER_NOW);
+    let note = format!(
+        "{annotation}={value} removed: the cluster has its quorum and nothing was lost; an approval belongs to one loss, so annotate again when the status asks for it (QuorumLostForGood)"
+    );
+    Events::of(recorder, cluster)
+        .normal("RecoveryApprovalDiscarded", note)
+        .await;
+    Ok(())
+}
+
 /// Removes the approval annotation (a JSON merge patch of metadata only).
 async fn remove_approval(ctx: &Context, view: &ClusterView) -> Result<(), Error> {
     let api: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &view.namespace);

@@ -63,6 +63,7 @@ pub fn record_of(step: &Step) -> Option<StepRecord> {
         Step::DisarmAlarm(_) => ("AlarmDisarmed", "disarm_alarm", None),
         Step::StartRecovery { .. } => ("RecoveryStarted", "start_recovery", None),
         Step::FinishRecovery => ("Recovered", "finish_recovery", None),
+        Step::AbortRecovery { .. } => ("RecoveryAborted", "abort_recovery", None),
         Step::DeletePod(name) => ("MemberPodDeleted", "delete_pod", pod(name)),
         Step::DeleteClaim(member) => (
             "MemberClaimDeleted",
@@ -190,8 +191,13 @@ pub async fn execute(
         namespace: Some(view.namespace.clone()),
         ..ObjectReference::default()
     });
+    let type_ = if matches!(step, Step::AbortRecovery { .. }) {
+        EventType::Warning
+    } else {
+        EventType::Normal
+    };
     Events::of(recorder, cluster)
-        .publish(EventType::Normal, record.reason, note, related)
+        .publish(type_, record.reason, note, related)
         .await;
     Ok(outcome)
 }
@@ -205,6 +211,7 @@ async fn carry_out(
     step: &Step,
 ) -> Result<bool, Error> {
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &view.namespace);
+    recheck_lost_cluster(obs, step).await?;
     match step {
         Step::Bootstrap(plan) | Step::CreatePod(plan) => {
             create_member_pod(ctx, view, plan).await?;
@@ -257,7 +264,10 @@ async fn carry_out(
             }
         }
         // Carried out by `execute` (it yields a record); nothing to call for the finish.
-        Step::StartRecovery { .. } | Step::FinishRecovery | Step::TakeSafetyBackup { .. } => {}
+        Step::StartRecovery { .. }
+        | Step::FinishRecovery
+        | Step::AbortRecovery { .. }
+        | Step::TakeSafetyBackup { .. } => {}
         Step::UpgradeMember {
             name,
             image,
@@ -302,6 +312,28 @@ async fn carry_out(
         Step::Wait(_) | Step::Blocked(_) | Step::Done => return Ok(false),
     }
     Ok(true)
+}
+
+/// Right before a recovery's seed member is created or a pod of the lost cluster (the survivor)
+/// deleted, the lost cluster's members are asked once more whether they have a leader: if one
+/// does, the step is refused (the next observation stops the recovery). The observation asked
+/// them too; this closes the window between the two.
+async fn recheck_lost_cluster(obs: &Observation, step: &Step) -> Result<(), Error> {
+    let guarded = match step {
+        Step::Bootstrap(plan) => plan.seed.is_some() && obs.model.recovery.is_some(),
+        Step::DeletePod(name) => obs.replaced_endpoints.iter().any(|(pod, _)| pod == name),
+        _ => false,
+    };
+    if !guarded || obs.replaced_endpoints.is_empty() {
+        return Ok(());
+    }
+    match crate::observe::lost_cluster_serves(&obs.access, &obs.replaced_endpoints).await {
+        Some(why) => Err(Error::Recovery(format!(
+            "{} refused: {why}; the recovery stops",
+            status::describe(step)
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// How long one member's defragmentation may take: it rewrites the whole database file (about

@@ -218,6 +218,7 @@ fn rows() -> Vec<Row> {
             step: Step::Blocked(Blocked::QuorumLost {
                 missing: vec!["demo-1".into(), "demo-2".into()],
                 voters: 3,
+                unconfirmed: vec![],
             }),
             phase: ClusterPhase::QuorumLost,
             reason: Some("QuorumLost"),
@@ -595,6 +596,7 @@ fn an_adoption_is_reported_with_the_coreos_members_left() {
         &Step::Blocked(Blocked::QuorumLost {
             missing: vec!["demo-1".into(), "demo-2".into()],
             voters: 3,
+            unconfirmed: vec![],
         }),
         Some(&previous),
         now(),

@@ -140,6 +140,13 @@ pub struct EtcdClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<String>,
 
+    /// The node each member's pod runs on, or last ran on (an extension of this operator): a
+    /// member whose pod is deleted keeps its entry while it is in the member list, so the
+    /// operator can tell whether its process may still run there (a pod deleted while its node
+    /// is silent may go on serving).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub placement: Vec<MemberPlacement>,
+
     /// Members whose pods CoreOS' operator made, still to be replaced by this operator's (an
     /// extension of this operator): empty once the cluster runs on its own members alone.
     #[serde(
@@ -148,6 +155,16 @@ pub struct EtcdClusterStatus {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub coreos_members: Vec<String>,
+}
+
+/// Where a member's pod runs (or last ran).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberPlacement {
+    /// The member (and pod) name.
+    pub member: String,
+    /// The node its pod is bound to.
+    pub node: String,
 }
 
 /// A recovery in progress.

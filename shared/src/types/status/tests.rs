@@ -190,9 +190,14 @@ fn this_operators_status_round_trips_and_writes_only_what_is_set() {
             members_lost: 2,
         }),
         selector: Some("app=etcd,etcd_cluster=demo".into()),
+        placement: vec![super::MemberPlacement {
+            member: "demo-1".into(),
+            node: "node-b".into(),
+        }],
         coreos_members: vec!["demo-4bq7xk2m9z".into()],
     };
     let written = serde_json::to_value(&ours).expect("serializes");
+    assert_eq!(written["placement"][0]["node"], "node-b");
     assert_eq!(written["lastRecovery"]["source"], "member demo-0");
     assert_eq!(written["coreosMembers"][0], "demo-4bq7xk2m9z");
     assert_eq!(written["lastRecovery"]["membersLost"], 2);

@@ -1,0 +1,317 @@
+//! Tests of the rules that keep the operator's own automation from turning a live cluster into
+//! a lost one (issue 32): unknown is not gone, no recovery while anything has a quorum, a
+//! recovery never waits on a pod already being deleted and keeps the survivor until the new
+//! cluster holds a quorum, CORRUPT does not freeze self-healing.
+
+use std::time::Duration;
+
+use super::*;
+use crate::planner::fixtures::{healthy_member, ready_pod};
+use crate::view::fixtures::view_of;
+
+const AUTOMATIC: &str = "size: 3\nrecovery:\n  policy: Automatic";
+
+fn plan_for(spec: &str, obs: &Observed) -> Step {
+    plan(&view_of(spec), obs, &PlannerSettings::default())
+}
+
+fn member(i: u32) -> MemberState {
+    healthy_member(
+        &format!("demo-{i}"),
+        100 + u64::from(i),
+        "3.6.16".parse().ok(),
+        i == 1,
+    )
+}
+
+fn silent(mut m: MemberState) -> MemberState {
+    m.health = Health::Unhealthy("deadline exceeded".into());
+    m.answered = false;
+    m
+}
+
+/// The demo of issue 32, item 1: members 1 and 2 on node-b, whose kubelet went silent; their
+/// pods were evicted and stay Terminating past their grace period (etcd may still run there
+/// and hold the quorum); member 0, on node-a, answers without a leader (cut off from them).
+fn evicted_from_silent_node(node: NodeState) -> Observed {
+    let mut pods: Vec<PodState> = (0..3).map(|i| ready_pod(i, "3.6.16")).collect();
+    for p in &mut pods[1..] {
+        p.terminating = true;
+        p.ready = false;
+        p.overdue = Duration::from_secs(600);
+        p.node = Some("node-b".into());
+        p.node_state = node;
+    }
+    let mut lone = member(0);
+    lone.health = Health::Unhealthy("no leader".into());
+    lone.raft_index = 500;
+    Observed {
+        pods,
+        members: Ok(vec![lone, silent(member(1)), silent(member(2))]),
+        bootstrapped: true,
+        ..Observed::default()
+    }
+}
+
+/// Item 1: pods stuck Terminating on a silent node are not lost data, under Automatic too;
+/// the status names the node and the command that says it is down. Once that is known (the
+/// taint, the Node gone, or its Ready kubelet reporting etcd stopped), the recovery starts.
+#[test]
+fn pods_terminating_on_a_silent_node_are_not_lost_data() {
+    let step = plan_for(AUTOMATIC, &evicted_from_silent_node(NodeState::NotReady));
+    let Step::Blocked(Blocked::QuorumLost { unconfirmed, .. }) = &step else {
+        panic!("recovering beside a majority that may still serve: {step:?}");
+    };
+    assert_eq!(
+        unconfirmed
+            .iter()
+            .map(|u| u.member.as_str())
+            .collect::<Vec<_>>(),
+        ["demo-1", "demo-2"]
+    );
+    assert!(
+        unconfirmed
+            .iter()
+            .all(|u| u.node.as_deref() == Some("node-b"))
+    );
+    let said = crate::status::describe(&step);
+    assert!(
+        said.contains("kubectl taint node node-b node.kubernetes.io/out-of-service"),
+        "{said}"
+    );
+    // The node cannot be read (no permission, an API error): unknown, so the same.
+    assert!(matches!(
+        plan_for(AUTOMATIC, &evicted_from_silent_node(NodeState::Unknown)),
+        Step::Blocked(Blocked::QuorumLost { .. })
+    ));
+    for known in [NodeState::OutOfService, NodeState::Gone] {
+        assert!(
+            matches!(
+                plan_for(AUTOMATIC, &evicted_from_silent_node(known)),
+                Step::StartRecovery { .. }
+            ),
+            "{known:?}"
+        );
+    }
+    let mut reported = evicted_from_silent_node(NodeState::Ready);
+    assert!(
+        matches!(
+            plan_for(AUTOMATIC, &reported),
+            Step::Blocked(Blocked::QuorumLost { .. })
+        ),
+        "Ready kubelet that has not reported etcd stopped"
+    );
+    for p in &mut reported.pods[1..] {
+        p.container_stopped = true;
+    }
+    assert!(matches!(
+        plan_for(AUTOMATIC, &reported),
+        Step::StartRecovery { .. }
+    ));
+}
+
+/// Item 1: pods deleted (gone from the API) while their node is silent are not lost data
+/// either; gone from a Ready node (its kubelet stops what the API no longer has), they are.
+#[test]
+fn pods_deleted_while_their_node_is_silent_are_not_lost_data() {
+    let gone_from = |state: NodeState| {
+        let mut obs = evicted_from_silent_node(NodeState::NotReady);
+        obs.pods.truncate(1);
+        obs.absent = (1..3)
+            .map(|i| AbsentPod {
+                member: format!("demo-{i}"),
+                node: "node-b".into(),
+                node_state: state,
+            })
+            .collect();
+        obs
+    };
+    assert!(matches!(
+        plan_for(AUTOMATIC, &gone_from(NodeState::NotReady)),
+        Step::Blocked(Blocked::QuorumLost { .. })
+    ));
+    let mut no_record = gone_from(NodeState::NotReady);
+    no_record.absent.clear();
+    assert!(
+        matches!(
+            plan_for(AUTOMATIC, &no_record),
+            Step::Blocked(Blocked::QuorumLost { .. })
+        ),
+        "no record of where they ran"
+    );
+    assert!(matches!(
+        plan_for(AUTOMATIC, &gone_from(NodeState::Ready)),
+        Step::StartRecovery { .. }
+    ));
+    // With no member list at all, a deleted pod whose node is silent still may run.
+    let mut blind = gone_from(NodeState::NotReady);
+    blind.pods.clear();
+    blind.members = Err("no member pod is running with an IP yet".into());
+    assert!(
+        !matches!(plan_for(AUTOMATIC, &blind), Step::StartRecovery { .. }),
+        "{:?}",
+        plan_for(AUTOMATIC, &blind)
+    );
+}
+
+/// Item 1: the operator asks terminating pods' members too; members that answer with a leader
+/// are alive, and a healthy member stuck terminating is replaced one at a time (the next only
+/// once a replacement joined), never all at once.
+#[test]
+fn members_that_answer_are_alive_and_replaced_one_at_a_time() {
+    let mut obs = evicted_from_silent_node(NodeState::NotReady);
+    obs.members = Ok((0..3).map(member).collect());
+    assert_eq!(
+        plan_for(AUTOMATIC, &obs),
+        crate::planner::fixtures::remove_member(2, RemovalReason::StuckTerminating),
+        "quorum holds: the follower stuck terminating is replaced (the leader after)"
+    );
+    members(&mut obs).remove(2);
+    obs.pods.remove(2);
+    assert!(
+        matches!(plan_for(AUTOMATIC, &obs), Step::AddMember { .. }),
+        "the replacement joins before the next stuck member goes: {:?}",
+        plan_for(AUTOMATIC, &obs)
+    );
+}
+
+fn members(obs: &mut Observed) -> &mut Vec<MemberState> {
+    obs.members
+        .as_mut()
+        .unwrap_or_else(|e| panic!("fixture without a member list: {e}"))
+}
+
+/// Item 2: no recovery while any member reports a leader or a majority answers (it may elect
+/// one), whatever is known of the others.
+#[test]
+fn no_recovery_while_anything_may_have_a_quorum() {
+    let mut leader_seen = evicted_from_silent_node(NodeState::OutOfService);
+    members(&mut leader_seen)[0].health = Health::Healthy {
+        version: "3.6.16".parse().ok(),
+        leader: false,
+    };
+    assert!(matches!(
+        plan_for(AUTOMATIC, &leader_seen),
+        Step::Blocked(Blocked::QuorumLost { .. })
+    ));
+    let mut majority_answers = evicted_from_silent_node(NodeState::OutOfService);
+    members(&mut majority_answers)[1].answered = true;
+    assert!(matches!(
+        plan_for(AUTOMATIC, &majority_answers),
+        Step::Blocked(Blocked::QuorumLost { .. })
+    ));
+}
+
+/// Item 2: a member of the lost cluster answering with a leader mid-way stops the recovery.
+#[test]
+fn a_lost_cluster_that_serves_stops_the_recovery() {
+    let record = etcd_shared::types::RecoveryStatus {
+        from_member: Some("demo-0".into()),
+        member_endpoint: Some("http://demo-0.demo.ns1.svc:2379".into()),
+        sha256: "ab".repeat(32),
+        replaced: vec!["demo-0".into(), "demo-1".into(), "demo-2".into()],
+        ..Default::default()
+    };
+    let obs = Observed {
+        bootstrapped: true,
+        recovery: Some(Recovering {
+            seed: recovery::seed_plan(&record),
+            replaced_pods: vec![],
+            replaced_claims: vec![],
+            lost_names: record.replaced.clone(),
+            lost_cluster_serves: Some("member demo-1 answers with leader 65".into()),
+        }),
+        ..Observed::default()
+    };
+    assert_eq!(
+        plan_for(AUTOMATIC, &obs),
+        Step::AbortRecovery {
+            why: "member demo-1 answers with leader 65".into()
+        }
+    );
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+    );
+    let (kept, last) =
+        recovery::records_after(Some(record), None, None, &plan_for(AUTOMATIC, &obs), &now);
+    assert_eq!(
+        (kept, last),
+        (None, None),
+        "the record goes, nothing is 'recovered'"
+    );
+}
+
+/// Item 8: with CORRUPT raised, a durable member whose pod ended is deleted *and* created
+/// again on its claim (self-healing goes on); data-moving changes stay blocked.
+#[test]
+fn corrupt_does_not_freeze_self_healing() {
+    let spec = "size: 3\npod:\n  persistentVolumeClaimSpec:\n    resources:\n      requests:\n        storage: 1Gi";
+    let mut obs = Observed {
+        pods: (0..3).map(|i| ready_pod(i, "3.6.16")).collect(),
+        claims: (0..3).map(|i| format!("demo-{i}")).collect(),
+        members: Ok((0..3).map(member).collect()),
+        bootstrapped: true,
+        alarms: vec![Alarm {
+            member_id: 100,
+            member: "demo-0".into(),
+            kind: AlarmKind::Corrupt,
+        }],
+        ..Observed::default()
+    };
+    obs.pods[2].phase = PodPhase::Ended;
+    members(&mut obs)[2] = silent(member(2));
+    assert_eq!(plan_for(spec, &obs), Step::DeletePod("demo-2".into()));
+    obs.pods.remove(2);
+    assert!(
+        matches!(plan_for(spec, &obs), Step::CreatePod(ref p) if p.name == "demo-2"),
+        "{:?}",
+        plan_for(spec, &obs)
+    );
+    // Back, healthy: everything that moves data waits for a human.
+    obs.pods.push(ready_pod(2, "3.6.16"));
+    members(&mut obs)[2] = member(2);
+    assert!(matches!(
+        plan_for(&format!("{spec}\nversion: 3.7.3"), &obs),
+        Step::Blocked(Blocked::DataCorrupted { .. })
+    ));
+}
+
+/// Item 7: an approval on a cluster that has its quorum approves nothing and is discarded; it
+/// stays while the quorum is lost (the incident it approves) and when it starts a recovery.
+#[test]
+fn an_approval_belongs_to_one_incident() {
+    let approved = {
+        let mut c = crate::view::fixtures::cluster_of("size: 3");
+        c.metadata.annotations = Some(
+            [(
+                etcd_shared::names::ANNOTATION_RECOVER.to_string(),
+                etcd_shared::names::RECOVER_NOW.to_string(),
+            )]
+            .into(),
+        );
+        crate::view::ClusterView::new(&c, &etcd_shared::admission::AdmissionPolicy::default())
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
+    let settings = PlannerSettings::default();
+    let healthy = Observed {
+        pods: (0..3).map(|i| ready_pod(i, "3.6.16")).collect(),
+        members: Ok((0..3).map(member).collect()),
+        bootstrapped: true,
+        ..Observed::default()
+    };
+    let step = plan(&approved, &healthy, &settings);
+    assert!(recovery::approval_is_stale(&approved, &healthy, &step));
+    let lost = evicted_from_silent_node(NodeState::NotReady);
+    let step = plan(&approved, &lost, &settings);
+    assert!(
+        !recovery::approval_is_stale(&approved, &lost, &step),
+        "{step:?}"
+    );
+    let known = evicted_from_silent_node(NodeState::Gone);
+    let step = plan(&approved, &known, &settings);
+    assert!(matches!(step, Step::StartRecovery { .. }), "{step:?}");
+    assert!(!recovery::approval_is_stale(&approved, &known, &step));
+    let not_approved = view_of("size: 3");
+    let step = plan(&not_approved, &healthy, &settings);
+    assert!(!recovery::approval_is_stale(&not_approved, &healthy, &step));
+}
