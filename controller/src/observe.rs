@@ -47,6 +47,8 @@ pub struct Observation {
     /// run, by member name: asked again right before the seed is created and the survivor
     /// deleted.
     pub replaced_endpoints: Vec<(String, String)>,
+    /// The UIDs of the member data claims, by member name (deletes carry them).
+    pub claim_uids: BTreeMap<String, String>,
     /// Data claims of a cluster a recovery replaces, still there (not in the model).
     pub replaced_claims: Vec<String>,
 }
@@ -263,6 +265,7 @@ fn pod_state(
         etcd_status.is_some_and(|c| c.state.terminated.is_some() && c.state.running.is_none());
     Some(PodState {
         name,
+        uid: pod.metadata.uid.clone(),
         version,
         image,
         restarts,
@@ -471,6 +474,10 @@ pub async fn observe(
             .get(names::LABEL_MEMBER)
             .cloned()
     };
+    let claim_uids: BTreeMap<String, String> = claims
+        .iter()
+        .filter_map(|c| Some((member_of(c)?, c.metadata.uid.clone()?)))
+        .collect();
     let (deleting, claims): (Vec<_>, Vec<_>) = claims
         .iter()
         .partition(|c| c.metadata.deletion_timestamp.is_some());
@@ -503,6 +510,7 @@ pub async fn observe(
         .into_iter()
         .map(|p| ReplacedPod {
             name: p.name,
+            uid: p.uid,
             terminating: p.terminating,
         })
         .collect();
@@ -611,6 +619,7 @@ pub async fn observe(
         replaced_pods,
         lost_cluster_serves,
         replaced_endpoints,
+        claim_uids,
         replaced_claims,
     })
 }

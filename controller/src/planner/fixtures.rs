@@ -5,6 +5,7 @@ pub(crate) fn ready_pod(i: u32, version: &str) -> super::PodState {
     let parsed = version.parse().ok();
     super::PodState {
         name: format!("demo-{i}"),
+        uid: Some(format!("uid-demo-{i}")),
         version: parsed,
         image: format!("quay.io/coreos/etcd:v{version}"),
         restarts: 0,

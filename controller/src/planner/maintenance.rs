@@ -1,10 +1,15 @@
 //! Database maintenance, decided from what the members report (pure functions):
 //! - **healing NOSPACE**: etcd refuses every write once a member's backend reaches
 //!   `--quota-backend-bytes`. The operator compacts the history to the current revision
-//!   (less what `ETCD_AUTO_COMPACTION_RETENTION` keeps in revision mode), defragments the
-//!   members one at a time (followers first, the leader last, each healthy again before the
-//!   next) and disarms the alarm. When, compacted, the data in use still fills
-//!   [`NO_SPACE_FILL`] of the quota, defragmenting cannot make room: it stops and says so;
+//!   (less what `ETCD_AUTO_COMPACTION_RETENTION` keeps in revision mode) **once per alarm
+//!   episode** (deletes and lease expiries go on under NOSPACE, so the revision keeps moving:
+//!   compacting again whenever it moved would never get past the compaction, and each one
+//!   cancels the watchers behind it), defragments the members one at a time (followers first,
+//!   the leader last, each healthy again before the next) and disarms the alarm. When,
+//!   compacted, the data in use on the fullest member still fills [`NO_SPACE_FILL`] of the
+//!   quota, defragmenting cannot make room: it stops and says so, and compacts again (at most
+//!   every [`RECOMPACT_EXHAUSTED_AFTER`]) only once the revision moved, so data a human deletes
+//!   is freed;
 //! - **defragmenting before it hurts**: a member whose file is [`DefragmentationPolicy::ratio`]
 //!   times the data it holds and wastes at least [`DefragmentationPolicy::min_reclaim_bytes`]
 //!   is defragmented, one member at a time, each member at most once per
@@ -26,6 +31,11 @@ use crate::view::ClusterView;
 /// Healing NOSPACE stops when the compacted data fills this share of the quota: a member
 /// defragmented to that size would raise the alarm again after a few writes.
 pub const NO_SPACE_FILL: f64 = 0.8;
+
+/// While the compacted data still fills the quota ([`Blocked::SpaceExhausted`]), the history is
+/// compacted again at most this often, and only when the revision moved (someone deleted keys
+/// to make room).
+pub const RECOMPACT_EXHAUSTED_AFTER: Duration = Duration::from_secs(60);
 
 /// Why a member is defragmented.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,8 +115,9 @@ fn in_defrag_order(members: &[MemberState]) -> Vec<&MemberState> {
 pub fn heal_no_space(view: &ClusterView, obs: &Observed, members: &[MemberState]) -> Step {
     let current = members.iter().map(|m| m.revision).max().unwrap_or(0);
     let target = compaction_target(view, current);
+    // The record holds this episode's compaction only (dropped once the alarm is gone).
     let compacted = obs.maintenance.compacted;
-    if target > 0 && compacted.is_none_or(|(revision, _)| revision < target) {
+    if target > 0 && compacted.is_none() {
         return Step::Compact { revision: target };
     }
     let since_compaction = compacted.map(|(_, ago)| ago);
@@ -116,9 +127,8 @@ pub fn heal_no_space(view: &ClusterView, obs: &Observed, members: &[MemberState]
             .zip(since_compaction)
             .is_some_and(|(defragmented, compacted)| defragmented <= compacted)
     };
-    // All members hold the same data; the one furthest along with the compaction says best
-    // what remains. Lines that do not report the part in use (3.2, 3.3) are judged by the
-    // file size once defragmented.
+    // The fullest member decides: it raises the alarm again first. Lines that do not report
+    // the part in use (3.2, 3.3) are judged by the file size once defragmented.
     let in_use = members
         .iter()
         .filter_map(|m| match (m.db.in_use, done(m)) {
@@ -126,11 +136,18 @@ pub fn heal_no_space(view: &ClusterView, obs: &Observed, members: &[MemberState]
             (0, false) => None,
             (in_use, _) => Some(in_use),
         })
-        .min();
+        .max();
     if let Some(in_use) = in_use
         && obs.quota_bytes > 0
         && in_use as f64 >= obs.quota_bytes as f64 * NO_SPACE_FILL
     {
+        // Someone deleted keys to make room: their space is freed only by a compaction.
+        if let Some((revision, ago)) = compacted
+            && revision < target
+            && ago >= RECOMPACT_EXHAUSTED_AFTER
+        {
+            return Step::Compact { revision: target };
+        }
         return Step::Blocked(Blocked::SpaceExhausted {
             in_use,
             quota: obs.quota_bytes,
@@ -160,13 +177,17 @@ fn fragmented(m: &MemberState, policy: &DefragmentationPolicy) -> bool {
 }
 
 /// The next member to defragment under `policy` on a cluster with nothing else to do (every
-/// member healthy and its pod Ready), if any.
+/// member healthy and its pod Ready), if any. Never the only member of a one-member cluster:
+/// while it defragments, nothing answers (a full outage, taken only to heal NOSPACE).
 pub fn defragment_fragmented(
     obs: &Observed,
     members: &[MemberState],
     policy: &DefragmentationPolicy,
 ) -> Option<Step> {
     let interval = policy.interval?;
+    if members.len() < 2 {
+        return None;
+    }
     let all_ready = members
         .iter()
         .all(|m| m.health.is_healthy() && obs.pod(&m.name).is_some_and(|p| p.ready));
@@ -190,14 +211,20 @@ pub fn defragment_fragmented(
 
 /// The maintenance record after `step` was carried out at `now`: the compaction or the
 /// member's defragmentation added, and the records of members no longer in `members` dropped
-/// (the record never outgrows the cluster). `None` when there is nothing to keep.
+/// (the record never outgrows the cluster). The compaction belongs to one NOSPACE episode: it
+/// is dropped once no alarm is raised (`no_space` false), so the next episode compacts anew.
+/// `None` when there is nothing to keep.
 pub fn record_after(
     previous: Option<&MaintenanceStatus>,
     step: &Step,
     members: Option<&[String]>,
+    no_space: bool,
     now: &Time,
 ) -> Option<MaintenanceStatus> {
     let mut record = previous.cloned().unwrap_or_default();
+    if !no_space {
+        record.compaction = None;
+    }
     match step {
         Step::Compact { revision } => {
             record.compaction = Some(CompactionRecord {

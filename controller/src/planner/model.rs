@@ -9,6 +9,8 @@ use etcd_shared::version::EtcdVersion;
 pub struct PodState {
     /// Pod (and member) name.
     pub name: String,
+    /// The pod's UID (deletes carry it as a precondition: names are reused).
+    pub uid: Option<String>,
     /// Version the pod's image runs (from its version label).
     pub version: Option<EtcdVersion>,
     /// The pod's etcd image.
@@ -292,6 +294,8 @@ pub struct Recovering {
 pub struct ReplacedPod {
     /// Its name.
     pub name: String,
+    /// Its UID.
+    pub uid: Option<String>,
     /// It is already being deleted (deleting it again changes nothing).
     pub terminating: bool,
 }

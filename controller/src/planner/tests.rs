@@ -1033,9 +1033,27 @@ fn no_space_is_healed_one_member_at_a_time_and_corrupt_is_left_to_a_human() {
             quota: 16 * MIB
         })
     );
-    // Writes deleted since (the revision moved): compacted again.
-    let moved = with_db(exhausted.clone(), 17 * MIB, 15 * MIB, 520);
+    // Keys deleted since (the revision moved): compacted again to free them, at most once a
+    // minute (issue 32, item 5).
+    let mut moved = with_db(exhausted.clone(), 17 * MIB, 15 * MIB, 520);
+    assert!(matches!(
+        plan_for(spec, &moved),
+        Step::Blocked(Blocked::SpaceExhausted { .. })
+    ));
+    moved.maintenance.compacted = Some((500, Duration::from_secs(61)));
     assert_eq!(plan_for(spec, &moved), Step::Compact { revision: 520 });
+    // Healing goes on while deletes and lease expiries keep moving the revision: compacted
+    // once per episode, never again (issue 32, item 5).
+    let mut busy = with_db(compacted.clone(), 17 * MIB, MIB, 9_000);
+    busy.maintenance.defragmented = vec![];
+    assert_eq!(plan_for(spec, &busy), defrag("demo-1"));
+    // The fullest member decides whether there is room (issue 32, item 5).
+    let mut uneven = exhausted.clone();
+    members(&mut uneven)[0].db.in_use = MIB;
+    assert!(matches!(
+        plan_for(spec, &uneven),
+        Step::Blocked(Blocked::SpaceExhausted { in_use, .. }) if in_use == 15 * MIB
+    ));
     // The members' own revision retention is kept.
     let retention = "size: 3\npod:\n  etcdEnv:\n  - name: ETCD_AUTO_COMPACTION_MODE\n    value: revision\n  - name: ETCD_AUTO_COMPACTION_RETENTION\n    value: \"100\"";
     assert_eq!(plan_for(retention, &obs), Step::Compact { revision: 400 });
@@ -1238,6 +1256,7 @@ fn a_recovery_in_progress_seeds_then_removes_the_lost_cluster() {
             .into_iter()
             .map(|name| ReplacedPod {
                 name,
+                uid: None,
                 terminating: false,
             })
             .collect(),
@@ -1287,6 +1306,7 @@ fn a_recovery_in_progress_seeds_then_removes_the_lost_cluster() {
     obs.recovery = Some(Recovering {
         replaced_pods: vec![ReplacedPod {
             name: "demo-0".into(),
+            uid: None,
             terminating: true,
         }],
         ..recovering(vec![], vec![])

@@ -315,3 +315,85 @@ fn an_approval_belongs_to_one_incident() {
     let step = plan(&not_approved, &healthy, &settings);
     assert!(!recovery::approval_is_stale(&not_approved, &healthy, &step));
 }
+
+/// Item 5: a NOSPACE episode's compaction is kept while the alarm is raised (the heal goes on
+/// past it) and dropped once it is gone (the next episode compacts anew).
+#[test]
+fn the_compaction_record_belongs_to_one_alarm_episode() {
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+    );
+    let members = vec!["demo-0".to_string()];
+    let compacted = maintenance::record_after(
+        None,
+        &Step::Compact { revision: 9 },
+        Some(&members),
+        true,
+        &now,
+    );
+    assert_eq!(
+        compacted
+            .as_ref()
+            .and_then(|r| r.compaction.as_ref())
+            .map(|c| c.revision),
+        Some(9)
+    );
+    let still =
+        maintenance::record_after(compacted.as_ref(), &Step::Done, Some(&members), true, &now);
+    assert!(
+        still.and_then(|r| r.compaction).is_some(),
+        "kept while the alarm is raised"
+    );
+    let healed = maintenance::record_after(
+        compacted.as_ref(),
+        &Step::DisarmAlarm(vec![]),
+        Some(&members),
+        false,
+        &now,
+    );
+    assert!(
+        healed.and_then(|r| r.compaction).is_none(),
+        "dropped with the alarm"
+    );
+}
+
+/// Item 12: the only member of a one-member cluster is never defragmented by the periodic
+/// policy (it would be a full outage); NOSPACE is still healed.
+#[test]
+fn a_one_member_cluster_is_not_defragmented_periodically() {
+    let mib = 1024 * 1024;
+    let mut one = Observed {
+        pods: vec![ready_pod(0, "3.6.16")],
+        members: Ok(vec![healthy_member(
+            "demo-0",
+            100,
+            "3.6.16".parse().ok(),
+            true,
+        )]),
+        bootstrapped: true,
+        ..Observed::default()
+    };
+    members(&mut one)[0].db = DbSize {
+        total: 600 * mib,
+        in_use: 100 * mib,
+    };
+    assert_eq!(plan_for("size: 1", &one), Step::Done);
+    let mut three = one.clone();
+    for i in 1..3 {
+        three.pods.push(ready_pod(i, "3.6.16"));
+        let mut m = member(i);
+        m.health = Health::Healthy {
+            version: "3.6.16".parse().ok(),
+            leader: false,
+        };
+        m.db = members(&mut one)[0].db;
+        members(&mut three).push(m);
+    }
+    assert!(matches!(
+        plan_for("size: 3", &three),
+        Step::Defragment {
+            reason: DefragReason::Fragmented,
+            ..
+        }
+    ));
+}

@@ -175,6 +175,7 @@ pub async fn reconcile(
             .ok()
             .map(|m| m.iter().map(|m| m.name.clone()).collect::<Vec<_>>())
             .as_deref(),
+        obs.model.has_alarm(crate::planner::AlarmKind::NoSpace),
         &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
     );
     let started = outcome.as_ref().ok().and_then(|o| o.recovery.clone());

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod};
 use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{EventType, Recorder};
 use tracing::{info, warn};
 
@@ -238,11 +238,11 @@ async fn carry_out(
                 .remove_member(obs.member_change_endpoint()?, *id)
                 .await?;
         }
-        Step::DeletePod(name) => delete_pod(&pods, name).await?,
-        Step::DeleteClaim(member) => delete_claim(ctx, view, member).await?,
+        Step::DeletePod(name) => delete_pod(&pods, obs, name).await?,
+        Step::DeleteClaim(member) => delete_claim(ctx, view, obs, member).await?,
         Step::RestartBootstrap(name) => {
-            delete_pod(&pods, name).await?;
-            delete_claim(ctx, view, name).await?;
+            delete_pod(&pods, obs, name).await?;
+            delete_claim(ctx, view, obs, name).await?;
         }
         Step::Compact { revision } => {
             obs.access
@@ -341,21 +341,35 @@ async fn recheck_lost_cluster(obs: &Observation, step: &Step) -> Result<(), Erro
 pub const DEFRAGMENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// Deletes a pod; one already gone is fine.
-async fn delete_pod(pods: &Api<Pod>, name: &str) -> Result<(), Error> {
-    idempotent::delete(pods, name, &DeleteParams::default(), format!("pod {name}")).await
+/// Deletes the member pod `name` the observation saw (its UID as a precondition: a pod created
+/// under that name since is left alone); one already gone is fine.
+async fn delete_pod(pods: &Api<Pod>, obs: &Observation, name: &str) -> Result<(), Error> {
+    let uid = obs.model.pod(name).and_then(|p| p.uid.clone()).or_else(|| {
+        obs.model
+            .recovery
+            .as_ref()?
+            .replaced_pods
+            .iter()
+            .find(|p| p.name == name)?
+            .uid
+            .clone()
+    });
+    idempotent::delete_exact(pods, name, uid.as_deref(), format!("pod {name}")).await
 }
 
 /// Deletes a member's data claim; one already gone (or never made) is fine.
-async fn delete_claim(ctx: &Context, view: &ClusterView, member: &str) -> Result<(), Error> {
+/// Deletes the data claim of `member` the observation saw (its UID as a precondition); one
+/// already gone (or never made) is fine.
+async fn delete_claim(
+    ctx: &Context,
+    view: &ClusterView,
+    obs: &Observation,
+    member: &str,
+) -> Result<(), Error> {
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &view.namespace);
     let claim = names::data_claim_name(member);
-    idempotent::delete(
-        &claims,
-        &claim,
-        &DeleteParams::default(),
-        format!("claim {claim}"),
-    )
-    .await
+    let uid = obs.claim_uids.get(member).map(String::as_str);
+    idempotent::delete_exact(&claims, &claim, uid, format!("claim {claim}")).await
 }
 
 /// Creates a member's claim (when it keeps its data on one) and its pod; either already
