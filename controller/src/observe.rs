@@ -611,6 +611,13 @@ pub async fn observe(
             last_version: None,
             safety: crate::planner::SafetyBackups::default(),
             absent,
+            disruptions_allowed: caches
+                .pdbs
+                .get(
+                    &kube::runtime::reflector::ObjectRef::new(&names::pdb_name(&view.name))
+                        .within(&view.namespace),
+                )
+                .and_then(|pdb| pdb.disruptions_allowed()),
         },
         member_endpoints: by_ip,
         member_api,

@@ -120,6 +120,9 @@ pub fn describe(step: &Step) -> String {
         Step::Wait(Waiting::MemberUpgrading(n)) => {
             format!("wait for member {n} to restart on the new version")
         }
+        Step::Wait(Waiting::DisruptionBudget(n)) => format!(
+            "wait for the disruption budget to allow taking member {n} down (it allows none now: a drain is evicting a member, or a member is not Ready)"
+        ),
         Step::RecordSnapshotBarrier { index } => format!(
             "record raft index {index} as the point the members must snapshot past before the upgrade (members created on etcd 3.4 or older wrote v2-format entries, which 3.7 cannot replay)"
         ),

@@ -13,7 +13,7 @@ mod services;
 pub use crate::view::{ClusterView, InvalidCluster, TlsMode};
 pub use claim::data_claim;
 pub use operator_image::{OperatorImage, with_pull_secrets};
-pub use pdb::disruption_budget;
+pub use pdb::{disruption_budget, disruption_budget_for};
 pub use pod::member_pod;
 pub use seed::seed_member;
 pub use services::{client_service, member_selector, peer_service};

@@ -200,8 +200,23 @@ pub struct CachedSpecObject<K> {
     /// The spec, as JSON text; it serializes as the JSON value again.
     #[serde(default, skip_serializing_if = "Option::is_none", with = "json_text")]
     pub spec: Option<Box<str>>,
+    /// What a disruption budget's status says (empty for a Service); never written back.
+    #[serde(default, skip_serializing)]
+    pub status: CachedBudgetStatus,
     #[serde(skip)]
     kind: PhantomData<fn() -> K>,
+}
+
+/// The part of a PodDisruptionBudget's status the planner reads.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct CachedBudgetStatus {
+    /// How many more pods a voluntary disruption may take now.
+    #[serde(default)]
+    pub disruptions_allowed: Option<i32>,
+    /// The budget generation the disruption controller last computed it for.
+    #[serde(default)]
+    pub observed_generation: Option<i64>,
 }
 
 impl<K> Clone for CachedSpecObject<K> {
@@ -209,8 +224,19 @@ impl<K> Clone for CachedSpecObject<K> {
         CachedSpecObject {
             metadata: self.metadata.clone(),
             spec: self.spec.clone(),
+            status: self.status,
             kind: PhantomData,
         }
+    }
+}
+
+impl CachedPdb {
+    /// How many more pods a voluntary disruption may take, when the disruption controller has
+    /// computed it for the current spec (`None`: not yet, or no such controller runs).
+    pub fn disruptions_allowed(&self) -> Option<i32> {
+        let current = self.status.observed_generation.is_some()
+            && self.status.observed_generation >= self.metadata.generation;
+        self.status.disruptions_allowed.filter(|_| current)
     }
 }
 

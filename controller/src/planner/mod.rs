@@ -218,6 +218,9 @@ pub enum Waiting {
     LearnerCatchingUp(String),
     /// An upgraded member has not reported its new version yet.
     MemberUpgrading(String),
+    /// The member is to be taken down (restarted, defragmented), but the disruption budget
+    /// allows no disruption now (a drain is evicting, a member is not Ready).
+    DisruptionBudget(String),
     /// Members must take a raft snapshot past the cluster's v2-format entries before the
     /// first one moves to a line that cannot replay them (3.7).
     SnapshotBeforeUpgrade {
@@ -494,7 +497,24 @@ fn is_stuck(pod: &PodState, settings: &PlannerSettings) -> bool {
 
 /// The single next step for a cluster.
 pub fn plan(view: &ClusterView, obs: &Observed, settings: &PlannerSettings) -> Step {
-    safety::guard(view, obs, plan_change(view, obs, settings))
+    respect_budget(
+        obs,
+        safety::guard(view, obs, plan_change(view, obs, settings)),
+    )
+}
+
+/// The operator's own disruptions (a member restarted on a new image, a member blocked by a
+/// defragmentation) go through the disruption budget the same way a drain's evictions do:
+/// none while it allows none.
+fn respect_budget(obs: &Observed, step: Step) -> Step {
+    let member = match &step {
+        Step::UpgradeMember { name, .. } | Step::Defragment { name, .. } => name,
+        _ => return step,
+    };
+    if obs.disruptions_allowed == Some(0) {
+        return Step::Wait(Waiting::DisruptionBudget(member.clone()));
+    }
+    step
 }
 
 /// The next step, before [`safety::guard`] puts a safety backup in front of a risky one.

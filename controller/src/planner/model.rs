@@ -259,6 +259,9 @@ pub struct Observed {
     /// Members whose pod is gone from the API, with the node it last ran on (as the status
     /// recorded it): a pod deleted while its node is silent may still run there.
     pub absent: Vec<AbsentPod>,
+    /// How many more member pods a voluntary disruption may take now, as the cluster's
+    /// disruption budget says (`None`: not computed for its current spec yet).
+    pub disruptions_allowed: Option<i32>,
 }
 
 /// The safety backups of `spec.safetyBackup` as observed: which change the stored record still
@@ -315,6 +318,7 @@ impl Default for Observed {
             last_version: None,
             safety: SafetyBackups::default(),
             absent: Vec::new(),
+            disruptions_allowed: None,
         }
     }
 }

@@ -397,3 +397,30 @@ fn a_one_member_cluster_is_not_defragmented_periodically() {
         }
     ));
 }
+
+/// Item 6: the operator's own restarts and defragmentations wait while the budget allows no
+/// disruption (a drain evicting), as a drain's evictions would.
+#[test]
+fn restarts_and_defragmentations_respect_the_budget() {
+    let mut obs = Observed {
+        pods: (0..3).map(|i| ready_pod(i, "3.6.16")).collect(),
+        members: Ok((0..3).map(member).collect()),
+        bootstrapped: true,
+        ..Observed::default()
+    };
+    let upgrade = "size: 3\nversion: 3.7.3";
+    assert!(matches!(
+        plan_for(upgrade, &obs),
+        Step::UpgradeMember { .. }
+    ));
+    obs.disruptions_allowed = Some(0);
+    assert_eq!(
+        plan_for(upgrade, &obs),
+        Step::Wait(Waiting::DisruptionBudget("demo-0".into()))
+    );
+    obs.disruptions_allowed = Some(1);
+    assert!(matches!(
+        plan_for(upgrade, &obs),
+        Step::UpgradeMember { .. }
+    ));
+}

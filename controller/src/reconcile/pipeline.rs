@@ -136,14 +136,6 @@ pub async fn reconcile(
         lost_names: r.replaced.clone(),
         lost_cluster_serves: obs.lost_cluster_serves.clone(),
     });
-    // The budget protects the voting members that exist, whatever the spec asks for.
-    apply(
-        ctx,
-        &view,
-        &builders::disruption_budget(&view, &obs.model),
-        &caches.pdbs,
-    )
-    .await?;
     for (member, why) in &obs.health_failures {
         ctx.metrics.health_check_failed(&namespace, &name);
         tracing::debug!(%name, %member, %why, "member health check failed");
@@ -151,6 +143,15 @@ pub async fn reconcile(
     let stored_safety = stored.and_then(|s| s.last_safety_backup.clone());
     obs.model.safety = safety_backups(&view, stored_safety.as_ref(), safety_retries, now);
     let step = planner::plan(&view, &obs.model, &ctx.config.planner);
+    // The budget protects the voting members that exist, whatever the spec asks for, and is
+    // raised before a step that raises the quorum.
+    apply(
+        ctx,
+        &view,
+        &builders::disruption_budget_for(&view, &obs.model, &step),
+        &caches.pdbs,
+    )
+    .await?;
     if recovery::approval_is_stale(&view, &obs.model, &step) {
         super::recovery::discard_stale_approval(ctx, recorder, cluster, &view).await?;
     }
