@@ -30,6 +30,8 @@ pub const PROGRESSING: &str = "Progressing";
 pub const DEGRADED: &str = "Degraded";
 /// `spec.paused` is set.
 pub const PAUSED: &str = "Paused";
+/// Every member's pod runs on a node of its own (losing one node loses one member).
+pub const SPREAD: &str = "MembersSpread";
 /// Degraded reason (and status `reason`): member pods are Ready but etcd cannot be reached.
 const MEMBERS_UNREACHABLE: &str = "MembersUnreachable";
 /// A member pod this long past its deletion deadline is reported as stuck terminating.
@@ -579,6 +581,26 @@ pub fn compute(
     };
     let at = Stamp::new(generation, now);
     let (available_reason, available_message) = available_reason;
+    let placement = placement::after(previous.map_or(&[][..], |p| p.placement.as_slice()), obs);
+    let shared = placement::shared_nodes(&placement);
+    let spread = if shared.is_empty() {
+        at.condition(
+            SPREAD,
+            true,
+            "OneMemberPerNode",
+            "no two members are known to run on one node".into(),
+        )
+    } else {
+        at.condition(
+            SPREAD,
+            false,
+            "MembersShareANode",
+            format!(
+                "members share a node, so losing that node loses all of them: {} (spread them with spec.pod.antiAffinity: true, or more nodes and zones)",
+                shared.join("; ")
+            ),
+        )
+    };
     let mut conditions = vec![
         at.condition(AVAILABLE, available, available_reason, available_message),
         at.condition(
@@ -589,6 +611,7 @@ pub fn compute(
         ),
         at.condition(DEGRADED, degraded, degraded_reason, degraded_message),
         at.condition(PAUSED, view.paused, paused_reason, paused_message.into()),
+        spread,
     ];
     if let Some(prev) = previous {
         conditions::carry_transition_times(&mut conditions, &prev.conditions);
@@ -651,7 +674,7 @@ pub fn compute(
                 .collect::<Vec<_>>()
                 .join(","),
         ),
-        placement: placement::after(previous.map_or(&[][..], |p| p.placement.as_slice()), obs),
+        placement,
         coreos_members: obs
             .coreos_members()
             .into_iter()

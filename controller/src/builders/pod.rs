@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{
     Affinity, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction,
     ObjectFieldSelector, PersistentVolumeClaimVolumeSource, Pod, PodAffinityTerm, PodAntiAffinity,
-    PodSpec, Probe, SecretVolumeSource, TCPSocketAction, Volume, VolumeMount,
+    PodSpec, Probe, SecretVolumeSource, TCPSocketAction, TopologySpreadConstraint, Volume,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -148,8 +149,7 @@ pub fn member_pod(view: &ClusterView, plan: &MemberPlan) -> Pod {
                 .then(|| view.pod.node_selector.clone()),
             affinity: affinity(view),
             tolerations: (!view.pod.tolerations.is_empty()).then(|| view.pod.tolerations.clone()),
-            topology_spread_constraints: (!view.pod.topology_spread_constraints.is_empty())
-                .then(|| view.pod.topology_spread_constraints.clone()),
+            topology_spread_constraints: Some(topology_spread(view)),
             priority_class_name: view.pod.priority_class_name.clone(),
             image_pull_secrets: super::with_pull_secrets(
                 None,
@@ -292,6 +292,32 @@ fn readiness_probe(caps: &LineCapabilities, client_tls: bool) -> Probe {
             ..base
         },
     }
+}
+
+/// The spec's topology spread constraints, or by default a preference to spread the members
+/// over nodes and then zones (`ScheduleAnyway`: a one-node cluster still runs every member;
+/// `antiAffinity: true` stays the hard rule). Every member pod carries CoreOS' cluster label,
+/// so adopted members count too.
+fn topology_spread(view: &ClusterView) -> Vec<TopologySpreadConstraint> {
+    if !view.pod.topology_spread_constraints.is_empty() {
+        return view.pod.topology_spread_constraints.clone();
+    }
+    ["kubernetes.io/hostname", "topology.kubernetes.io/zone"]
+        .into_iter()
+        .map(|key| TopologySpreadConstraint {
+            max_skew: 1,
+            topology_key: key.into(),
+            when_unsatisfiable: "ScheduleAnyway".into(),
+            label_selector: Some(LabelSelector {
+                match_labels: Some(BTreeMap::from([(
+                    names::LEGACY_LABEL_CLUSTER.to_string(),
+                    view.name.clone(),
+                )])),
+                ..LabelSelector::default()
+            }),
+            ..TopologySpreadConstraint::default()
+        })
+        .collect()
 }
 
 fn affinity(view: &ClusterView) -> Option<Affinity> {
@@ -539,6 +565,57 @@ mod tests {
             .as_ref()
             .unwrap();
         assert_eq!(probe.port, IntOrString::Int(METRICS_PORT));
+    }
+
+    /// Issue 32, item 10: members spread over nodes, then zones, as a preference by default (a
+    /// one-node cluster still runs); the spec's own constraints replace the default.
+    #[test]
+    fn members_spread_over_nodes_and_zones_by_default() {
+        let view = view_of("size: 3");
+        let pod = member_pod(&view, &plan(&view, InitialState::New));
+        let spread = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.topology_spread_constraints.clone())
+            .unwrap_or_default();
+        let keys: Vec<(&str, &str, i32)> = spread
+            .iter()
+            .map(|c| {
+                (
+                    c.topology_key.as_str(),
+                    c.when_unsatisfiable.as_str(),
+                    c.max_skew,
+                )
+            })
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                ("kubernetes.io/hostname", "ScheduleAnyway", 1),
+                ("topology.kubernetes.io/zone", "ScheduleAnyway", 1)
+            ]
+        );
+        let selector = spread[0]
+            .label_selector
+            .as_ref()
+            .and_then(|s| s.match_labels.clone());
+        assert_eq!(
+            selector,
+            Some(BTreeMap::from([(
+                names::LEGACY_LABEL_CLUSTER.to_string(),
+                "demo".to_string()
+            )]))
+        );
+        let own = view_of(
+            "size: 3\npod:\n  topologySpreadConstraints:\n  - maxSkew: 2\n    topologyKey: rack\n    whenUnsatisfiable: DoNotSchedule",
+        );
+        let pod = member_pod(&own, &plan(&own, InitialState::New));
+        let spread = pod
+            .spec
+            .and_then(|s| s.topology_spread_constraints)
+            .unwrap_or_default();
+        assert_eq!(spread.len(), 1);
+        assert_eq!(spread[0].topology_key, "rack");
     }
 
     /// Every `--flag` the builder passes, on every line, plain and with each TLS mode, is one

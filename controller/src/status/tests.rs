@@ -439,7 +439,7 @@ fn a_coreos_status_left_behind_is_replaced() {
     assert_eq!(s.target_version, None);
     assert_eq!(s.current_version.as_deref(), Some("3.6.16"));
     let types: Vec<&str> = s.conditions.iter().map(|c| c.type_.as_str()).collect();
-    assert_eq!(types, [AVAILABLE, PROGRESSING, DEGRADED, PAUSED]);
+    assert_eq!(types, [AVAILABLE, PROGRESSING, DEGRADED, PAUSED, SPREAD]);
     let available = &s.conditions[0];
     assert_eq!(
         available.last_transition_time,
@@ -618,4 +618,37 @@ fn an_adoption_is_reported_with_the_coreos_members_left() {
             .get("coreosMembers")
             .is_none()
     );
+}
+
+/// Issue 32, item 10: members sharing a node are said (MembersSpread False, naming the node);
+/// one member per node is True.
+#[test]
+fn members_sharing_a_node_are_said() {
+    let mut obs = three(AT_3_6);
+    let s = compute(&view_of("size: 3"), &obs, &Step::Done, None, now());
+    let spread = s
+        .conditions
+        .iter()
+        .find(|c| c.type_ == SPREAD)
+        .expect("MembersSpread");
+    assert_eq!(
+        (spread.status.as_str(), spread.reason.as_str()),
+        ("True", "OneMemberPerNode")
+    );
+    for p in &mut obs.pods {
+        p.node = Some("node-a".into());
+    }
+    let s = compute(&view_of("size: 3"), &obs, &Step::Done, None, now());
+    let spread = s
+        .conditions
+        .iter()
+        .find(|c| c.type_ == SPREAD)
+        .expect("MembersSpread");
+    assert_eq!(spread.status, "False");
+    assert!(
+        spread.message.contains("node-a: demo-0, demo-1, demo-2"),
+        "{}",
+        spread.message
+    );
+    assert_eq!(s.placement.len(), 3);
 }
