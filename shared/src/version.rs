@@ -92,6 +92,14 @@ pub struct UpgradePrerequisite {
     pub reason: &'static str,
 }
 
+/// The lowest patch of a line without known security vulnerabilities (etcd's security
+/// advisories), below which a version is accepted with a warning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SecurityMinimum {
+    /// The lowest patch with the fixes.
+    pub minimum: EtcdVersion,
+}
+
 /// What the operator knows of one etcd release line: support status, upgrade prerequisites
 /// and the features that decide how members are configured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,6 +146,8 @@ pub struct LineCapabilities {
     pub status_lists_alarms: bool,
     /// What etcd requires of the previous line before an upgrade to this one.
     pub upgrade_prerequisite: Option<UpgradePrerequisite>,
+    /// The lowest patch of this line without known vulnerabilities, where one is known.
+    pub security_minimum: Option<SecurityMinimum>,
 }
 
 /// Every release line the operator supports, oldest first. The last is the newest it knows.
@@ -158,6 +168,7 @@ pub const LINES: &[LineCapabilities] = &[
         health_excludes_alarms: false,
         status_lists_alarms: false,
         upgrade_prerequisite: None,
+        security_minimum: None,
     },
     LineCapabilities {
         major: 3,
@@ -175,6 +186,7 @@ pub const LINES: &[LineCapabilities] = &[
         health_excludes_alarms: false,
         status_lists_alarms: false,
         upgrade_prerequisite: None,
+        security_minimum: None,
     },
     LineCapabilities {
         major: 3,
@@ -192,6 +204,7 @@ pub const LINES: &[LineCapabilities] = &[
         health_excludes_alarms: true,
         status_lists_alarms: true,
         upgrade_prerequisite: None,
+        security_minimum: None,
     },
     LineCapabilities {
         major: 3,
@@ -209,6 +222,9 @@ pub const LINES: &[LineCapabilities] = &[
         health_excludes_alarms: true,
         status_lists_alarms: true,
         upgrade_prerequisite: None,
+        security_minimum: Some(SecurityMinimum {
+            minimum: EtcdVersion::new(3, 5, 33),
+        }),
     },
     LineCapabilities {
         major: 3,
@@ -229,6 +245,9 @@ pub const LINES: &[LineCapabilities] = &[
             minimum_from: EtcdVersion::new(3, 5, 26),
             reason: "etcd's 3.6 upgrade guide requires every 3.5 member to run 3.5.26 or later first (3.5.24 to 3.5.26 fix upgrade blockers)",
         }),
+        security_minimum: Some(SecurityMinimum {
+            minimum: EtcdVersion::new(3, 6, 14),
+        }),
     },
     LineCapabilities {
         major: 3,
@@ -248,6 +267,9 @@ pub const LINES: &[LineCapabilities] = &[
         upgrade_prerequisite: Some(UpgradePrerequisite {
             minimum_from: EtcdVersion::new(3, 6, 11),
             reason: "etcd's 3.7 upgrade guide requires every 3.6 member to run 3.6.11 or later first (earlier 3.6 patches may not roll to 3.7)",
+        }),
+        security_minimum: Some(SecurityMinimum {
+            minimum: EtcdVersion::new(3, 7, 1),
         }),
     },
 ];
@@ -286,13 +308,32 @@ pub struct UpgradeRefused {
     pub rule: &'static str,
     /// The reason, naming both versions.
     pub message: String,
+    /// The version to move to first, when one fixes it (a prerequisite patch of the line the
+    /// members run).
+    pub first: Option<EtcdVersion>,
+}
+
+/// The patch of `version`'s line to recommend: the line's security minimum, if `version` is
+/// below it.
+pub fn security_fix(version: &EtcdVersion) -> Option<EtcdVersion> {
+    version
+        .capabilities()?
+        .security_minimum
+        .map(|s| s.minimum)
+        .filter(|minimum| version < minimum)
 }
 
 /// Whether etcd supports moving members that run `from` to `to` in place: patch moves
 /// either way, one minor line up at a time, never down a minor line or to another major,
 /// and etcd's documented patch prerequisites of the previous line.
 pub fn check_upgrade(from: &EtcdVersion, to: &EtcdVersion) -> Result<(), UpgradeRefused> {
-    let refuse = |rule, message| Err(UpgradeRefused { rule, message });
+    let refuse = |rule, message| {
+        Err(UpgradeRefused {
+            rule,
+            message,
+            first: None,
+        })
+    };
     if to.major != from.major {
         return refuse(
             "version-major",
@@ -324,15 +365,17 @@ pub fn check_upgrade(from: &EtcdVersion, to: &EtcdVersion) -> Result<(), Upgrade
         && let Some(pre) = to.capabilities().and_then(|c| c.upgrade_prerequisite)
         && *from < pre.minimum_from
     {
-        return refuse(
-            "version-prerequisite",
-            format!(
-                "cannot move from {from} to {to}: {}; move to {} or a later {} patch first",
+        // The prerequisite, or the line's security minimum where that is higher.
+        let first = security_fix(&pre.minimum_from).unwrap_or(pre.minimum_from);
+        return Err(UpgradeRefused {
+            rule: "version-prerequisite",
+            message: format!(
+                "cannot move from {from} to {to}: {}; move to {first} (or a later {} patch) first",
                 pre.reason,
-                pre.minimum_from,
                 from.line()
             ),
-        );
+            first: Some(first),
+        });
     }
     Ok(())
 }

@@ -932,7 +932,32 @@ fn plan_upgrade(view: &ClusterView, obs: &Observed, members: &[MemberState]) -> 
     if let Some(running) = running_version(obs, members)
         && let Err(e) = check_upgrade(&running, &view.version)
     {
-        return Step::Blocked(Blocked::UpgradeNotSupported(e.message));
+        let message = match e.first {
+            Some(first) => format!(
+                "{}; run: kubectl patch etcdcluster {} -n {} --type merge -p '{{\"spec\":{{\"version\":\"{first}\"}}}}'",
+                e.message, view.name, view.namespace
+            ),
+            None => e.message,
+        };
+        return Step::Blocked(Blocked::UpgradeNotSupported(message));
+    }
+    if let Some(running) = running_version(obs, members)
+        && (running.minor, view.version.minor) == (5, 6)
+    {
+        // etcd 3.6 takes its membership from the v3 store, where a 3.5 cluster may keep members
+        // removed long ago ("zombie members"; etcd 3.5.26 syncs them away at start): a member
+        // the list holds that no pod runs is one.
+        let zombies: Vec<&str> = members
+            .iter()
+            .filter(|m| obs.pod(&m.name).is_none())
+            .map(|m| m.name.as_str())
+            .collect();
+        if !zombies.is_empty() {
+            return Step::Blocked(Blocked::UpgradeNotSupported(format!(
+                "the member list holds members no pod runs ({}); etcd calls these zombie members and 3.6 would count them in its quorum: remove them first (etcdctl member remove ID), then the upgrade goes on",
+                zombies.join(", ")
+            )));
+        }
     }
     if let Some(step) = snapshot_barrier(view, obs, members) {
         return step;

@@ -424,3 +424,32 @@ fn restarts_and_defragmentations_respect_the_budget() {
         Step::UpgradeMember { .. }
     ));
 }
+
+/// Item 11: a hop etcd calls unsafe is refused with the command that fixes it.
+#[test]
+fn an_unsafe_hop_is_refused_with_the_command_that_fixes_it() {
+    let members: Vec<MemberState> = (0..3)
+        .map(|i| {
+            let mut m = member(i);
+            m.health = Health::Healthy {
+                version: "3.5.20".parse().ok(),
+                leader: i == 1,
+            };
+            m
+        })
+        .collect();
+    let obs = Observed {
+        pods: (0..3).map(|i| ready_pod(i, "3.5.20")).collect(),
+        members: Ok(members),
+        bootstrapped: true,
+        ..Observed::default()
+    };
+    let step = plan_for("size: 3\nversion: 3.6.16", &obs);
+    let Step::Blocked(Blocked::UpgradeNotSupported(why)) = &step else {
+        panic!("{step:?}");
+    };
+    assert!(
+        why.contains(r#"kubectl patch etcdcluster demo -n ns1 --type merge -p '{"spec":{"version":"3.5.33"}}'"#),
+        "{why}"
+    );
+}

@@ -124,6 +124,15 @@ pub(crate) fn check_version(cluster: &EtcdCluster, defaults: &Defaults, report: 
         }
         Some(_) => {}
     }
+    if let Some(fixed) = crate::version::security_fix(&version) {
+        report.warn(
+            "spec.version",
+            format_args!(
+                "etcd {version} has known security vulnerabilities that {fixed} fixes (etcd's security advisories); use {fixed} or a later {} patch",
+                version.line()
+            ),
+        );
+    }
 }
 
 /// `spec.repository`: an image repository without a tag or digest.

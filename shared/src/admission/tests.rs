@@ -1988,3 +1988,41 @@ fn recovery_rules() {
     // Removed (as the operator does once it acted on it): fine.
     assert!(warnings(&plain, Some(&annotated("now"))).is_empty());
 }
+
+/// Issue 32, item 11: a version below its line's security minimum is warned about (3.5.33,
+/// 3.6.14, 3.7.1), never refused; at or above it, nothing is said; the refusal of a hop etcd
+/// calls unsafe names the patch to move to first.
+#[test]
+fn versions_with_known_vulnerabilities_are_warned_about() {
+    for (version, fixed) in [
+        ("3.5.32", "3.5.33"),
+        ("3.6.13", "3.6.14"),
+        ("3.7.0", "3.7.1"),
+    ] {
+        assert_warned(
+            &quiet(&format!("version: {version}")),
+            None,
+            &format!("etcd {version} has known security vulnerabilities that {fixed} fixes"),
+        );
+    }
+    for version in ["3.5.33", "3.6.14", "3.6.16", "3.7.1", "3.7.3"] {
+        assert_eq!(
+            warnings(&quiet(&format!("version: {version}")), None),
+            Vec::<String>::new(),
+            "{version}"
+        );
+    }
+    let refused =
+        crate::version::check_upgrade(&"3.5.20".parse().expect("v"), &"3.6.16".parse().expect("v"))
+            .expect_err("a hop etcd calls unsafe");
+    assert_eq!(
+        refused.first,
+        "3.5.33".parse().ok(),
+        "the prerequisite, raised to the security minimum"
+    );
+    assert!(
+        refused.message.contains("move to 3.5.33"),
+        "{}",
+        refused.message
+    );
+}
