@@ -421,6 +421,12 @@ pub struct Recorded<'a> {
     pub replaced: &'a [String],
     /// The node each member's pod runs or last ran on.
     pub placement: &'a [MemberPlacement],
+    /// The status was written by this operator (it has the scale subresource's selector).
+    pub ours: bool,
+    /// The members CoreOS' operator made, as the status listed them.
+    pub coreos_members: &'a [String],
+    /// The pods CoreOS' operator made after this operator took over, as the status listed.
+    pub another_operator_pods: &'a [String],
 }
 
 /// Reads the pods, claims and etcd members of a cluster.
@@ -436,6 +442,7 @@ pub async fn observe(
         bootstrapped,
         replaced,
         placement,
+        ..
     } = recorded;
     let now = Timestamp::now();
     let mut claim_selector = names::selector_labels(&view.name);
@@ -596,29 +603,37 @@ pub async fn observe(
     // A cluster CoreOS' operator made exists, whatever our status says of it.
     let bootstrapped = bootstrapped || pods.iter().any(|p| p.coreos);
     let quota_bytes = quota_bytes(view, &statuses);
+    let mut model = Observed {
+        pods,
+        claims,
+        members,
+        bootstrapped,
+        deleting_claims,
+        alarms,
+        quota_bytes,
+        maintenance: crate::planner::Maintenance::default(),
+        recovery: None,
+        // The status's record, set by the pipeline.
+        last_version: None,
+        safety: crate::planner::SafetyBackups::default(),
+        absent,
+        disruptions_allowed: caches
+            .pdbs
+            .get(
+                &kube::runtime::reflector::ObjectRef::new(&names::pdb_name(&view.name))
+                    .within(&view.namespace),
+            )
+            .and_then(|pdb| pdb.disruptions_allowed()),
+        another_operator: Vec::new(),
+    };
+    model.another_operator = crate::planner::adoption::another_operator(
+        &model,
+        recorded.ours,
+        recorded.coreos_members,
+        recorded.another_operator_pods,
+    );
     Ok(Observation {
-        model: Observed {
-            pods,
-            claims,
-            members,
-            bootstrapped,
-            deleting_claims,
-            alarms,
-            quota_bytes,
-            maintenance: crate::planner::Maintenance::default(),
-            recovery: None,
-            // The status's record, set by the pipeline.
-            last_version: None,
-            safety: crate::planner::SafetyBackups::default(),
-            absent,
-            disruptions_allowed: caches
-                .pdbs
-                .get(
-                    &kube::runtime::reflector::ObjectRef::new(&names::pdb_name(&view.name))
-                        .within(&view.namespace),
-                )
-                .and_then(|pdb| pdb.disruptions_allowed()),
-        },
+        model,
         member_endpoints: by_ip,
         member_api,
         access,

@@ -143,6 +143,11 @@ pub fn describe(step: &Step) -> String {
 fn blocked_message(b: &Blocked) -> String {
     match b {
         Blocked::Paused => "spec.paused is set: no change is made".into(),
+        Blocked::AnotherOperator { pods } => format!(
+            "CoreOS' etcd-operator still runs and manages this cluster: it created member pods {} after this operator took the cluster over, and it deletes this operator's members as unexpected; two operators would undo each other forever, so this one changes nothing. Stop CoreOS' operator (kubectl scale deployment etcd-operator --replicas=0 in its namespace), then delete the pods it created (kubectl delete pod {} -n NAMESPACE): this operator replaces them and goes on",
+            pods.join(", "),
+            pods.join(" ")
+        ),
         Blocked::QuorumLost {
             missing,
             voters,
@@ -675,6 +680,7 @@ pub fn compute(
                 .join(","),
         ),
         placement,
+        another_operator_pods: obs.another_operator.clone(),
         coreos_members: obs
             .coreos_members()
             .into_iter()

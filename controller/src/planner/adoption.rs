@@ -16,6 +16,31 @@ use super::model::{Health, MemberState, Observed};
 use super::{Handover, RemovalReason, Step, member_capabilities, next_index};
 use crate::view::ClusterView;
 
+/// Member pods CoreOS' operator created after this operator took the cluster over: CoreOS'
+/// made pods this operator's status did not list when it last wrote it (`previous_coreos`,
+/// from a status this operator wrote: `ours`), plus those found before (`previous_found`)
+/// that are still there. CoreOS' operator deletes this operator's members as "unexpected" and
+/// makes its own again; each operator acting on the other's pods would go on forever.
+pub fn another_operator(
+    obs: &Observed,
+    ours: bool,
+    previous_coreos: &[String],
+    previous_found: &[String],
+) -> Vec<String> {
+    if !ours {
+        return Vec::new();
+    }
+    let mut found: Vec<String> = obs
+        .pods
+        .iter()
+        .filter(|p| p.coreos)
+        .filter(|p| !previous_coreos.contains(&p.name) || previous_found.contains(&p.name))
+        .map(|p| p.name.clone())
+        .collect();
+    found.sort();
+    found
+}
+
 fn is_leader(m: &MemberState) -> bool {
     matches!(m.health, Health::Healthy { leader: true, .. })
 }

@@ -153,6 +153,12 @@ pub enum Handover {
 pub enum Blocked {
     /// `spec.paused` is set.
     Paused,
+    /// CoreOS' operator still runs and manages this cluster too: it made these member pods
+    /// after this operator took over. Nothing is changed until they are gone.
+    AnotherOperator {
+        /// The pods it made.
+        pods: Vec<String>,
+    },
     /// Fewer than a majority of voters are healthy.
     QuorumLost {
         /// Voters that are not healthy.
@@ -521,6 +527,11 @@ fn respect_budget(obs: &Observed, step: Step) -> Step {
 fn plan_change(view: &ClusterView, obs: &Observed, settings: &PlannerSettings) -> Step {
     if view.paused {
         return Step::Blocked(Blocked::Paused);
+    }
+    if !obs.another_operator.is_empty() {
+        return Step::Blocked(Blocked::AnotherOperator {
+            pods: obs.another_operator.clone(),
+        });
     }
     if let Some(step) = recovery::plan_recovery(view, obs, settings) {
         return step;

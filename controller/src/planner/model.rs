@@ -262,6 +262,9 @@ pub struct Observed {
     /// How many more member pods a voluntary disruption may take now, as the cluster's
     /// disruption budget says (`None`: not computed for its current spec yet).
     pub disruptions_allowed: Option<i32>,
+    /// Member pods CoreOS' operator created after this operator took the cluster over: it
+    /// still runs (see [`crate::planner::adoption::another_operator`]).
+    pub another_operator: Vec<String>,
 }
 
 /// The safety backups of `spec.safetyBackup` as observed: which change the stored record still
@@ -319,6 +322,7 @@ impl Default for Observed {
             safety: SafetyBackups::default(),
             absent: Vec::new(),
             disruptions_allowed: None,
+            another_operator: Vec::new(),
         }
     }
 }

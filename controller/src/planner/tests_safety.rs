@@ -453,3 +453,43 @@ fn an_unsafe_hop_is_refused_with_the_command_that_fixes_it() {
         "{why}"
     );
 }
+
+/// Item 9: a member pod CoreOS' operator created after this operator took over means it still
+/// runs: nothing is changed (the status says what to do) while that pod is there.
+#[test]
+fn a_running_coreos_operator_stops_this_one() {
+    let mut obs = Observed {
+        pods: (0..3).map(|i| ready_pod(i, "3.6.16")).collect(),
+        members: Ok((0..3).map(member).collect()),
+        bootstrapped: true,
+        ..Observed::default()
+    };
+    obs.pods[2].name = "demo-zp6t0r7y2f".into();
+    obs.pods[2].coreos = true;
+    let listed = vec!["demo-zp6t0r7y2f".to_string()];
+    assert!(
+        adoption::another_operator(&obs, true, &listed, &[]).is_empty(),
+        "listed before: adopted"
+    );
+    assert!(
+        adoption::another_operator(&obs, false, &[], &[]).is_empty(),
+        "a status CoreOS wrote: first look"
+    );
+    let found = adoption::another_operator(&obs, true, &[], &[]);
+    assert_eq!(found, listed, "new since the status this operator wrote");
+    assert_eq!(
+        adoption::another_operator(&obs, true, &listed, &found),
+        listed,
+        "sticky while it is there"
+    );
+    obs.another_operator = found;
+    let step = plan_for("size: 5", &obs);
+    assert!(
+        matches!(&step, Step::Blocked(Blocked::AnotherOperator { pods }) if pods == &listed),
+        "{step:?}"
+    );
+    assert!(
+        crate::status::describe(&step)
+            .contains("kubectl scale deployment etcd-operator --replicas=0")
+    );
+}

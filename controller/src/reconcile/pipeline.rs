@@ -96,6 +96,9 @@ pub async fn reconcile(
             bootstrapped,
             replaced: &replaced,
             placement: previous.map_or(&[][..], |s| s.placement.as_slice()),
+            ours: previous.is_some_and(|s| s.selector.is_some()),
+            coreos_members: previous.map_or(&[][..], |s| s.coreos_members.as_slice()),
+            another_operator_pods: previous.map_or(&[][..], |s| s.another_operator_pods.as_slice()),
         };
         observe(
             &ctx.client,

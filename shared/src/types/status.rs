@@ -147,6 +147,13 @@ pub struct EtcdClusterStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub placement: Vec<MemberPlacement>,
 
+    /// Member pods CoreOS' operator created after this operator took the cluster over (an
+    /// extension of this operator): CoreOS' operator still runs and manages the cluster too.
+    /// While any is listed this operator changes nothing (two operators would delete each
+    /// other's members forever); the list stays until those pods are gone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub another_operator_pods: Vec<String>,
+
     /// Members whose pods CoreOS' operator made, still to be replaced by this operator's (an
     /// extension of this operator): empty once the cluster runs on its own members alone.
     #[serde(
