@@ -350,7 +350,8 @@ fn phase(obs: &Observed, step: &Step, previous: Option<ClusterPhase>) -> Cluster
             Blocked::UpgradeNotSupported(_)
             | Blocked::SafetyBackupFailed { .. }
             | Blocked::DataCorrupted { .. }
-            | Blocked::SpaceExhausted { .. },
+            | Blocked::SpaceExhausted { .. }
+            | Blocked::AnotherOperator { .. },
         ) => ClusterPhase::Degraded,
         // An alarm refuses writes (NOSPACE) or everything (CORRUPT) while quorum holds.
         _ if !obs.alarms.is_empty() && obs.bootstrapped => ClusterPhase::Degraded,
@@ -393,6 +394,7 @@ fn failure_reason(phase: ClusterPhase, step: &Step, obs: &Observed) -> Option<St
         Step::Blocked(Blocked::SafetyBackupFailed { .. }) => "SafetyBackupFailed",
         Step::Blocked(Blocked::SpaceExhausted { .. }) => "SpaceExhausted",
         Step::AbortRecovery { .. } => "RecoveryAborted",
+        Step::Blocked(Blocked::AnotherOperator { .. }) => "AnotherOperator",
         _ if !obs.alarms.is_empty() => alarm_report(obs).map_or("Alarm", |(reason, _)| reason),
         Step::Wait(Waiting::Unhealthy(_)) => "MembersUnhealthy",
         _ => phase.as_str(),
@@ -506,6 +508,7 @@ pub fn compute(
         }
         Step::StartRecovery { .. } | Step::FinishRecovery => (true, "Recovering", describe(step)),
         Step::AbortRecovery { .. } => (true, "RecoveryAborted", describe(step)),
+        Step::Blocked(Blocked::AnotherOperator { .. }) => (true, "AnotherOperator", describe(step)),
         _ if obs.recovery.is_some() => (
             true,
             "Recovering",
