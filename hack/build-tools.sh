@@ -232,7 +232,7 @@ build_prometheus() {
   GOBIN="$out/bin.tmp" go install -v -trimpath -tags "$PROMETHEUS_TAGS" -ldflags "$ldf" \
     "$mod/cmd/prometheus@v$v" "$mod/cmd/promtool@v$v" 2>&1 | progress "prometheus v$release"
   [[ "${PIPESTATUS[0]}" == 0 ]] || { rm -rf "$out/bin.tmp"; log "prometheus v$v build failed"; return 1; }
-  "$out/bin.tmp/promtool" --version 2>&1 | grep -q "version $release" ||
+  "$out/bin.tmp/promtool" --version 2>&1 | grep "version $release" >/dev/null ||
     { rm -rf "$out/bin.tmp"; log "promtool: the binary does not report version $release"; return 1; }
   rm -rf "$out/bin"; mv "$out/bin.tmp" "$out/bin"; echo "$PROMETHEUS_TAGS" > "$out/.tags"; touch "$out/.complete"
 }
@@ -285,7 +285,7 @@ build_etcd_source() {
         ;;
     esac
     [[ -x bin/etcd && -x bin/etcdctl ]] || { log "etcd v$v: build produced no bin/etcd and bin/etcdctl"; exit 1; }
-    bin/etcd --version | grep -q "etcd Version: $v" || { log "etcd v$v: bin/etcd reports another version"; exit 1; }
+    bin/etcd --version | grep "etcd Version: $v" >/dev/null || { log "etcd v$v: bin/etcd reports another version"; exit 1; }
     mkdir -p "$out/bin.tmp" && cp bin/etcd bin/etcdctl "$out/bin.tmp/"
   ) || { chmod -R u+w "$work" 2>/dev/null; rm -rf "$work" "$out/bin.tmp"; log "etcd v$v build failed"; return 1; }
   chmod -R u+w "$work" 2>/dev/null; rm -rf "$work" "$out/bin"; mv "$out/bin.tmp" "$out/bin"; touch "$out/.complete"
@@ -314,7 +314,7 @@ build_helm_major() {
   mkdir -p "$out/bin.tmp"
   GOBIN="$out/bin.tmp" go install -v -trimpath -ldflags "$ldf" "$mod/cmd/helm@v$v" 2>&1 | progress "helm v$v"
   [[ "${PIPESTATUS[0]}" == 0 ]] || { rm -rf "$out/bin.tmp"; log "helm v$v build failed"; return 1; }
-  "$out/bin.tmp/helm" version --short | grep -q "^v$v" || { rm -rf "$out/bin.tmp"; log "helm v$v: the binary reports another version"; return 1; }
+  "$out/bin.tmp/helm" version --short | grep "^v$v" >/dev/null || { rm -rf "$out/bin.tmp"; log "helm v$v: the binary reports another version"; return 1; }
   rm -rf "$out/bin"; mv "$out/bin.tmp" "$out/bin"; touch "$out/.complete"
 }
 
@@ -391,7 +391,7 @@ build_coredns() {
     CGO_ENABLED=0 go build -v -trimpath -ldflags "-s -w -X github.com/coredns/coredns/coremain.GitCommit=v$v" \
       -o "$out/bin.tmp/coredns" . 2>&1 | progress "coredns v$v"
     [[ "${PIPESTATUS[0]}" == 0 ]]
-    "$out/bin.tmp/coredns" -version | grep -q "^CoreDNS-$v$"
+    "$out/bin.tmp/coredns" -version | grep "^CoreDNS-$v$" >/dev/null
   ) || { rm -rf "$work" "$out/bin.tmp"; log "CoreDNS v$v build failed"; return 1; }
   rm -rf "$work" "$out/bin"; mv "$out/bin.tmp" "$out/bin"; touch "$out/.complete"
 }
