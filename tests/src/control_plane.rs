@@ -12,6 +12,7 @@
 //! # }
 //! ```
 
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
@@ -172,6 +173,7 @@ pub struct ControlPlane {
     kubectl: PathBuf,
     client: kube::Client,
     apiserver_url: String,
+    apiserver_addr: SocketAddr,
     etcd_url: String,
     timings: StartupTimings,
     shutdown_grace: Duration,
@@ -521,6 +523,7 @@ impl ControlPlane {
             kubectl,
             client,
             apiserver_url,
+            apiserver_addr: SocketAddr::from((Ipv4Addr::LOCALHOST, apiserver_port)),
             etcd_url,
             timings: StartupTimings {
                 etcd_ready,
@@ -573,6 +576,12 @@ impl ControlPlane {
     /// `https://127.0.0.1:PORT`.
     pub fn apiserver_url(&self) -> &str {
         &self.apiserver_url
+    }
+
+    /// The API server's address (`127.0.0.1:PORT`), e.g. to cut a pod from it
+    /// ([`crate::kubelet::PodNetwork::isolate`]).
+    pub fn apiserver_addr(&self) -> SocketAddr {
+        self.apiserver_addr
     }
 
     /// `http://127.0.0.1:PORT`, the etcd backing the apiserver.

@@ -35,7 +35,9 @@ use kube::{Api, Resource};
 use libtest_mimic::{Arguments, Failed, Trial};
 
 use crate::control_plane::{ControlPlane, ControlPlaneOptions, LOG_TAIL_LINES};
-use crate::kubelet::{Kubelet, KubeletError, KubeletOptions, netns};
+use crate::kubelet::{
+    Kubelet, KubeletError, KubeletOptions, NodesOptions, PodNetwork, cgroup, netns, partition,
+};
 use crate::namespace::Namespace;
 
 /// Overrides the per-test timeout, in seconds.
@@ -118,7 +120,9 @@ pub struct TestContext {
     name: String,
     namespace: Namespace,
     control_plane: Arc<ControlPlane>,
-    kubelet: Option<Arc<Kubelet>>,
+    /// The suite's kubelets, one per node (none without [`Suite::with_kubelet`] or
+    /// [`Suite::with_nodes`]).
+    kubelets: Arc<[Arc<Kubelet>]>,
 }
 
 impl Debug for TestContext {
@@ -172,10 +176,49 @@ impl TestContext {
         &self.control_plane
     }
 
-    /// The shared process kubelet, when the suite runs one ([`Suite::with_kubelet`]).
+    /// The shared process kubelet, when the suite runs one ([`Suite::with_kubelet`]); the
+    /// first node's with [`Suite::with_nodes`].
     pub fn kubelet(&self) -> Result<&Kubelet, KubeletError> {
-        self.kubelet.as_deref().ok_or(KubeletError::NotEnabled)
+        self.kubelets
+            .first()
+            .map(AsRef::as_ref)
+            .ok_or(KubeletError::NotEnabled)
     }
+
+    /// The kubelet of every node, in order (one with [`Suite::with_kubelet`]).
+    pub fn nodes(&self) -> Result<&[Arc<Kubelet>], KubeletError> {
+        if self.kubelets.is_empty() {
+            return Err(KubeletError::NotEnabled);
+        }
+        Ok(&self.kubelets)
+    }
+
+    /// The kubelet of node `name`.
+    pub fn node(&self, name: &str) -> Result<&Kubelet, KubeletError> {
+        self.nodes()?
+            .iter()
+            .find(|k| k.node_name() == name)
+            .map(AsRef::as_ref)
+            .ok_or_else(|| KubeletError::NoSuchNode(name.to_owned()))
+    }
+
+    /// The pod network the kubelets share (partitions: [`PodNetwork::partition`],
+    /// [`PodNetwork::isolate`]).
+    pub fn network(&self) -> Result<&'static PodNetwork, KubeletError> {
+        if self.kubelets.is_empty() {
+            return Err(KubeletError::NotEnabled);
+        }
+        Ok(netns::current()?)
+    }
+}
+
+/// The kubelets a suite runs.
+#[derive(Debug, Clone)]
+enum Kubelets {
+    /// One node, with its own binder (no scheduler).
+    Single(KubeletOptions),
+    /// Several nodes, scheduled by kube-scheduler.
+    Several(NodesOptions),
 }
 
 /// A suite runner with options; [`run_suite`] is `Suite::new().run(tests)`.
@@ -184,7 +227,7 @@ pub struct Suite {
     options: ControlPlaneOptions,
     test_timeout: Duration,
     pod_network: bool,
-    kubelet: Option<KubeletOptions>,
+    kubelets: Option<Kubelets>,
 }
 
 impl Default for Suite {
@@ -199,15 +242,20 @@ struct Shared {
     test_timeout: Duration,
     control_plane: OnceLock<Result<Arc<ControlPlane>, String>>,
     startup_failure_reported: AtomicBool,
-    kubelet_options: Option<KubeletOptions>,
-    kubelet: OnceLock<Result<Arc<Kubelet>, String>>,
+    kubelet_options: Option<Kubelets>,
+    kubelets: OnceLock<Result<Arc<[Arc<Kubelet>]>, String>>,
 }
 
 impl Shared {
     fn control_plane(&self) -> Result<Arc<ControlPlane>, Failed> {
         let result = self.control_plane.get_or_init(|| {
+            let mut options = self.options.clone();
+            if let Some(Kubelets::Several(nodes)) = &self.kubelet_options {
+                nodes.validate()?;
+                nodes.apply_to(&mut options);
+            }
             self.runtime
-                .block_on(ControlPlane::start(self.options.clone()))
+                .block_on(ControlPlane::start(options))
                 .map(|cp| {
                     let t = cp.timings();
                     eprintln!(
@@ -231,52 +279,69 @@ impl Shared {
         }
     }
 
-    /// The kubelet (started after the control plane, once), if the suite runs one.
-    fn kubelet(&self, cp: &ControlPlane) -> Result<Option<Arc<Kubelet>>, Failed> {
-        let Some(options) = &self.kubelet_options else {
-            return Ok(None);
+    /// The kubelets (started after the control plane, once), if the suite runs any.
+    fn kubelets(&self, cp: &ControlPlane) -> Result<Arc<[Arc<Kubelet>]>, Failed> {
+        let options = match &self.kubelet_options {
+            None => return Ok(Arc::from(Vec::new())),
+            Some(Kubelets::Single(options)) => vec![options.clone()],
+            Some(Kubelets::Several(nodes)) => nodes.kubelet_options(),
         };
-        let result = self.kubelet.get_or_init(|| {
-            let mut options = options.clone();
-            if options.apiserver_url.is_none() {
-                options.apiserver_url = Some(cp.apiserver_url().to_owned());
+        let result = self.kubelets.get_or_init(|| {
+            let mut kubelets = Vec::with_capacity(options.len());
+            for mut options in options {
+                if options.apiserver_url.is_none() {
+                    options.apiserver_url = Some(cp.apiserver_url().to_owned());
+                }
+                if options.tools.is_none() {
+                    options.tools = Some(cp.tools().clone());
+                }
+                let started = std::time::Instant::now();
+                let kubelet = self
+                    .runtime
+                    .block_on(Kubelet::start(cp.client(), options))
+                    .map_err(|e| e.to_string())?;
+                eprintln!(
+                    "etcd-tests: kubelet up in {:?}: node {} ({}), pod network on {} ({:?}) at {}",
+                    started.elapsed(),
+                    kubelet.node_name(),
+                    kubelet.node_ip(),
+                    kubelet.network().interface(),
+                    kubelet.network().interface_kind(),
+                    kubelet.dir().display()
+                );
+                kubelets.push(Arc::new(kubelet));
             }
-            if options.tools.is_none() {
-                options.tools = Some(cp.tools().clone());
-            }
-            let started = std::time::Instant::now();
-            self.runtime
-                .block_on(Kubelet::start(cp.client(), options))
-                .map(|kubelet| {
-                    eprintln!(
-                        "etcd-tests: kubelet up in {:?}: node {} ({}), pod network on {} ({:?}) at {}",
-                        started.elapsed(),
-                        kubelet.node_name(),
-                        kubelet.node_ip(),
-                        kubelet.network().interface(),
-                        kubelet.network().interface_kind(),
-                        kubelet.dir().display()
-                    );
-                    Arc::new(kubelet)
-                })
-                .map_err(|e| e.to_string())
+            Ok(Arc::from(kubelets))
         });
         match result {
-            Ok(kubelet) => Ok(Some(kubelet.clone())),
+            Ok(kubelets) => Ok(kubelets.clone()),
             Err(e) => Err(format!("the kubelet did not start: {e}").into()),
+        }
+    }
+
+    /// After a test: a node it left silenced is resumed (the next test needs it), said on
+    /// stderr.
+    fn restore_nodes(kubelets: &[Arc<Kubelet>], test: &str) {
+        for kubelet in kubelets.iter().filter(|k| k.is_silenced()) {
+            eprintln!(
+                "etcd-tests: {test} left node {} silenced: resuming it",
+                kubelet.node_name()
+            );
+            kubelet.resume();
         }
     }
 
     fn run(&self, test: Test) -> Result<(), Failed> {
         let control_plane = self.control_plane()?;
-        let kubelet = self.kubelet(&control_plane)?;
+        let kubelets = self.kubelets(&control_plane)?;
         let timeout = test
             .timeout
             .map_or(self.test_timeout, |t| t.max(self.test_timeout));
         let name = test.name;
         let run = test.run;
         let cp = control_plane.clone();
-        let test_kubelet = kubelet.clone();
+        let test_kubelets = kubelets.clone();
+        let test_name = name.clone();
         let namespace_name = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
         let namespace_slot = namespace_name.clone();
         let outcome: Result<(), String> = self.runtime.block_on(async move {
@@ -296,7 +361,7 @@ impl Shared {
                 name,
                 namespace: namespace.clone(),
                 control_plane: cp,
-                kubelet: test_kubelet,
+                kubelets: test_kubelets.clone(),
             };
             let task = tokio::spawn(run(ctx));
             let abort = task.abort_handle();
@@ -313,6 +378,7 @@ impl Shared {
                     ))
                 }
             };
+            Self::restore_nodes(&test_kubelets, &test_name);
             if let Err(e) = namespace.delete().await {
                 eprintln!("etcd-tests: cleanup: {e}");
             }
@@ -323,10 +389,19 @@ impl Shared {
                 Ok(()) => String::from("all control plane components still running"),
                 Err(e) => e.to_string(),
             };
-            let kubelet_logs = match (&kubelet, namespace_name.lock().ok().and_then(|n| n.clone()))
-            {
-                (Some(kubelet), Some(ns)) => kubelet.log_tails(Some(&ns), LOG_TAIL_LINES),
-                _ => String::new(),
+            let kubelet_logs = match namespace_name.lock().ok().and_then(|n| n.clone()) {
+                Some(ns) => kubelets
+                    .iter()
+                    .map(|k| {
+                        let tails = k.log_tails(Some(&ns), LOG_TAIL_LINES);
+                        if kubelets.len() > 1 {
+                            format!("===== node {} =====\n{tails}", k.node_name())
+                        } else {
+                            tails
+                        }
+                    })
+                    .collect::<String>(),
+                None => String::new(),
             };
             Failed::from(format!(
                 "{message}\n\n{health}\n{}{kubelet_logs}",
@@ -359,7 +434,7 @@ impl Suite {
             options: ControlPlaneOptions::default(),
             test_timeout,
             pod_network: false,
-            kubelet: None,
+            kubelets: None,
         }
     }
 
@@ -376,7 +451,19 @@ impl Suite {
     /// `apiserver_url` and `tools` default to the control plane's.
     pub fn with_kubelet(mut self, options: KubeletOptions) -> Self {
         self.pod_network = true;
-        self.kubelet = Some(options);
+        self.kubelets = Some(Kubelets::Single(options));
+        self
+    }
+
+    /// Runs several process kubelets, one per node (see [`crate::kubelet::nodes`]), instead of
+    /// [`Self::with_kubelet`]'s one: kube-scheduler is started to place pods, and the node-fault
+    /// timings of `nodes` are passed to the controller manager and the API server (added to the
+    /// options of [`Self::options`], in whichever order the two are called). [`TestContext::nodes`] lists them,
+    /// [`TestContext::kubelet`] is the first. Node faults are suite-wide, so the tests run one
+    /// at a time unless `--test-threads` says otherwise. Implies [`Self::with_pod_network`].
+    pub fn with_nodes(mut self, nodes: NodesOptions) -> Self {
+        self.pod_network = true;
+        self.kubelets = Some(Kubelets::Several(nodes));
         self
     }
 
@@ -401,7 +488,10 @@ impl Suite {
                 eprintln!("etcd-tests: no pod network: {e}");
             }
         }
-        let args = Arguments::from_args();
+        let mut args = Arguments::from_args();
+        if matches!(self.kubelets, Some(Kubelets::Several(_))) && args.test_threads.is_none() {
+            args.test_threads = Some(1);
+        }
         let runtime = match tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .thread_name("etcd-tests-rt")
@@ -419,8 +509,8 @@ impl Suite {
             test_timeout: self.test_timeout,
             control_plane: OnceLock::new(),
             startup_failure_reported: AtomicBool::new(false),
-            kubelet_options: self.kubelet,
-            kubelet: OnceLock::new(),
+            kubelet_options: self.kubelets,
+            kubelets: OnceLock::new(),
         });
         let trials = tests
             .into_iter()
@@ -433,12 +523,17 @@ impl Suite {
             .collect();
         let conclusion = libtest_mimic::run(&args, trials);
 
-        // The kubelet first: its processes talk to the control plane, not the other way round.
-        if let Some(Ok(kubelet)) = shared.kubelet.get() {
-            if std::env::var(SHOW_LOGS_ENV).is_ok_and(|v| v == "1") {
-                eprintln!("{}", kubelet.log_tails(None, LOG_TAIL_LINES));
+        // The kubelets first: their processes talk to the control plane, not the other way
+        // round.
+        if let Some(Ok(kubelets)) = shared.kubelets.get() {
+            partition::heal_all();
+            for kubelet in kubelets.iter() {
+                if std::env::var(SHOW_LOGS_ENV).is_ok_and(|v| v == "1") {
+                    eprintln!("{}", kubelet.log_tails(None, LOG_TAIL_LINES));
+                }
+                kubelet.shutdown();
             }
-            kubelet.shutdown();
+            cgroup::remove_root();
         }
         if let Some(Ok(cp)) = shared.control_plane.get() {
             if std::env::var(SHOW_LOGS_ENV).is_ok_and(|v| v == "1") {

@@ -1,8 +1,10 @@
 //! A "process kubelet": a Node of the local control plane whose pods run as local processes.
 //!
-//! It registers a Ready Node and keeps its Lease fresh, binds pending pods to it (no scheduler
-//! runs), and for every pod bound to it: gives the pod an IP and DNS name on the pod network
-//! ([`netns`]), maps its images to local binaries ([`images`]), sets up its volumes as
+//! It registers a Ready Node, keeps its Lease fresh and posts its status as a kubelet does
+//! ([`heartbeat`]), binds pending pods to it when it is the only node (a suite of several,
+//! [`nodes`], runs kube-scheduler instead), and for every pod bound to it: gives the pod an IP
+//! and DNS name on the pod network ([`netns`]) and a cgroup ([`cgroup`]), maps its images to
+//! local binaries ([`images`]), sets up its volumes as
 //! directories ([`volumes`]), expands its command line and environment ([`expand`]), runs its
 //! init containers one at a time, in order, each to completion, then each container as a child
 //! process restarted per `restartPolicy`, runs its probes ([`probes`]) and writes its status
@@ -33,16 +35,26 @@
 //! # }
 //! ```
 //!
+//! Node faults: [`Kubelet::silence`] and [`Kubelet::resume`] (a paused or partitioned kubelet:
+//! no heartbeats, no status, no reaction to the API, containers keep running),
+//! [`PodNetwork::partition`] and [`PodNetwork::isolate`] (packets between pods dropped both
+//! ways, [`partition`]), [`Kubelet::pause_pod`] (SIGSTOP, a frozen member).
+//!
 //! Not a full kubelet: no sidecar containers, no `kubectl logs`/`exec`/port-forward (there is
 //! no kubelet API server), no resource limits, no Service virtual IPs (nothing routes ClusterIPs),
 //! secrets and config maps are written once per pod start.
 
+pub mod cgroup;
 mod container;
 pub mod expand;
+mod faults;
+pub mod heartbeat;
 pub mod images;
 pub mod log;
 pub mod netns;
 pub mod node;
+pub mod nodes;
+pub mod partition;
 pub mod probes;
 mod runtime;
 pub mod status;
@@ -63,8 +75,11 @@ use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
 use nix::sys::signal::Signal;
 
+pub use heartbeat::HeartbeatOptions;
 pub use images::{ImageError, ImageMap, ImageMapping, ImageRef};
 pub use netns::{NetworkError, PodNetwork};
+pub use nodes::NodesOptions;
+pub use partition::Partition;
 
 use self::log::KubeletLog;
 use self::node::NodeConfig;
@@ -103,8 +118,15 @@ pub struct KubeletOptions {
     pub etcd_images: bool,
     /// Tool cache for the etcd rule; `None` means [`Tools::from_env`].
     pub tools: Option<Tools>,
-    /// Bind pending pods to this node (there is no scheduler). Default true.
+    /// Bind pending pods to this node (there is no scheduler). Default true; false with
+    /// several nodes (kube-scheduler binds, see [`nodes`]).
     pub bind_pods: bool,
+    /// Give the node an IP of its own from the pod range (released when the kubelet stops)
+    /// instead of the network's node IP (10.244.0.1). Default false; every node but the first
+    /// of a multi-node suite has its own.
+    pub allocate_node_ip: bool,
+    /// Lease and node status timings (see [`heartbeat`]). Default: a kubelet's.
+    pub heartbeat: HeartbeatOptions,
     /// First restart back-off; doubles per crash up to [`Self::max_backoff`]. Default 200 ms.
     pub initial_backoff: Duration,
     /// Restart back-off cap. Default 5 s.
@@ -135,6 +157,8 @@ impl Default for KubeletOptions {
             etcd_images: true,
             tools: None,
             bind_pods: true,
+            allocate_node_ip: false,
+            heartbeat: HeartbeatOptions::default(),
             initial_backoff: Duration::from_millis(200),
             max_backoff: Duration::from_secs(5),
             backoff_reset: Duration::from_secs(10),
@@ -173,6 +197,19 @@ pub enum KubeletError {
         what: String,
         /// The error.
         source: kube::Error,
+    },
+    /// The suite runs no node of that name.
+    #[error("this suite runs no node {0:?}")]
+    NoSuchNode(String),
+    /// The pod runs without a cgroup (see [`cgroup`]).
+    #[error("pod {namespace}/{pod} has no cgroup: {reason}")]
+    NoCgroup {
+        /// Namespace.
+        namespace: String,
+        /// Pod name.
+        pod: String,
+        /// Why.
+        reason: String,
     },
     /// The kubelet runs no such pod.
     #[error("the kubelet runs no pod {namespace}/{pod}")]
@@ -218,6 +255,8 @@ pub(crate) struct PodInfo {
     pub(crate) end: Option<(String, String)>,
     /// The worker ended the pod for good.
     pub(crate) ended: bool,
+    /// The pod's cgroup (none where cgroups are unavailable).
+    pub(crate) cgroup: Option<cgroup::PodCgroup>,
 }
 
 /// The log files of one pod's containers, kept after the pod is gone.
@@ -245,6 +284,8 @@ pub(crate) struct Shared {
     pub(crate) options: KubeletOptions,
     pub(crate) images: ImageMap,
     pub(crate) network: &'static PodNetwork,
+    /// The node's IP (the pods' `hostIP`).
+    pub(crate) node_ip: Ipv4Addr,
     pub(crate) dirs: KubeletDirs,
     pub(crate) log: KubeletLog,
     /// Pods by UID.
@@ -257,6 +298,15 @@ pub(crate) struct Shared {
     pub(crate) next_seq: std::sync::atomic::AtomicU64,
     /// How long a pull of an image starting with each prefix takes (none: images are local).
     pub(crate) pull_delays: Mutex<Vec<(String, Duration)>>,
+    /// True while the kubelet is silenced ([`Kubelet::silence`]).
+    pub(crate) silenced: tokio::sync::watch::Sender<bool>,
+    /// Silences so far; a pod watch started in epoch N brings the pods' state up to date in
+    /// epoch N only.
+    pub(crate) silence_epoch: std::sync::atomic::AtomicU64,
+    /// The epoch of the last pod watch that finished listing (`u64::MAX`: none yet). Until it
+    /// is the current one workers write no status: theirs could be older than what the API
+    /// holds (a pod deleted while the kubelet was silenced).
+    pub(crate) listed_epoch: std::sync::atomic::AtomicU64,
 }
 
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -278,6 +328,17 @@ impl Shared {
 
     pub(crate) fn is_shutting_down(&self) -> bool {
         self.shutting_down.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn is_silenced(&self) -> bool {
+        *self.silenced.borrow()
+    }
+
+    /// Whether workers may write pod status: not silenced, and the pods listed since the
+    /// last resume.
+    pub(crate) fn may_write_status(&self) -> bool {
+        !self.is_silenced()
+            && self.listed_epoch.load(Ordering::SeqCst) == self.silence_epoch.load(Ordering::SeqCst)
     }
 
     /// The newest pod `namespace/name` the kubelet runs.
@@ -398,11 +459,28 @@ impl Kubelet {
         };
         let log =
             KubeletLog::create(&dirs.kubelet_log()).map_err(io("creating the kubelet log"))?;
+        let node_ip = if options.allocate_node_ip {
+            tokio::task::spawn_blocking(move || network.allocate())
+                .await
+                .map_err(|e| KubeletError::Io {
+                    what: "allocating the node IP".into(),
+                    source: std::io::Error::other(e),
+                })??
+        } else {
+            network.node_ip()
+        };
+        // From here on, an error must give the node IP back.
+        let release_ip = |e: KubeletError| {
+            if options.allocate_node_ip {
+                let _ = network.release(node_ip);
+            }
+            e
+        };
 
         let config = NodeConfig {
             name: options.node_name.clone(),
             labels: options.node_labels.clone(),
-            ip: network.node_ip(),
+            ip: node_ip,
             capacity: options.capacity.clone(),
             kubelet_version: format!(
                 "v{}",
@@ -418,16 +496,21 @@ impl Kubelet {
         };
         let node = node::register(&client, &config)
             .await
-            .map_err(api("registering the node"))?;
-        node::renew_lease(&client, &node)
+            .map_err(api("registering the node"))
+            .map_err(release_ip)?;
+        node::renew_lease(&client, &node, options.heartbeat.lease_duration_seconds())
             .await
-            .map_err(api("creating the node lease"))?;
+            .map_err(api("creating the node lease"))
+            .map_err(release_ip)?;
         log.line(format_args!(
-            "node {} registered ({}; pod network on {} ({:?}))",
+            "node {} registered ({node_ip}; pod network on {} ({:?}); pod cgroups: {})",
             config.name,
-            network.node_ip(),
             network.interface(),
-            network.interface_kind()
+            network.interface_kind(),
+            match cgroup::root() {
+                Ok(root) => root.relative_path().to_owned(),
+                Err(e) => e.to_string(),
+            }
         ));
 
         let shared = Arc::new(Shared {
@@ -435,6 +518,7 @@ impl Kubelet {
             options,
             images,
             network,
+            node_ip,
             dirs,
             log: log.clone(),
             pods: Mutex::new(BTreeMap::new()),
@@ -443,9 +527,20 @@ impl Kubelet {
             shutting_down: AtomicBool::new(false),
             next_seq: Default::default(),
             pull_delays: Mutex::new(Vec::new()),
+            silenced: tokio::sync::watch::Sender::new(false),
+            silence_epoch: Default::default(),
+            listed_epoch: std::sync::atomic::AtomicU64::new(u64::MAX),
         });
+        let heartbeat = heartbeat::Heartbeat {
+            client: client.clone(),
+            config: config.clone(),
+            node: node.clone(),
+            options: shared.options.heartbeat,
+            silenced: shared.silenced.subscribe(),
+            log: log.clone(),
+        };
         let mut tasks = vec![
-            tokio::spawn(node::keep_lease(client.clone(), node.clone(), log.clone())),
+            tokio::spawn(heartbeat.run()),
             tokio::spawn(watch_pods(shared.clone())),
             tokio::spawn(watch_claims(shared.clone())),
         ];
@@ -473,7 +568,7 @@ impl Kubelet {
 
     /// The node IP (the pods' `hostIP`).
     pub fn node_ip(&self) -> Ipv4Addr {
-        self.shared.network.node_ip()
+        self.shared.node_ip
     }
 
     /// The pod network.
@@ -755,7 +850,14 @@ impl Kubelet {
             if let Some(ip) = info.ip.take() {
                 let _ = self.shared.network.release(ip);
             }
+            if let Some(cgroup) = info.cgroup.take() {
+                cgroup.kill_all();
+                let _ = cgroup.remove();
+            }
             let _ = self.shared.network.remove_hosts_entry(uid);
+        }
+        if self.shared.options.allocate_node_ip {
+            let _ = self.shared.network.release(self.shared.node_ip);
         }
         let dir = lock(&self.dir).take();
         if let Some(dir) = dir
@@ -773,39 +875,77 @@ impl Drop for Kubelet {
     }
 }
 
-/// Watches the pods bound to the node and hands each to its worker.
+/// Watches the pods bound to the node and hands each to its worker. While the kubelet is
+/// silenced the watch is dropped (as a partitioned kubelet's breaks): deletions and new pods go
+/// unnoticed. On resume a new watch lists the pods: workers of pods no longer listed (deleted
+/// meanwhile, force-deleted too) are told they are gone, pods being deleted are stopped, new
+/// pods start.
 async fn watch_pods(shared: Arc<Shared>) {
-    let pods: Api<Pod> = Api::all(shared.client.clone());
-    let selector = format!("spec.nodeName={}", shared.options.node_name);
-    let stream =
-        watcher::watcher(pods, watcher::Config::default().fields(&selector)).default_backoff();
-    futures::pin_mut!(stream);
-    // UIDs listed since the last (re)list: workers of pods not in it are gone.
-    let mut listing: Option<std::collections::BTreeSet<String>> = None;
-    while let Some(event) = stream.next().await {
-        match event {
-            Ok(Event::Apply(pod)) => shared.dispatch(pod),
-            Ok(Event::InitApply(pod)) => {
-                if let (Some(seen), Some(uid)) = (listing.as_mut(), pod.metadata.uid.clone()) {
-                    seen.insert(uid);
-                }
-                shared.dispatch(pod);
+    let mut silenced = shared.silenced.subscribe();
+    loop {
+        while *silenced.borrow_and_update() {
+            if silenced.changed().await.is_err() {
+                return;
             }
-            Ok(Event::Delete(pod)) => {
-                if let Some(uid) = pod.metadata.uid.as_deref() {
-                    shared.gone(uid);
+        }
+        let epoch = shared.silence_epoch.load(Ordering::SeqCst);
+        let pods: Api<Pod> = Api::all(shared.client.clone());
+        let selector = format!("spec.nodeName={}", shared.options.node_name);
+        let stream =
+            watcher::watcher(pods, watcher::Config::default().fields(&selector)).default_backoff();
+        futures::pin_mut!(stream);
+        // UIDs listed since the last (re)list: workers of pods not in it are gone.
+        let mut listing: Option<std::collections::BTreeSet<String>> = None;
+        loop {
+            // The silence first: an event that arrived after it must go unnoticed.
+            let event = tokio::select! {
+                biased;
+                changed = silenced.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    if *silenced.borrow_and_update() {
+                        shared.log.line(format_args!("pod watch dropped (silenced)"));
+                        break;
+                    }
+                    continue;
                 }
+                event = stream.next() => match event {
+                    Some(event) => event,
+                    None => return,
+                },
+            };
+            if shared.is_silenced() {
+                shared
+                    .log
+                    .line(format_args!("pod watch dropped (silenced)"));
+                break;
             }
-            Ok(Event::Init) => listing = Some(Default::default()),
-            Ok(Event::InitDone) => {
-                if let Some(seen) = listing.take() {
-                    let known: Vec<String> = lock(&shared.pods).keys().cloned().collect();
-                    for uid in known.iter().filter(|u| !seen.contains(*u)) {
+            match event {
+                Ok(Event::Apply(pod)) => shared.dispatch(pod),
+                Ok(Event::InitApply(pod)) => {
+                    if let (Some(seen), Some(uid)) = (listing.as_mut(), pod.metadata.uid.clone()) {
+                        seen.insert(uid);
+                    }
+                    shared.dispatch(pod);
+                }
+                Ok(Event::Delete(pod)) => {
+                    if let Some(uid) = pod.metadata.uid.as_deref() {
                         shared.gone(uid);
                     }
                 }
+                Ok(Event::Init) => listing = Some(Default::default()),
+                Ok(Event::InitDone) => {
+                    if let Some(seen) = listing.take() {
+                        let known: Vec<String> = lock(&shared.pods).keys().cloned().collect();
+                        for uid in known.iter().filter(|u| !seen.contains(*u)) {
+                            shared.gone(uid);
+                        }
+                    }
+                    shared.listed_epoch.store(epoch, Ordering::SeqCst);
+                }
+                Err(e) => shared.log.line(format_args!("pod watch: {e}")),
             }
-            Err(e) => shared.log.line(format_args!("pod watch: {e}")),
         }
     }
 }

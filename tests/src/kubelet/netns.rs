@@ -27,10 +27,14 @@
 //!
 //! The namespaces disappear with the process; no cleanup is needed on the host (the bind
 //! mount's source file is unlinked right after mounting).
+//!
+//! Partitions ([`PodNetwork::partition`], [`PodNetwork::isolate`]) are firewall rules in this
+//! namespace matching the pods' cgroups (see [`super::partition`]): the network tells pods
+//! apart by their IPs, the rules by the cgroup the kubelet records for each IP.
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -38,6 +42,9 @@ use std::sync::{Mutex, OnceLock};
 
 use nix::mount::{MsFlags, mount};
 use nix::sched::{CloneFlags, unshare};
+
+use super::cgroup;
+use super::partition::{self, Partition};
 
 /// Name of the interface that carries the node and pod IPs (when it can be created).
 pub const POD_INTERFACE: &str = "pods0";
@@ -93,6 +100,18 @@ pub enum NetworkError {
     /// Every address of the pod CIDR is in use.
     #[error("no free pod IP left in {POD_CIDR}")]
     Exhausted,
+    /// A firewall command failed, or there is no working `iptables`.
+    #[error("partition: {0}")]
+    Firewall(String),
+    /// The address is not a running pod's, or its pod runs without a cgroup (see
+    /// [`super::cgroup`]), so no rule can tell its packets apart.
+    #[error("partition: {ip} is not the IP of a pod running in a pod cgroup ({reason})")]
+    NoPodCgroup {
+        /// The address.
+        ip: Ipv4Addr,
+        /// Why pods have no cgroup, when that is the cause.
+        reason: String,
+    },
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> NetworkError {
@@ -127,6 +146,8 @@ pub struct PodNetwork {
     user_namespace: bool,
     pool: Mutex<IpPool>,
     hosts: Mutex<HostsFile>,
+    /// The cgroup (relative path) of the pod holding each pod IP, for partitions.
+    cgroups: Mutex<BTreeMap<Ipv4Addr, String>>,
 }
 
 static NETWORK: OnceLock<Result<PodNetwork, NetworkError>> = OnceLock::new();
@@ -233,6 +254,7 @@ impl PodNetwork {
             user_namespace,
             pool: Mutex::new(IpPool::new()),
             hosts: Mutex::new(hosts),
+            cgroups: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -282,7 +304,72 @@ impl PodNetwork {
             &self.interface,
         ]);
         lock(&self.pool).release(address);
+        lock(&self.cgroups).remove(&address);
         result
+    }
+
+    /// Records that the pod holding `address` runs in cgroup `cgroup` (a path relative to the
+    /// cgroup2 root), so partitions can name its packets. Released with the address.
+    pub(crate) fn set_pod_cgroup(&self, address: Ipv4Addr, cgroup: &str) {
+        lock(&self.cgroups).insert(address, cgroup.to_owned());
+    }
+
+    fn pod_cgroup(&self, address: Ipv4Addr) -> Result<(Ipv4Addr, String), NetworkError> {
+        lock(&self.cgroups)
+            .get(&address)
+            .map(|cgroup| (address, cgroup.clone()))
+            .ok_or_else(|| NetworkError::NoPodCgroup {
+                ip: address,
+                reason: match cgroup::root() {
+                    Ok(_) => "no pod holds it".to_owned(),
+                    Err(e) => e.to_string(),
+                },
+            })
+    }
+
+    /// Partitions the pods of `side_a` from the pods of `side_b` (pod IPs): packets between
+    /// the two sides are dropped both ways, so connections hang (see [`partition`]); each
+    /// side still reaches everything else, and the test process (not a pod) reaches every pod.
+    /// Healed by [`Partition::heal`] or by dropping it. Blocking (runs `iptables`).
+    pub fn partition(
+        &self,
+        side_a: &[Ipv4Addr],
+        side_b: &[Ipv4Addr],
+    ) -> Result<Partition, NetworkError> {
+        let resolve = |ips: &[Ipv4Addr]| -> Result<Vec<(Ipv4Addr, String)>, NetworkError> {
+            ips.iter().map(|ip| self.pod_cgroup(*ip)).collect()
+        };
+        partition::install(partition::Plan::between(
+            &resolve(side_a)?,
+            &resolve(side_b)?,
+        ))
+    }
+
+    /// Cuts pod `pod` (its IP) from every other pod, and from the API server when `apiserver`
+    /// (see [`crate::ControlPlane::apiserver_addr`]) is given: its packets to them and theirs
+    /// to it are dropped. The test process and the kubelet's probes still reach it. Healed by
+    /// [`Partition::heal`] or by dropping it. Blocking (runs `iptables`).
+    pub fn isolate(
+        &self,
+        pod: Ipv4Addr,
+        apiserver: Option<SocketAddr>,
+    ) -> Result<Partition, NetworkError> {
+        let (ip, cgroup) = self.pod_cgroup(pod)?;
+        let all_pods = cgroup::root().map_err(|e| NetworkError::NoPodCgroup {
+            ip,
+            reason: e.to_string(),
+        })?;
+        partition::install(partition::Plan::isolating(
+            (ip, &cgroup),
+            all_pods.relative_path(),
+            apiserver,
+        ))
+    }
+
+    /// The firewall rules of the partitions in place (`iptables -S` lines); empty when every
+    /// partition healed.
+    pub fn partition_rules(&self) -> Result<Vec<String>, NetworkError> {
+        partition::rules()
     }
 
     /// Sets the hosts line `ADDRESS NAMES...` kept under `key` (one per pod, keyed by UID) and

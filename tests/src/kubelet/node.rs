@@ -1,12 +1,14 @@
 //! The kubelet's Node: registration (Ready, capacity, addresses, `kubernetes.io/hostname`),
-//! the heartbeat Lease in `kube-node-lease`, and the binder that stands in for kube-scheduler
-//! by binding pending pods to the node through `pods/binding`.
+//! its status (conditions as a kubelet posts them), the heartbeat Lease in `kube-node-lease`
+//! (kept fresh by [`super::heartbeat`]), and the binder that stands in for kube-scheduler on
+//! a single node by binding pending pods to it through `pods/binding`.
 //!
 //! The binder honours `nodeSelector` (a pod whose selector does not match the node's labels
 //! stays Pending with `PodScheduled=False`, reason `Unschedulable`) and binds only pods for the
 //! default scheduler. Affinity, anti-affinity, taints, topology spread and resource requests
 //! are ignored: there is one node and it takes every pod (a real scheduler would refuse, for
-//! example, a second member of a cluster with required anti-affinity on the hostname).
+//! example, a second member of a cluster with required anti-affinity on the hostname). Suites
+//! with several nodes turn it off and run the real kube-scheduler (see [`super::nodes`]).
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -30,10 +32,19 @@ use super::log::KubeletLog;
 
 /// Namespace of the node heartbeat leases.
 pub const LEASE_NAMESPACE: &str = "kube-node-lease";
-/// Lease duration (what a kubelet uses by default).
+/// Default lease duration (what a kubelet uses by default, `nodeLeaseDurationSeconds`).
 pub const LEASE_DURATION_SECONDS: i32 = 40;
-/// How often the lease is renewed.
+/// Default lease renew interval (a kubelet renews every quarter of the duration).
 pub const LEASE_RENEW_INTERVAL: Duration = Duration::from_secs(10);
+/// Default `nodeStatusReportFrequency`: how often the status is posted when nothing changed.
+pub const NODE_STATUS_REPORT_FREQUENCY: Duration = Duration::from_secs(300);
+/// The condition types the kubelet owns, with the status it reports for each.
+pub const CONDITIONS: [(&str, &str); 4] = [
+    ("MemoryPressure", "False"),
+    ("DiskPressure", "False"),
+    ("PIDPressure", "False"),
+    ("Ready", "True"),
+];
 /// The scheduler name whose pods the binder takes.
 pub const DEFAULT_SCHEDULER: &str = "default-scheduler";
 
@@ -73,7 +84,10 @@ impl NodeConfig {
         labels
     }
 
-    fn status(&self) -> NodeStatus {
+    /// The status a kubelet posts now: every condition with a fresh heartbeat; the transition
+    /// time of a condition whose status is the same in `previous` (the Node as last seen) is
+    /// kept.
+    pub fn status(&self, previous: &[NodeCondition]) -> NodeStatus {
         let now = Time(Timestamp::now());
         let cond = |type_: &str, status: &str, reason: &str, message: &str| NodeCondition {
             type_: type_.to_owned(),
@@ -81,7 +95,13 @@ impl NodeConfig {
             reason: Some(reason.to_owned()),
             message: Some(message.to_owned()),
             last_heartbeat_time: Some(now.clone()),
-            last_transition_time: Some(now.clone()),
+            last_transition_time: Some(
+                previous
+                    .iter()
+                    .find(|c| c.type_ == type_ && c.status == status)
+                    .and_then(|c| c.last_transition_time.clone())
+                    .unwrap_or_else(|| now.clone()),
+            ),
         };
         let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
             .map(|s| s.trim().to_owned())
@@ -158,7 +178,7 @@ pub async fn register(client: &kube::Client, config: &NodeConfig) -> Result<Node
             pod_cidrs: Some(vec![config.pod_cidr.clone()]),
             ..NodeSpec::default()
         }),
-        status: Some(config.status()),
+        status: Some(config.status(&[])),
     };
     match nodes.create(&PostParams::default(), &node).await {
         Ok(_) => {}
@@ -170,14 +190,54 @@ pub async fn register(client: &kube::Client, config: &NodeConfig) -> Result<Node
         }
         Err(e) => return Err(e),
     }
-    let patch = serde_json::json!({ "status": config.status() });
+    post_status(client, config, &[]).await
+}
+
+/// Posts the node status (`nodes/status`); `previous` are the conditions last seen (see
+/// [`NodeConfig::status`]). Returns the Node.
+pub async fn post_status(
+    client: &kube::Client,
+    config: &NodeConfig,
+    previous: &[NodeCondition],
+) -> Result<Node, kube::Error> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let patch = serde_json::json!({ "status": config.status(previous) });
     nodes
         .patch_status(&config.name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
 }
 
-/// Creates or renews the node's Lease.
-pub async fn renew_lease(client: &kube::Client, node: &Node) -> Result<(), kube::Error> {
+/// Whether `node`'s conditions differ from what the kubelet reports (see [`CONDITIONS`]): a
+/// condition is missing or has another status (e.g. `Ready` set `Unknown` by the node
+/// lifecycle controller while the kubelet was silent).
+pub fn status_differs(node: &Node) -> bool {
+    let conditions = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default();
+    CONDITIONS.iter().any(|(type_, status)| {
+        !conditions
+            .iter()
+            .any(|c| c.type_ == *type_ && c.status == *status)
+    })
+}
+
+/// The status of `node`'s `Ready` condition (`None` without one).
+pub fn ready_status(node: &Node) -> Option<&str> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| c.status.as_str())
+}
+
+/// Creates or renews the node's Lease, `duration_seconds` long.
+pub async fn renew_lease(
+    client: &kube::Client,
+    node: &Node,
+    duration_seconds: i32,
+) -> Result<(), kube::Error> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
     let name = node.name_any();
     let now = MicroTime(Timestamp::now());
@@ -196,7 +256,7 @@ pub async fn renew_lease(client: &kube::Client, node: &Node) -> Result<(), kube:
         },
         spec: Some(LeaseSpec {
             holder_identity: Some(name.clone()),
-            lease_duration_seconds: Some(LEASE_DURATION_SECONDS),
+            lease_duration_seconds: Some(duration_seconds),
             renew_time: Some(now.clone()),
             ..LeaseSpec::default()
         }),
@@ -206,7 +266,7 @@ pub async fn renew_lease(client: &kube::Client, node: &Node) -> Result<(), kube:
         Err(kube::Error::Api(s)) if s.code == 409 => {
             let patch = serde_json::json!({ "spec": {
                 "holderIdentity": name,
-                "leaseDurationSeconds": LEASE_DURATION_SECONDS,
+                "leaseDurationSeconds": duration_seconds,
                 "renewTime": now,
             }});
             leases
@@ -215,18 +275,6 @@ pub async fn renew_lease(client: &kube::Client, node: &Node) -> Result<(), kube:
                 .map(drop)
         }
         Err(e) => Err(e),
-    }
-}
-
-/// Renews the lease every [`LEASE_RENEW_INTERVAL`], forever.
-pub async fn keep_lease(client: kube::Client, node: Node, log: KubeletLog) {
-    let mut ticker = tokio::time::interval(LEASE_RENEW_INTERVAL);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticker.tick().await;
-        if let Err(e) = renew_lease(&client, &node).await {
-            log.line(format_args!("renewing the node lease: {e}"));
-        }
     }
 }
 

@@ -39,6 +39,8 @@ const TERMINATION_MESSAGE_BYTES: usize = 4096;
 
 /// How often the worker checks its processes and timers.
 const TICK: Duration = Duration::from_millis(50);
+/// How long the worker waits for the processes of a pod's cgroup to be gone.
+const CGROUP_REMOVAL: Duration = Duration::from_secs(2);
 /// Retry interval for volumes and container configuration that cannot be set up yet.
 const CONFIG_RETRY: Duration = Duration::from_secs(1);
 /// Where service-account credentials are mounted (the ServiceAccount admission plugin's
@@ -275,6 +277,15 @@ impl Worker {
         };
         self.ip = Some(ip);
         lock(&self.info).ip = Some(ip);
+        match super::cgroup::root().and_then(|root| root.create(&self.uid)) {
+            Ok(cgroup) => {
+                network.set_pod_cgroup(ip, cgroup.relative_path());
+                lock(&self.info).cgroup = Some(cgroup);
+            }
+            // Logged once per kubelet at registration when cgroups are unavailable.
+            Err(super::cgroup::CgroupError::Unavailable(_)) => {}
+            Err(e) => self.log(format_args!("no pod cgroup: {e}")),
+        }
         let names = self.dns_names();
         if !names.is_empty()
             && let Err(e) = network.set_hosts_entry(&self.uid, ip, &names)
@@ -308,7 +319,7 @@ impl Worker {
     fn env_sources_base(&self) -> EnvSources {
         EnvSources {
             pod_ip: self.ip.map(|ip| ip.to_string()),
-            host_ip: Some(self.shared.network.node_ip().to_string()),
+            host_ip: Some(self.shared.node_ip.to_string()),
             ..EnvSources::default()
         }
     }
@@ -328,6 +339,7 @@ impl Worker {
                     .collect()
             })
             .unwrap_or_default();
+        self.notice_status_drift(&pod);
         self.pod = pod;
         for spec in specs {
             // Names are unique across init containers and containers.
@@ -825,6 +837,9 @@ impl Worker {
             .env_clear()
             .envs(env.iter().map(|(k, v)| (k, v)))
             .current_dir(&cwd);
+        if let Some(cgroup) = &lock(&self.info).cgroup {
+            cgroup.join_on_exec(&mut command);
+        }
         let process_name = format!("{}/{}", self.key(), spec.name);
         let started = {
             let mut info = lock(&self.info);
@@ -959,12 +974,49 @@ impl Worker {
         }
     }
 
-    /// Writes the status through `pods/status` when it changed.
+    /// Forgets the last status written when the API's `Ready` condition of the pod is not the
+    /// one written (the node lifecycle controller marks the pods of an `Unknown` node not
+    /// ready), so the next [`Self::publish_status`] writes it again, as a kubelet's status
+    /// manager reconciles.
+    fn notice_status_drift(&mut self, pod: &Pod) {
+        let ready = |conditions: &[PodCondition]| {
+            conditions
+                .iter()
+                .find(|c| c.type_ == "Ready")
+                .map(|c| c.status.clone())
+        };
+        let Some(ours) = self.last_patch.as_ref().and(ready(&self.last_conditions)) else {
+            return;
+        };
+        let theirs = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_deref())
+            .and_then(ready);
+        if theirs.as_deref() != Some(ours.as_str()) {
+            self.log(format_args!(
+                "Ready is {} in the API, {ours} here: writing the status again",
+                theirs.as_deref().unwrap_or("missing")
+            ));
+            self.last_patch = None;
+        }
+    }
+
+    /// Writes the status through `pods/status` when it changed. Not while the kubelet is
+    /// silenced or has not listed the pods since it resumed, nor when a newer version of the
+    /// pod waits to be read or the pod is being deleted: a status built from an older pod could
+    /// flip an evicted or terminating pod back to ready.
     async fn publish_status(&mut self) {
+        if !self.shared.may_write_status()
+            || self.updates.has_changed().unwrap_or(true)
+            || self.pod.metadata.deletion_timestamp.is_some()
+        {
+            return;
+        }
         let view = PodView {
             pod: &self.pod,
             pod_ip: self.ip,
-            host_ip: self.shared.network.node_ip(),
+            host_ip: self.shared.node_ip,
             start_time: self.start_time,
             sandbox_ready: self.sandbox_ready,
             init_containers: self.containers[..self.init_count]
@@ -1032,6 +1084,7 @@ impl Worker {
                     );
             }
         }
+        self.remove_cgroup().await;
         let _ = self.shared.network.remove_hosts_entry(&self.uid);
         let ip = lock(&self.info).ip.take();
         if let Some(ip) = ip {
@@ -1047,6 +1100,22 @@ impl Worker {
         }
         self.ended = Some((reason, message));
         lock(&self.info).ended = true;
+    }
+
+    /// Kills what the stopped containers left in the pod's cgroup and removes it.
+    async fn remove_cgroup(&mut self) {
+        let Some(cgroup) = lock(&self.info).cgroup.take() else {
+            return;
+        };
+        cgroup.kill_all();
+        let removed =
+            crate::wait::poll_until("the pod cgroup to be removed", CGROUP_REMOVAL, || async {
+                cgroup.remove().map(|()| Some(()))
+            })
+            .await;
+        if let Err(e) = removed {
+            self.log(format_args!("{e}"));
+        }
     }
 
     /// Stops every container, releases the IP and the pod directory, and (for a deleted pod)
@@ -1082,6 +1151,7 @@ impl Worker {
                 self.reap(index, false);
             }
         }
+        self.remove_cgroup().await;
         let _ = self.shared.network.remove_hosts_entry(&self.uid);
         let ip = lock(&self.info).ip.take();
         if let Some(ip) = ip {
