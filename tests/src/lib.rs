@@ -20,6 +20,8 @@
 //! - [`prometheus`]: a real Prometheus discovering targets through the API server as the
 //!   Prometheus Operator configures it, its HTTP API, and promtool.
 //! - [`chart`]: what the chart suites share: rendered manifests and checks of them.
+//! - [`recorder`]: client traffic and watches recorded while the operator acts, the history
+//!   checked for linearizability (issue 33).
 //! - [`process`], [`ports`], [`kubeconfig`]: plumbing.
 //!
 //! Run the harness's own tests with `cargo test -p etcd-tests --test control_plane`.
@@ -44,6 +46,7 @@ pub mod ports;
 pub mod process;
 pub mod prometheus;
 pub mod real_node;
+pub mod recorder;
 pub mod s3;
 pub mod suite;
 pub mod tools;

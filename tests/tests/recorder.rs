@@ -1,0 +1,299 @@
+//! The recorder (issue 33) on real etcd members on loopback, without Kubernetes: traffic and
+//! watches recorded for a few seconds, then checked with `etcd_lincheck`.
+//!
+//! - nothing happens: linearizable, nothing failed, the members' hashes equal;
+//! - a member is SIGKILLed and restarted: still linearizable (unknown outcomes allowed);
+//! - errors classified in the wild: a closed port gives `fail`, a frozen member `unknown`;
+//! - broken histories are caught: a recorded value rewritten to a stale one, and linearizable
+//!   gets answered serializably by a frozen (SIGSTOP) member: not linearizable, and the report
+//!   shows the slice;
+//! - etcd 3.2 (no HashKV): the stores are compared by range digests; an epoch is recorded.
+//!
+//! Needs the pinned etcd (`hack/build-tools.sh`). Histories and reports go to
+//! `target/recorder/` (or `$ETCD_TESTS_ARTIFACTS_DIR`).
+//! Run: `cargo test -p etcd-tests --test recorder`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use etcd_lincheck::history::{OpResult, parse_history};
+use etcd_tests::Tools;
+use etcd_tests::ports::free_ports;
+use etcd_tests::recorder::{
+    ClientSpec, Fault, HashMethod, LoopbackCluster, Mix, Progress, Recorder, RecorderOptions,
+    Report, Verdict, artifacts_dir,
+};
+use nix::sys::signal::Signal;
+use tokio::sync::watch;
+
+const READY: Duration = Duration::from_secs(30);
+const WAIT: Duration = Duration::from_secs(20);
+
+fn etcd(version: Option<&str>) -> PathBuf {
+    let tools = Tools::from_env().expect("the tool cache");
+    let version = version.map_or_else(|| tools.versions().apiserver_etcd.clone(), str::to_string);
+    tools
+        .etcd(&version)
+        .expect("etcd is built (hack/build-tools.sh)")
+}
+
+async fn cluster(version: Option<&str>) -> (LoopbackCluster, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = LoopbackCluster::start(&etcd(version), dir.path(), 3).expect("start members");
+    cluster.wait_ready(READY).await.expect("members ready");
+    (cluster, dir)
+}
+
+/// Waits until `condition` holds for the recorder's figures.
+async fn until(recorder: &Recorder, what: &str, condition: impl Fn(&Progress) -> bool) -> Progress {
+    let mut progress = recorder.progress();
+    let found = tokio::time::timeout(WAIT, progress.wait_for(|p| condition(p)))
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .map(|p| *p);
+    found.unwrap_or_else(|| panic!("timed out waiting for {what}: {:?}", *progress.borrow()))
+}
+
+/// Waits for `n` more ok writes than now.
+async fn more_writes(recorder: &Recorder, n: u64) -> Progress {
+    let from = recorder.progress().borrow().ok_writes;
+    until(recorder, &format!("{n} more ok writes"), |p| {
+        p.ok_writes >= from + n
+    })
+    .await
+}
+
+fn options(name: &str, endpoints: watch::Receiver<Vec<String>>) -> RecorderOptions {
+    let mut options = RecorderOptions::new(name, artifacts_dir(), endpoints);
+    options.rate = 150.0;
+    options
+}
+
+fn summary(report: &Report) {
+    println!("{report}");
+    report
+        .append_markdown_row(&artifacts_dir().join("recorder-tests.md"))
+        .expect("the Markdown summary");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_happens_linearizable_nothing_failed_hashes_equal() {
+    let (cluster, _dir) = cluster(None).await;
+    let (_tx, endpoints) = watch::channel(cluster.endpoints());
+    let recorder = Recorder::start(options("idle", endpoints))
+        .await
+        .expect("start");
+    more_writes(&recorder, 250).await;
+    let report = recorder.finish(&cluster.endpoints()).await.expect("finish");
+    summary(&report);
+    assert!(report.passed(), "{report}");
+    assert_eq!(report.failed, 0, "{report}");
+    assert_eq!(report.linearizability, Verdict::Ok);
+    assert!(report.hashes_equal(), "{report}");
+    assert_eq!(
+        report.hashes.as_ref().map(|h| h.method),
+        Some(HashMethod::HashKv)
+    );
+    assert!(
+        report.watches.1 > 100,
+        "the watches saw the writes: {report}"
+    );
+    // The rate is a target, not a floor, on a loaded machine: at least half of it.
+    assert!(report.ops_per_sec() > 75.0, "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_killed_and_restarted_stays_linearizable() {
+    let (mut cluster, _dir) = cluster(None).await;
+    let (_tx, endpoints) = watch::channel(cluster.endpoints());
+    let recorder = Recorder::start(options("kill-restart", endpoints))
+        .await
+        .expect("start");
+    more_writes(&recorder, 50).await;
+    let before = *recorder.progress().borrow();
+    cluster.kill(1).expect("kill");
+    // Clients sticky on the member move on; the round-robin ones back off from it.
+    until(&recorder, "an error from the killed member", |p| {
+        p.failed + p.unknown > before.failed + before.unknown
+    })
+    .await;
+    more_writes(&recorder, 100).await;
+    cluster.restart(1).expect("restart");
+    cluster
+        .wait_member_ready(1, READY)
+        .await
+        .expect("the member back");
+    more_writes(&recorder, 100).await;
+    let report = recorder.finish(&cluster.endpoints()).await.expect("finish");
+    summary(&report);
+    assert!(report.passed(), "{report}");
+    assert!(
+        report.failed + report.unknown > 0,
+        "the kill was seen: {report}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_port_fails_and_a_frozen_member_is_unknown() {
+    let (mut cluster, _dir) = cluster(None).await;
+    let [closed] = free_ports().expect("a port");
+    let closed = format!("http://127.0.0.1:{closed}");
+    let frozen = cluster.endpoint(2).expect("member 2");
+    let (_tx, healthy) = watch::channel(cluster.endpoints()[..2].to_vec());
+    let mut options = options("closed-and-frozen", healthy.clone());
+    options.clients = vec![
+        ClientSpec::pinned(closed.clone()),
+        ClientSpec::pinned(frozen.clone()),
+        ClientSpec::round_robin(healthy.clone()),
+        ClientSpec::round_robin(healthy),
+    ];
+    options.request_timeout = Duration::from_millis(500);
+    let recorder = Recorder::start(options).await.expect("start");
+    more_writes(&recorder, 30).await;
+    cluster.signal(2, Signal::SIGSTOP).expect("SIGSTOP");
+    let frozen_at = recorder.progress().borrow().unknown;
+    until(&recorder, "two timeouts on the frozen member", |p| {
+        p.unknown >= frozen_at + 2
+    })
+    .await;
+    more_writes(&recorder, 50).await;
+    cluster.signal(2, Signal::SIGCONT).expect("SIGCONT");
+    more_writes(&recorder, 30).await;
+    let path = recorder.history_path().to_path_buf();
+    let report = recorder.finish(&cluster.endpoints()).await.expect("finish");
+    summary(&report);
+    assert!(report.passed(), "{report}");
+
+    let history = parse_history("h", &std::fs::read(&path).expect("history")).expect("parses");
+    let on = |endpoint: &String| {
+        let endpoint = endpoint.clone();
+        history.ops.iter().filter(move |o| o.endpoint == endpoint)
+    };
+    assert!(on(&closed).count() > 0);
+    for op in on(&closed) {
+        match &op.result {
+            OpResult::Fail { error } => assert!(
+                error.contains("Connection refused") || error.contains("connect"),
+                "{error}"
+            ),
+            other => panic!("an operation on a closed port is a fail: {other:?}"),
+        }
+    }
+    let timeouts = on(&frozen)
+        .filter(|o| matches!(&o.result, OpResult::Unknown { error } if error.contains("no answer within")))
+        .count();
+    assert!(timeouts >= 2, "{timeouts} timeouts on the frozen member");
+    assert!(
+        on(&frozen).all(|o| !matches!(o.result, OpResult::Fail { .. })),
+        "nothing on the frozen member is a fail"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_value_written_into_the_history_is_caught() {
+    let (cluster, _dir) = cluster(None).await;
+    let (_tx, endpoints) = watch::channel(cluster.endpoints());
+    let mut options = options("rewritten-stale-read", endpoints);
+    options.fault = Some(Fault::StaleRead { after_ops: 100 });
+    let recorder = Recorder::start(options).await.expect("start");
+    until(&recorder, "the rewritten read", |p| p.rewritten.is_some()).await;
+    more_writes(&recorder, 20).await;
+    let report = recorder.finish(&cluster.endpoints()).await.expect("finish");
+    summary(&report);
+    assert!(
+        matches!(report.linearizability, Verdict::Violation(_)),
+        "{report}"
+    );
+    assert!(!report.passed());
+    let id = report.rewritten.expect("rewritten");
+    let text = report.to_string();
+    assert!(text.contains("not linearizable"), "{text}");
+    assert!(
+        text.contains(&format!("#{id} ")),
+        "the slice shows operation #{id}: {text}"
+    );
+    // Only linearizability is broken: the watches and revisions agree with the writes.
+    assert_eq!(report.watch_check, Verdict::Ok, "{report}");
+    assert!(report.hashes_equal(), "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn linearizable_gets_answered_by_a_frozen_member_are_caught() {
+    let (mut cluster, _dir) = cluster(None).await;
+    let frozen = cluster.endpoint(2).expect("member 2");
+    let (_tx, healthy) = watch::channel(cluster.endpoints()[..2].to_vec());
+    // The readers get the frozen member only once it is far behind.
+    let (readers_tx, readers) = watch::channel(Vec::new());
+    let gets = Mix {
+        put: 0,
+        delete: 0,
+        cas: 0,
+        get: 1,
+        serializable_get: 0,
+    };
+    let mut options = options("frozen-member-reads", healthy.clone());
+    options.clients = vec![
+        ClientSpec::round_robin(healthy.clone()),
+        ClientSpec::round_robin(healthy.clone()),
+        ClientSpec::sticky(readers.clone(), 0).with_mix(gets),
+        ClientSpec::sticky(readers.clone(), 0).with_mix(gets),
+        ClientSpec::sticky(readers, 0).with_mix(gets),
+    ];
+    options.watches = vec![ClientSpec::sticky(healthy, 0)];
+    options.fault = Some(Fault::SerializableAsLinearizable {
+        endpoint: frozen.clone(),
+    });
+    let recorder = Recorder::start(options).await.expect("start");
+    more_writes(&recorder, 30).await;
+    cluster.signal(2, Signal::SIGSTOP).expect("SIGSTOP");
+    // Every key changes several times while the member is frozen.
+    more_writes(&recorder, 150).await;
+    readers_tx.send(vec![frozen.clone()]).expect("readers");
+    // A reader's get waits for the frozen member (the two writers make at most 2 in flight).
+    until(&recorder, "a get waiting on the frozen member", |p| {
+        p.in_flight >= 3
+    })
+    .await;
+    cluster.signal(2, Signal::SIGCONT).expect("SIGCONT");
+    more_writes(&recorder, 30).await;
+    let report = recorder.finish(&cluster.endpoints()).await.expect("finish");
+    summary(&report);
+    assert!(
+        matches!(report.linearizability, Verdict::Violation(_)),
+        "{report}"
+    );
+    let text = report.to_string();
+    assert!(text.contains("not linearizable"), "{text}");
+    assert!(
+        text.contains(&frozen),
+        "the slice shows a read of the frozen member: {text}"
+    );
+    assert!(report.hashes_equal(), "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_3_2_has_no_hashkv_the_stores_are_compared_by_range_digests() {
+    let (cluster, _dir) = cluster(Some("3.2.13")).await;
+    let (_tx, endpoints) = watch::channel(cluster.endpoints());
+    let recorder = Recorder::start(options("etcd-3.2", endpoints))
+        .await
+        .expect("start");
+    more_writes(&recorder, 50).await;
+    // An epoch (as around an announced recovery): the keys' values are unknown after it.
+    recorder.epoch("recovery").await;
+    more_writes(&recorder, 50).await;
+    let report = recorder.finish(&cluster.endpoints()).await.expect("finish");
+    summary(&report);
+    assert!(report.passed(), "{report}");
+    assert_eq!(
+        report.hashes.as_ref().map(|h| h.method),
+        Some(HashMethod::RangeDigest),
+        "{report}"
+    );
+    assert!(
+        report.checker.contains(", 2 epoch(s)"),
+        "{}",
+        report.checker
+    );
+}
