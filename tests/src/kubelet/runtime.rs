@@ -1058,6 +1058,58 @@ impl Worker {
         }
     }
 
+    /// Before a deleted pod is removed, writes its last status as a kubelet does (1.27 on): its
+    /// containers terminated and the pod in a terminal phase (`Succeeded` when every container
+    /// exited 0, else `Failed`), so whoever watches the pod knows its processes stopped (a pod
+    /// a finalizer holds stays so). Not while silenced.
+    async fn publish_terminal_status(&mut self) {
+        if !self.shared.may_write_status() {
+            return;
+        }
+        let view = PodView {
+            pod: &self.pod,
+            pod_ip: self.ip,
+            host_ip: self.shared.node_ip,
+            start_time: self.start_time,
+            sandbox_ready: self.sandbox_ready,
+            init_containers: self.containers[..self.init_count]
+                .iter()
+                .map(ContainerRt::init_view)
+                .collect(),
+            containers: self.containers[self.init_count..]
+                .iter()
+                .map(ContainerRt::view)
+                .collect(),
+            message: self.pod_message.clone(),
+            ended: self.ended.clone(),
+        };
+        let mut status = status::build(&view, &self.last_conditions, Timestamp::now());
+        let all_zero = status.container_statuses.iter().flatten().all(|c| {
+            c.state
+                .as_ref()
+                .and_then(|s| s.terminated.as_ref())
+                .is_some_and(|t| t.exit_code == 0)
+        });
+        if self.ended.is_none() {
+            status.phase = Some(if all_zero { "Succeeded" } else { "Failed" }.into());
+        }
+        for c in status.conditions.iter_mut().flatten() {
+            if c.type_ == "Ready" || c.type_ == "ContainersReady" {
+                c.status = "False".into();
+                c.reason = Some("PodCompleted".into());
+            }
+        }
+        let patch = status::merge_patch(&status);
+        let api: Api<Pod> = Api::namespaced(self.shared.client.clone(), &self.namespace);
+        match api
+            .patch_status(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) | Err(kube::Error::Api(_)) => {}
+            Err(e) => self.log(format_args!("writing the final status: {e}")),
+        }
+    }
+
     /// Ends the pod for good (eviction, graceful node shutdown): stops its containers (SIGTERM,
     /// the pod's grace period, SIGKILL), keeps them from restarting, releases its IP and its
     /// pod directory (emptyDir volumes; a claim keeps its data) and reports it `Failed` with
@@ -1169,6 +1221,7 @@ impl Worker {
             self.log(format_args!("removing {}: {e}", pod_dir.display()));
         }
         if delete {
+            self.publish_terminal_status().await;
             let api: Api<Pod> = Api::namespaced(self.shared.client.clone(), &self.namespace);
             let params = DeleteParams {
                 grace_period_seconds: Some(0),
