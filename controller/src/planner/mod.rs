@@ -774,9 +774,16 @@ fn plan_with_members(
             || m.learner
             || healthy_voters > ClusterView::quorum(voters.len().saturating_sub(1));
         // A healthy member stuck terminating (its kubelet silent, its etcd serving) is
-        // replaced one at a time: the next goes only once a replacement has joined.
-        let one_at_a_time = !(stuck && m.health.is_healthy()) || members.len() >= view.size;
-        if (data_gone || never_started || learner_stalled || stuck) && keeps_quorum && one_at_a_time
+        // replaced one at a time: the next goes only once a replacement is a healthy voter.
+        let one_at_a_time = !(stuck && m.health.is_healthy()) || healthy_voters >= view.size.max(2);
+        // No removal while another member has joined the list but not started: its pod was
+        // made with the member list of then (`--initial-cluster`), which a removal would make
+        // wrong, and etcd refuses to start on it.
+        let joining = members.iter().any(|o| o.id != m.id && !o.started);
+        if (data_gone || never_started || learner_stalled || stuck)
+            && keeps_quorum
+            && one_at_a_time
+            && !joining
         {
             return Step::RemoveMember {
                 id: m.id,

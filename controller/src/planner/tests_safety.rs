@@ -173,6 +173,36 @@ fn members_that_answer_are_alive_and_replaced_one_at_a_time() {
         "the replacement joins before the next stuck member goes: {:?}",
         plan_for(AUTOMATIC, &obs)
     );
+    // The replacement is in the list but has not started (its pod holds the member list of
+    // then): nothing is removed, its pod is created.
+    let mut joining = member(3);
+    joining.learner = true;
+    joining.started = false;
+    joining.health = Health::Unhealthy("not started".into());
+    joining.answered = false;
+    members(&mut obs).push(joining);
+    assert!(
+        matches!(plan_for(AUTOMATIC, &obs), Step::CreatePod(ref p) if p.name == "demo-3"),
+        "{:?}",
+        plan_for(AUTOMATIC, &obs)
+    );
+    obs.pods.push(ready_pod(3, "3.6.16"));
+    members(&mut obs)[2].started = true;
+    members(&mut obs)[2].health = Health::Healthy {
+        version: "3.6.16".parse().ok(),
+        leader: false,
+    };
+    assert!(
+        matches!(plan_for(AUTOMATIC, &obs), Step::PromoteLearner { .. }),
+        "a learner is no healthy voter yet: {:?}",
+        plan_for(AUTOMATIC, &obs)
+    );
+    members(&mut obs)[2].learner = false;
+    assert_eq!(
+        plan_for(AUTOMATIC, &obs),
+        crate::planner::fixtures::remove_member(1, RemovalReason::StuckTerminating),
+        "three healthy voters again: the next stuck one goes"
+    );
 }
 
 fn members(obs: &mut Observed) -> &mut Vec<MemberState> {
