@@ -110,7 +110,7 @@ async fn members_evicted_from_silent_nodes_are_not_recovered_from(
     })
     .await;
     let recording = Recorder::start(RecorderOptions::new(
-        &format!("silent-nodes-{}", ctx.ns()),
+        format!("silent-nodes-{}", ctx.ns()),
         recorder::artifacts_dir(),
         endpoints,
     ))
