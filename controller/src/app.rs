@@ -77,6 +77,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     });
 
     let identity = leader::default_identity();
+    let failpoints = armed_failpoints()?;
     let ctx = Arc::new(Context {
         client: client.clone(),
         metrics: metrics.clone(),
@@ -89,6 +90,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             default_repository: args.default_repository.clone(),
             restore_image: args.operator_image(),
             planner: args.planner_settings(),
+            failpoints,
             ..ControllerConfig::default()
         },
     });
@@ -249,6 +251,24 @@ pub fn error_chain(error: &anyhow::Error) -> String {
         out.push_str(&text);
     }
     out
+}
+
+/// The failpoints the environment arms ([`crate::failpoints::FAILPOINTS_ENV`], set by the proof
+/// suite only): hitting one ends the process at once, as a crash would.
+fn armed_failpoints() -> anyhow::Result<crate::failpoints::Failpoints> {
+    let Ok(list) = std::env::var(crate::failpoints::FAILPOINTS_ENV) else {
+        return Ok(crate::failpoints::Failpoints::default());
+    };
+    let points = crate::failpoints::Failpoints::parse(
+        &list,
+        Arc::new(|point| {
+            eprintln!("etcd-controller: killed at failpoint {point}");
+            std::process::exit(137);
+        }),
+    )
+    .context("ETCD_OPERATOR_FAILPOINTS")?;
+    tracing::warn!(failpoints = %list, "failpoints armed: the controller exits when it reaches one");
+    Ok(points)
 }
 
 #[cfg(test)]

@@ -32,6 +32,8 @@ pub struct ControllerConfig {
     /// Image of the restore steps of a restored cluster's first member: the operator's own
     /// (`etcd-controller restore ...`). Without it, restores are refused.
     pub restore_image: Option<OperatorImage>,
+    /// Where a test kills the controller mid-step (none unless a test arms them).
+    pub failpoints: crate::failpoints::Failpoints,
 }
 
 impl Default for ControllerConfig {
@@ -45,6 +47,7 @@ impl Default for ControllerConfig {
             wait_requeue: Duration::from_secs(10),
             idle_requeue: Duration::from_secs(30),
             restore_image: None,
+            failpoints: crate::failpoints::Failpoints::default(),
         }
     }
 }

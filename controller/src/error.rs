@@ -55,6 +55,9 @@ pub enum Error {
         #[source]
         source: crate::etcd_tls::EtcdTlsError,
     },
+    /// A test killed the controller at a failpoint (see [`crate::failpoints`]).
+    #[error(transparent)]
+    Failpoint(#[from] crate::failpoints::FailpointHit),
     /// A member that must be called directly has no running pod with an IP.
     #[error("member {0} has no client endpoint (no running pod with an IP)")]
     NoEndpoint(String),
@@ -119,6 +122,7 @@ impl Error {
             Error::SafetyBackup { .. } => "safety_backup",
             Error::SnapshotCheck { .. } => "snapshot_check",
             Error::Recovery(_) => "recovery",
+            Error::Failpoint(_) => "failpoint",
         }
     }
 

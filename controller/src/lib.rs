@@ -26,6 +26,7 @@ pub mod error;
 pub mod etcd;
 pub mod etcd_tls;
 pub mod events;
+pub mod failpoints;
 pub mod idempotent;
 pub mod in_pod;
 pub mod installed_crds;

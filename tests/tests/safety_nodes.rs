@@ -28,18 +28,18 @@ use etcd_tests::recorder::{self, Recorder, RecorderOptions};
 use etcd_tests::suite::{Suite, TestContext};
 
 use support::operator::{Controller, create_cluster, install};
-use support::{WAIT, duration, event_count, manifest, member_pods, member_urls, settled, wait_until};
+use support::{
+    WAIT, duration, event_count, manifest, member_pods, member_urls, settled, wait_until,
+};
 
 fn main() -> std::process::ExitCode {
-    Suite::new()
-        .with_nodes(NodesOptions::default())
-        .run(vec![
-            etcd_tests::Test::new(
-                "members_evicted_from_silent_nodes_are_not_recovered_from",
-                members_evicted_from_silent_nodes_are_not_recovered_from,
-            )
-            .with_timeout(Duration::from_secs(480)),
-        ])
+    Suite::new().with_nodes(NodesOptions::default()).run(vec![
+        etcd_tests::Test::new(
+            "members_evicted_from_silent_nodes_are_not_recovered_from",
+            members_evicted_from_silent_nodes_are_not_recovered_from,
+        )
+        .with_timeout(Duration::from_secs(480)),
+    ])
 }
 
 /// The node each member pod is bound to.
@@ -93,7 +93,10 @@ async fn members_evicted_from_silent_nodes_are_not_recovered_from(
         .as_ref()
         .and_then(|s| s.conditions.iter().find(|c| c.type_ == "MembersSpread"))
         .map(|c| c.status.clone());
-    ensure!(spread.as_deref() == Some("True"), "MembersSpread {spread:?}");
+    ensure!(
+        spread.as_deref() == Some("True"),
+        "MembersSpread {spread:?}"
+    );
 
     // Client traffic on every member, by pod IP, for the whole test.
     let feed_pods = pods.clone();
@@ -139,20 +142,31 @@ async fn members_evicted_from_silent_nodes_are_not_recovered_from(
         anyhow::Ok(evicted.then_some(()))
     })
     .await?;
-    duration("silent: two nodes silent -> their members' pods evicted", silent_at);
+    duration(
+        "silent: two nodes silent -> their members' pods evicted",
+        silent_at,
+    );
     // The operator replaces them one at a time on the node that answers; their etcd ran all
     // along. Three members again, none of them the evicted ones.
-    let replaced = wait_until(&api, "silent", "3 members, the evicted ones replaced", |c| {
-        settled(c, 3, DEFAULT_VERSION)
-            && c.status.as_ref().is_some_and(|s| {
-                s.members.as_ref().is_some_and(|m| {
-                    m.ready.len() == 3
-                        && !m.ready.iter().any(|n| n == "silent-1" || n == "silent-2")
+    let replaced = wait_until(
+        &api,
+        "silent",
+        "3 members, the evicted ones replaced",
+        |c| {
+            settled(c, 3, DEFAULT_VERSION)
+                && c.status.as_ref().is_some_and(|s| {
+                    s.members.as_ref().is_some_and(|m| {
+                        m.ready.len() == 3
+                            && !m.ready.iter().any(|n| n == "silent-1" || n == "silent-2")
+                    })
                 })
-            })
-    })
+        },
+    )
     .await?;
-    duration("silent: evicted members replaced, 3 members Running", silent_at);
+    duration(
+        "silent: evicted members replaced, 3 members Running",
+        silent_at,
+    );
     let said = replaced
         .status
         .as_ref()
@@ -187,7 +201,10 @@ async fn members_evicted_from_silent_nodes_are_not_recovered_from(
     let report = recording.finish(&members).await?;
     println!("{report}");
     report.append_markdown_row(&recorder::artifacts_dir().join("safety.md"))?;
-    ensure!(report.passed(), "the recorded history fails its checks:\n{report}");
+    ensure!(
+        report.passed(),
+        "the recorded history fails its checks:\n{report}"
+    );
     ensure!(
         event_count(&ctx, "RecoveryStarted").await? == 0,
         "a recovery started after the nodes came back"

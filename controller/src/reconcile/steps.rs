@@ -19,6 +19,7 @@ use crate::conditions::bounded_message;
 use crate::context::Context;
 use crate::error::Error;
 use crate::events::Events;
+use crate::failpoints::Failpoint;
 use crate::idempotent;
 use crate::observe::Observation;
 use etcd_shared::types::RecoveryStatus;
@@ -215,6 +216,9 @@ async fn carry_out(
     match step {
         Step::Bootstrap(plan) | Step::CreatePod(plan) => {
             create_member_pod(ctx, view, plan).await?;
+            if plan.seed.is_some() && obs.model.recovery.is_some() {
+                ctx.config.failpoints.pass(Failpoint::MidRecovery)?;
+            }
         }
         Step::AddMember {
             peer_url, learner, ..
@@ -222,6 +226,7 @@ async fn carry_out(
             obs.access
                 .add_member(obs.member_change_endpoint()?, peer_url, *learner)
                 .await?;
+            ctx.config.failpoints.pass(Failpoint::AfterMemberAdd)?;
         }
         Step::PromoteLearner { id, name } => {
             if !obs
@@ -237,6 +242,7 @@ async fn carry_out(
             obs.access
                 .remove_member(obs.member_change_endpoint()?, *id)
                 .await?;
+            ctx.config.failpoints.pass(Failpoint::AfterMemberRemove)?;
         }
         Step::DeletePod(name) => delete_pod(&pods, obs, name).await?,
         Step::DeleteClaim(member) => delete_claim(ctx, view, obs, member).await?,
@@ -289,6 +295,7 @@ async fn carry_out(
             pods.patch(name, &PatchParams::default(), &Patch::Strategic(&patch))
                 .await
                 .map_err(Error::kube(format!("upgrade pod {name}")))?;
+            ctx.config.failpoints.pass(Failpoint::MidUpgrade)?;
         }
         Step::TransferLeadership { from, to_id, .. } => {
             let endpoint = obs

@@ -135,6 +135,14 @@ impl Controller {
         ctx: &TestContext,
         tune: impl FnOnce(&mut ControllerConfig),
     ) -> anyhow::Result<Self> {
+        Self::start_with_token(ctx, CancellationToken::new(), tune)
+    }
+
+    fn start_with_token(
+        ctx: &TestContext,
+        stop: CancellationToken,
+        tune: impl FnOnce(&mut ControllerConfig),
+    ) -> anyhow::Result<Self> {
         let metrics = Arc::new(Metrics::new()?);
         let mut config = ControllerConfig {
             wait_requeue: Duration::from_secs(2),
@@ -153,7 +161,6 @@ impl Controller {
             },
             config,
         });
-        let stop = CancellationToken::new();
         let token = stop.clone();
         tokio::spawn(run_all(
             context,
@@ -163,6 +170,26 @@ impl Controller {
             Readiness::new(),
         ));
         Ok(Self { stop, metrics })
+    }
+
+    /// A controller for the test's namespace that is killed (stops at once, as the process
+    /// would exit) when it reaches one of the failpoints `list` names (comma-separated, see
+    /// `etcd_controller::failpoints`); [`Self::killed`] says whether it was.
+    #[allow(dead_code, reason = "used by some of the suites sharing this module")]
+    pub fn start_killed_at(ctx: &TestContext, list: &str) -> anyhow::Result<Self> {
+        let stop = CancellationToken::new();
+        let on_hit = stop.clone();
+        let failpoints = etcd_controller::failpoints::Failpoints::parse(
+            list,
+            Arc::new(move |_| on_hit.cancel()),
+        )?;
+        Self::start_with_token(ctx, stop, |c| c.failpoints = failpoints)
+    }
+
+    /// Whether the controller stopped (killed at a failpoint, or dropped).
+    #[allow(dead_code, reason = "used by some of the suites sharing this module")]
+    pub fn killed(&self) -> bool {
+        self.stop.is_cancelled()
     }
 
     /// Reconciles run so far (any result).
