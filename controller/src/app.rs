@@ -91,6 +91,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             restore_image: args.operator_image(),
             planner: args.planner_settings(),
             failpoints,
+            broken: broken_on_purpose()?,
             ..ControllerConfig::default()
         },
     });
@@ -269,6 +270,17 @@ fn armed_failpoints() -> anyhow::Result<crate::failpoints::Failpoints> {
     .context("ETCD_OPERATOR_FAILPOINTS")?;
     tracing::warn!(failpoints = %list, "failpoints armed: the controller exits when it reaches one");
     Ok(points)
+}
+
+/// The rule the environment breaks on purpose ([`crate::failpoints::BROKEN_ENV`], set by the
+/// proof suite's control experiment only).
+fn broken_on_purpose() -> anyhow::Result<Option<crate::failpoints::Broken>> {
+    let Ok(name) = std::env::var(crate::failpoints::BROKEN_ENV) else {
+        return Ok(None);
+    };
+    let broken = name.parse().context("ETCD_OPERATOR_TEST_BROKEN")?;
+    tracing::error!(rule = %name, "this operator is broken on purpose (a test's control experiment): do not run it on data you keep");
+    Ok(Some(broken))
 }
 
 #[cfg(test)]

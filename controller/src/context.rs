@@ -34,6 +34,9 @@ pub struct ControllerConfig {
     pub restore_image: Option<OperatorImage>,
     /// Where a test kills the controller mid-step (none unless a test arms them).
     pub failpoints: crate::failpoints::Failpoints,
+    /// A deliberately broken operator, for the proof suite to show its checks catch one: the
+    /// rule the switch names is broken. Off unless a test sets it.
+    pub broken: Option<crate::failpoints::Broken>,
 }
 
 impl Default for ControllerConfig {
@@ -48,6 +51,7 @@ impl Default for ControllerConfig {
             idle_requeue: Duration::from_secs(30),
             restore_image: None,
             failpoints: crate::failpoints::Failpoints::default(),
+            broken: None,
         }
     }
 }

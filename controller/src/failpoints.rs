@@ -75,6 +75,32 @@ impl FromStr for Failpoint {
     }
 }
 
+/// The environment variable that breaks the operator on purpose (the proof suite's control
+/// experiment): the name of one [`Broken`] rule.
+pub const BROKEN_ENV: &str = "ETCD_OPERATOR_TEST_BROKEN";
+
+/// A safety rule the operator breaks on purpose, so the proof suite can show that its checks
+/// catch an operator that does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Broken {
+    /// `stuck-is-lost`: the operator before issue 32. It does not ask the members of pods that
+    /// are being deleted, counts a member whose pod is stuck terminating past
+    /// `--stuck-pod-timeout` as one whose data is gone, whatever its node says, and starts a
+    /// recovery even while a member answers with a leader.
+    StuckIsLost,
+}
+
+impl FromStr for Broken {
+    type Err = UnknownFailpoint;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "stuck-is-lost" => Ok(Broken::StuckIsLost),
+            other => Err(UnknownFailpoint(other.to_string())),
+        }
+    }
+}
+
 /// The controller was killed at a failpoint (the reconcile stops there).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("killed at failpoint {0}")]

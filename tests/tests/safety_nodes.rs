@@ -39,6 +39,11 @@ fn main() -> std::process::ExitCode {
             members_evicted_from_silent_nodes_are_not_recovered_from,
         )
         .with_timeout(Duration::from_secs(480)),
+        etcd_tests::Test::new(
+            "a_broken_operator_that_takes_stuck_for_lost_is_caught",
+            a_broken_operator_that_takes_stuck_for_lost_is_caught,
+        )
+        .with_timeout(Duration::from_secs(480)),
     ])
 }
 
@@ -208,6 +213,115 @@ async fn members_evicted_from_silent_nodes_are_not_recovered_from(
     ensure!(
         event_count(&ctx, "RecoveryStarted").await? == 0,
         "a recovery started after the nodes came back"
+    );
+    Ok(())
+}
+
+/// The control experiment (issue 33): the same two silent nodes, with the operator broken on
+/// purpose the way it was before issue 32 (`Broken::StuckIsLost`: members of terminating pods
+/// not asked, a stuck pod taken as lost). It recovers a new cluster from the third member while
+/// the old majority still serves: the recorded history must fail its checks (two clusters
+/// answering for the same keys), or the checks prove nothing.
+async fn a_broken_operator_that_takes_stuck_for_lost_is_caught(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    install(&ctx).await?;
+    for node in ctx.nodes()? {
+        etcd_tests::operator::OperatorBinaries::locate()?.register(node);
+    }
+    let _controller = Controller::start_with(&ctx, |c| {
+        c.planner.stuck_terminating = Duration::from_secs(5);
+        c.broken = Some(etcd_controller::failpoints::Broken::StuckIsLost);
+    })?;
+    create_cluster(
+        &ctx,
+        &manifest(
+            "broken",
+            &format!("size: 3\nversion: {DEFAULT_VERSION}\nrecovery:\n  policy: Automatic"),
+        ),
+    )
+    .await?;
+    let api: Api<EtcdCluster> = ctx.api();
+    wait_until(&api, "broken", "3 members", |c| {
+        settled(c, 3, DEFAULT_VERSION)
+    })
+    .await?;
+    let pods: Api<Pod> = ctx.api();
+    let placed = nodes_of(&pods, "broken").await?;
+    let feed_pods = pods.clone();
+    let (endpoints, _feed) = recorder::feed(Duration::from_millis(500), move || {
+        let pods = feed_pods.clone();
+        async move {
+            anyhow::Ok(
+                member_urls(&pods, "broken")
+                    .await?
+                    .into_values()
+                    .collect::<Vec<_>>(),
+            )
+        }
+    })
+    .await;
+    let recording = Recorder::start(RecorderOptions::new(
+        format!("broken-operator-{}", ctx.ns()),
+        recorder::artifacts_dir(),
+        endpoints,
+    ))
+    .await?;
+    let silenced: Vec<String> = ["broken-1", "broken-2"]
+        .iter()
+        .filter_map(|m| placed.get(*m).cloned())
+        .collect();
+    for node in &silenced {
+        ctx.node(node)?.silence();
+    }
+    let silent_at = Instant::now();
+    wait_until(
+        &api,
+        "broken",
+        "the broken operator starting a recovery",
+        |c| c.status.as_ref().is_some_and(|s| s.recovery.is_some()),
+    )
+    .await?;
+    duration(
+        "broken: a recovery started beside the serving majority",
+        silent_at,
+    );
+    recording.epoch("recovery").await;
+    // The new cluster's first member serving beside the old majority.
+    poll_until(
+        "the recovered cluster's first member Ready",
+        WAIT,
+        || async {
+            let now = member_pods(&pods, "broken").await?;
+            let seeded = now.iter().any(|(name, p)| {
+                !placed.contains_key(name)
+                    && p.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            });
+            anyhow::Ok(seeded.then_some(()))
+        },
+    )
+    .await?;
+    // Both sides answer for a while.
+    let mut progress = recording.progress();
+    let at = progress.borrow().ok;
+    poll_until("500 more acknowledged operations", WAIT, || {
+        let done = progress.borrow_and_update().ok >= at + 500;
+        async move { anyhow::Ok(done.then_some(())) }
+    })
+    .await?;
+    let members: Vec<String> = member_urls(&pods, "broken").await?.into_values().collect();
+    let report = recording.finish(&members).await?;
+    println!("{report}");
+    report.append_markdown_row(&recorder::artifacts_dir().join("safety.md"))?;
+    for node in &silenced {
+        ctx.node(node)?.resume();
+    }
+    ensure!(
+        !report.passed(),
+        "the checks passed a history recorded across a split brain: they prove nothing"
     );
     Ok(())
 }

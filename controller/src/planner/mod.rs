@@ -112,6 +112,10 @@ pub struct PlannerSettings {
     pub stuck_terminating: Duration,
     /// When members are defragmented without an alarm.
     pub defragmentation: DefragmentationPolicy,
+    /// Test-only: start a recovery even while a member answers with a leader or a majority
+    /// answers (the rule of issue 32 broken on purpose, for the proof suite's control
+    /// experiment; see `crate::failpoints::Broken`).
+    pub broken_recover_beside_a_quorum: bool,
 }
 
 impl Default for PlannerSettings {
@@ -121,6 +125,7 @@ impl Default for PlannerSettings {
             learner_catch_up: Duration::from_secs(600),
             stuck_terminating: Duration::from_secs(60),
             defragmentation: DefragmentationPolicy::default(),
+            broken_recover_beside_a_quorum: false,
         }
     }
 }
@@ -659,7 +664,7 @@ fn plan_without_member_list(
             restart_version(view, obs, None),
         ));
     }
-    if let Some(loss) = recovery::permanent_loss(view, obs) {
+    if let Some(loss) = recovery::permanent_loss(view, obs, settings) {
         return recovery::on_permanent_loss(view, loss);
     }
     let live: Vec<&PodState> = obs.pods.iter().filter(|p| !is_stuck(p, settings)).collect();
@@ -732,7 +737,7 @@ fn plan_with_members(
         }) {
             return Step::Wait(Waiting::MemberStarting(m.name.clone()));
         }
-        if let Some(loss) = recovery::permanent_loss(view, obs) {
+        if let Some(loss) = recovery::permanent_loss(view, obs, settings) {
             return recovery::on_permanent_loss(view, loss);
         }
         let missing = voters

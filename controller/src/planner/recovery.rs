@@ -91,13 +91,19 @@ pub fn unconfirmed_losses(view: &ClusterView, obs: &Observed) -> Vec<Unconfirmed
 /// loss (a majority of the voters may still hold its data), while any member answers with a
 /// leader or a majority of the voters answers at all (something still has, or may regain, a
 /// quorum), and for a cluster that never formed.
-pub fn permanent_loss(view: &ClusterView, obs: &Observed) -> Option<PermanentLoss> {
+pub fn permanent_loss(
+    view: &ClusterView,
+    obs: &Observed,
+    settings: &PlannerSettings,
+) -> Option<PermanentLoss> {
     match &obs.members {
         Ok(members) => {
             let voters: Vec<&MemberState> = members.iter().filter(|m| !m.learner).collect();
             let quorum = ClusterView::quorum(voters.len());
             let answering = voters.iter().filter(|m| m.answered).count();
-            if voters.iter().any(|m| m.health.is_healthy()) || answering >= quorum {
+            let may_have_quorum =
+                voters.iter().any(|m| m.health.is_healthy()) || answering >= quorum;
+            if may_have_quorum && !settings.broken_recover_beside_a_quorum {
                 return None;
             }
             let lost: Vec<String> = voters
@@ -197,7 +203,9 @@ pub fn plan_recovery(
     settings: &PlannerSettings,
 ) -> Option<Step> {
     let recovering = obs.recovery.as_ref()?;
-    if let Some(why) = &recovering.lost_cluster_serves {
+    if let Some(why) = &recovering.lost_cluster_serves
+        && !settings.broken_recover_beside_a_quorum
+    {
         return Some(Step::AbortRecovery { why: why.clone() });
     }
     let healthy = obs

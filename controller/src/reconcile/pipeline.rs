@@ -124,6 +124,10 @@ pub async fn reconcile(
             return Err(e);
         }
     };
+    let broken = ctx.config.broken == Some(crate::failpoints::Broken::StuckIsLost);
+    if broken {
+        break_stuck_is_lost(&mut obs.model, &ctx.config.planner);
+    }
     let now = Timestamp::now();
     obs.model.maintenance = crate::planner::maintenance::observed(
         previous.and_then(|s| s.maintenance.as_ref()),
@@ -145,7 +149,11 @@ pub async fn reconcile(
     }
     let stored_safety = stored.and_then(|s| s.last_safety_backup.clone());
     obs.model.safety = safety_backups(&view, stored_safety.as_ref(), safety_retries, now);
-    let step = planner::plan(&view, &obs.model, &ctx.config.planner);
+    let settings = planner::PlannerSettings {
+        broken_recover_beside_a_quorum: broken,
+        ..ctx.config.planner
+    };
+    let step = planner::plan(&view, &obs.model, &settings);
     // The budget protects the voting members that exist, whatever the spec asks for, and is
     // raised before a step that raises the quorum.
     apply(
@@ -276,6 +284,29 @@ fn safety_backups(
                     wait.remaining.as_secs().max(1)
                 )
             }),
+    }
+}
+
+/// The deliberately broken operator of [`crate::failpoints::Broken::StuckIsLost`]: the members
+/// of pods being deleted are taken as not asked (unhealthy, silent), and a pod stuck past the
+/// timeout as one whose node is gone. Used only by the proof suite's control experiment.
+fn break_stuck_is_lost(model: &mut crate::planner::Observed, settings: &planner::PlannerSettings) {
+    let terminating: Vec<String> = model
+        .pods
+        .iter()
+        .filter(|p| p.terminating)
+        .map(|p| p.name.clone())
+        .collect();
+    for pod in &mut model.pods {
+        if pod.terminating && pod.overdue > settings.stuck_terminating {
+            pod.node_state = crate::planner::NodeState::Gone;
+        }
+    }
+    if let Ok(members) = model.members.as_mut() {
+        for m in members.iter_mut().filter(|m| terminating.contains(&m.name)) {
+            m.health = crate::planner::Health::Unhealthy("not asked (broken operator)".into());
+            m.answered = false;
+        }
     }
 }
 
