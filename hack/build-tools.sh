@@ -8,7 +8,7 @@
 #   hack/build-tools.sh            build whatever is missing, then print each tool's version
 #   hack/build-tools.sh --check    exit 1 (building nothing) when something is missing
 #   ONLY=helm hack/build-tools.sh  only one group: etcd, etcd-source, kubernetes, helm, s3,
-#                                  abs, gcs, prometheus or porcupine
+#                                  abs, gcs, prometheus, porcupine or clientv3
 #   ONLY=demo hack/build-tools.sh  only what hack/demo.sh runs: Kubernetes, the API server's
 #                                  etcd (also the default member version), the example's etcd
 #                                  and Helm 3
@@ -414,6 +414,22 @@ fetch_porcupine() {
   rm -rf "$out"; mv "$out.tmp" "$out"; touch "$out/.complete"
 }
 
+# clientv3-load (hack/clientv3-load): etcd's own Go client as a load generator and history
+# recorder (tests/src/clientv3.rs), keyed by a hash of its sources (go.mod, go.sum, *.go).
+clientv3_load_dir() {
+  local sum; sum="$(cd "$here/clientv3-load" && export LC_ALL=C && cat go.mod go.sum ./*.go | sha256sum)"
+  echo "$TOOLS/clientv3-load/${sum:0:16}"
+}
+build_clientv3_load() {
+  local out; out="$(clientv3_load_dir)"
+  need "$out" || return 0
+  log "building clientv3-load (hack/clientv3-load, go.etcd.io/etcd/client/v3); first build about 45 s on 2 cores, under 10 s after etcd (the same packages)"
+  mkdir -p "$out/bin.tmp"
+  (cd "$here/clientv3-load" && go build -mod=readonly -trimpath -ldflags "-s -w" -o "$out/bin.tmp/clientv3-load" .) ||
+    { rm -rf "$out/bin.tmp"; log "clientv3-load build failed"; return 1; }
+  rm -rf "$out/bin"; mv "$out/bin.tmp" "$out/bin"; touch "$out/.complete"
+}
+
 # Both majors the chart supports: Helm 3 (HELM_VERSION) and Helm 4 (HELM4_VERSION).
 build_helm() {
   build_helm_major 3 "$HELM_VERSION"
@@ -441,6 +457,7 @@ case "$only" in all|gcs) build_fake_gcs_server ;; esac
 case "$only" in all|prometheus) build_prometheus ;; esac
 case "$only" in all|node) build_node; build_coredns ;; esac
 case "$only" in all|porcupine) fetch_porcupine ;; esac
+case "$only" in all|clientv3) build_clientv3_load ;; esac
 
 if [[ "$mode" == "--check" ]]; then exit "$missing"; fi
 log "tools in $TOOLS:"
@@ -460,3 +477,4 @@ show "$node_bin/kubelet" --version
 show "$node_bin/containerd" --version
 show "$TOOLS/coredns/v$COREDNS_VERSION/bin/coredns" -version
 [[ -f "$TOOLS/porcupine/v$PORCUPINE_VERSION/.complete" ]] && log "porcupine v$PORCUPINE_VERSION test data" || log "not fetched: porcupine"
+[[ -f "$(clientv3_load_dir)/.complete" ]] && log "clientv3-load $(basename "$(clientv3_load_dir)")" || log "not built: clientv3-load"

@@ -30,6 +30,7 @@
 
 pub mod azurite;
 pub mod chart;
+pub mod clientv3;
 pub mod cluster_dns;
 pub mod control_plane;
 pub mod crds;
