@@ -243,7 +243,18 @@ fn pod_state(
     };
     let restarts_at_upgrade =
         annotation(names::ANNOTATION_RESTARTS_AT_UPGRADE).and_then(|n| n.parse().ok());
-    let ready = pod.condition_is_true("Ready");
+    let gated = pod
+        .spec
+        .readiness_gates
+        .iter()
+        .any(|g| g.condition_type == names::CONDITION_SERVING);
+    // Ready as the member's containers are: the serving gate is the operator's own word, read
+    // apart (`serving`), or a member it took out of the Service would look unready to it.
+    let ready = if gated {
+        pod.condition_is_true("ContainersReady")
+    } else {
+        pod.condition_is_true("Ready")
+    };
     let own_created_on: Option<EtcdVersion> =
         annotation(names::ANNOTATION_CREATED_ON).and_then(|v| v.parse().ok());
     let data_created_on = match (own_created_on, claim_created_on.get(&name)) {
@@ -286,6 +297,7 @@ fn pod_state(
         node: pod.spec.node_name.clone().filter(|n| !n.is_empty()),
         node_state: NodeState::Unknown,
         container_stopped,
+        serving: gated.then(|| pod.condition_is_true(names::CONDITION_SERVING)),
     })
 }
 
@@ -625,7 +637,11 @@ pub async fn observe(
             )
             .and_then(|pdb| pdb.disruptions_allowed()),
         another_operator: Vec::new(),
+        in_service: None,
     };
+    if model.pods.iter().any(|p| p.serving == Some(false)) {
+        model.in_service = in_service(client, view).await;
+    }
     model.another_operator = crate::planner::adoption::another_operator(
         &model,
         recorded.ours,
@@ -644,6 +660,37 @@ pub async fn observe(
         claim_uids,
         replaced_claims,
     })
+}
+
+/// The member pods the client Service's EndpointSlices list as ready; `None` when they cannot
+/// be read (the planner then waits).
+async fn in_service(client: &kube::Client, view: &ClusterView) -> Option<Vec<String>> {
+    let slices: Api<k8s_openapi::api::discovery::v1::EndpointSlice> =
+        Api::namespaced(client.clone(), &view.namespace);
+    let selector = format!(
+        "kubernetes.io/service-name={}",
+        names::client_service_name(&view.name)
+    );
+    let listed = match slices
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await
+    {
+        Ok(listed) => listed,
+        Err(e) => {
+            tracing::debug!(cluster = %view.name, error = %e, "cannot list EndpointSlices");
+            return None;
+        }
+    };
+    let mut ready: Vec<String> = listed
+        .items
+        .iter()
+        .flat_map(|s| s.endpoints.iter().flatten())
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
+        .filter_map(|e| e.target_ref.as_ref()?.name.clone())
+        .collect();
+    ready.sort();
+    ready.dedup();
+    Some(ready)
 }
 
 /// The client endpoints of the pods whose containers may run (phase Running, with an IP),

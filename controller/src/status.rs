@@ -122,6 +122,18 @@ pub fn describe(step: &Step) -> String {
         Step::Wait(Waiting::MemberUpgrading(n)) => {
             format!("wait for member {n} to restart on the new version")
         }
+        Step::SetServing { name, serving } => {
+            if *serving {
+                format!("put member {name} back into the client Service: it serves again")
+            } else {
+                format!(
+                    "take member {name} out of the client Service before it is taken down (its serving gate set False)"
+                )
+            }
+        }
+        Step::Wait(Waiting::LeavingService(n)) => format!(
+            "wait until the client Service no longer sends clients to member {n} before taking it down"
+        ),
         Step::Wait(Waiting::DisruptionBudget(n)) => format!(
             "wait for the disruption budget to allow taking member {n} down (it allows none now: a drain is evicting a member, or a member is not Ready)"
         ),
@@ -359,6 +371,10 @@ fn phase(obs: &Observed, step: &Step, previous: Option<ClusterPhase>) -> Cluster
         // Adopting CoreOS' members: members are added, then removed.
         _ if !obs.coreos_members().is_empty() => ClusterPhase::Scaling,
         _ if creating => ClusterPhase::Creating,
+        // Moving clients off or onto a member is part of whatever takes it down.
+        Step::SetServing { .. } | Step::Wait(Waiting::LeavingService(_)) => previous
+            .filter(|p| !p.is_failure())
+            .unwrap_or(ClusterPhase::Running),
         Step::Defragment {
             reason: DefragReason::Fragmented,
             ..
@@ -570,6 +586,7 @@ pub fn compute(
         | Step::RecordSnapshotBarrier { .. }
         | Step::Wait(Waiting::MemberUpgrading(_))
         | Step::Wait(Waiting::SnapshotBeforeUpgrade { .. }) => "Upgrading",
+        Step::SetServing { .. } | Step::Wait(Waiting::LeavingService(_)) => "MovingClients",
         Step::Wait(_) => "WaitingForMembers",
         Step::Blocked(Blocked::Paused) => "Paused",
         Step::Blocked(_) => "Blocked",

@@ -66,6 +66,11 @@ pub const ANNOTATION_RESTORE_SEED: &str = "etcd.database.coreos.com/restore-seed
 /// `spec.recovery.policy: Manual`; its one value is [`RECOVER_NOW`]. The operator removes it
 /// once it acts on it.
 pub const ANNOTATION_RECOVER: &str = "etcd.database.coreos.com/recover";
+
+/// The readiness gate of a member pod (issue 33): the operator sets this pod condition False
+/// before it takes the member down on purpose (a restart, a removal, a defragmentation), so the
+/// client Service drops it first, and True once the member serves again.
+pub const CONDITION_SERVING: &str = "etcd.database.coreos.com/serving";
 /// The value of [`ANNOTATION_RECOVER`].
 pub const RECOVER_NOW: &str = "now";
 /// CoreOS' legacy label `app=etcd`.

@@ -188,6 +188,13 @@ fn needed(scope: &Scope) -> Vec<Question> {
     for verb in ["get", "list", "watch", "create", "delete", "patch"] {
         q.push(ask(verb, "pods", scope, true));
     }
+    // The serving gate (issue 33): a member pod's own condition, and the client Service's
+    // EndpointSlices read to know it left.
+    q.push(Question {
+        subresource: Some("status"),
+        ..ask("patch", "pods", scope, true)
+    });
+    q.push(ask("list", "endpointslices.discovery.k8s.io", scope, true));
     for verb in ["get", "list", "watch", "create", "patch"] {
         q.push(ask(verb, "services", scope, true));
         q.push(ask(verb, "poddisruptionbudgets.policy", scope, true));
@@ -246,6 +253,13 @@ fn not_needed(scope: &Scope) -> Vec<Question> {
     }
     q.push(ask("update", "pods", scope, false));
     q.push(ask("deletecollection", "pods", scope, false));
+    q.push(Question {
+        subresource: Some("status"),
+        ..ask("update", "pods", scope, false)
+    });
+    for verb in ["create", "update", "patch", "delete"] {
+        q.push(ask(verb, "endpointslices.discovery.k8s.io", scope, false));
+    }
     q.push(Question {
         subresource: Some("exec"),
         ..ask("create", "pods", scope, false)

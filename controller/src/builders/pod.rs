@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{
     Affinity, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction,
     ObjectFieldSelector, PersistentVolumeClaimVolumeSource, Pod, PodAffinityTerm, PodAntiAffinity,
-    PodSpec, Probe, SecretVolumeSource, TCPSocketAction, TopologySpreadConstraint, Volume,
-    VolumeMount,
+    PodReadinessGate, PodSpec, Probe, SecretVolumeSource, TCPSocketAction,
+    TopologySpreadConstraint, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -150,6 +150,10 @@ pub fn member_pod(view: &ClusterView, plan: &MemberPlan) -> Pod {
             affinity: affinity(view),
             tolerations: (!view.pod.tolerations.is_empty()).then(|| view.pod.tolerations.clone()),
             topology_spread_constraints: Some(topology_spread(view)),
+            // The operator takes the member out of the client Service before it stops it.
+            readiness_gates: Some(vec![PodReadinessGate {
+                condition_type: names::CONDITION_SERVING.into(),
+            }]),
             priority_class_name: view.pod.priority_class_name.clone(),
             image_pull_secrets: super::with_pull_secrets(
                 None,

@@ -85,6 +85,18 @@ pub struct CachedPodSpec {
     /// The node the pod is bound to (`spec.nodeName`), once scheduled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_name: Option<String>,
+    /// The pod conditions its readiness waits for besides its containers'.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub readiness_gates: Vec<CachedReadinessGate>,
+}
+
+/// A readiness gate's condition type.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CachedReadinessGate {
+    /// The pod condition type.
+    #[serde(default)]
+    pub condition_type: String,
 }
 
 /// A container's name and image.

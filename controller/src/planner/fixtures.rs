@@ -25,6 +25,7 @@ pub(crate) fn ready_pod(i: u32, version: &str) -> super::PodState {
         node: Some(format!("node-{i}")),
         node_state: super::NodeState::Unknown,
         container_stopped: false,
+        serving: None,
     }
 }
 

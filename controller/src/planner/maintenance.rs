@@ -35,7 +35,7 @@ pub const NO_SPACE_FILL: f64 = 0.8;
 /// While the compacted data still fills the quota ([`Blocked::SpaceExhausted`]), the history is
 /// compacted again at most this often, and only when the revision moved (someone deleted keys
 /// to make room).
-pub const RECOMPACT_EXHAUSTED_AFTER: Duration = Duration::from_secs(60);
+pub const RECOMPACT_EXHAUSTED_AFTER: Duration = Duration::from_secs(30);
 
 /// Why a member is defragmented.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,16 +127,23 @@ pub fn heal_no_space(view: &ClusterView, obs: &Observed, members: &[MemberState]
             .zip(since_compaction)
             .is_some_and(|(defragmented, compacted)| defragmented <= compacted)
     };
-    // The fullest member decides: it raises the alarm again first. Lines that do not report
-    // the part in use (3.2, 3.3) are judged by the file size once defragmented.
-    let in_use = members
+    // The fullest member decides (it raises the alarm again first), judged on the figures that
+    // are exact: a member's size in use is current once it committed after the compaction,
+    // which under NOSPACE (writes refused) its defragmentation does. Before any member is
+    // defragmented, the least full one says whether defragmenting can help at all. Lines that
+    // do not report the part in use (3.2, 3.3) are judged by the file size once defragmented.
+    let exact = members
         .iter()
-        .filter_map(|m| match (m.db.in_use, done(m)) {
-            (0, true) => Some(m.db.total),
-            (0, false) => None,
-            (in_use, _) => Some(in_use),
+        .filter(|m| done(m))
+        .map(|m| {
+            if m.db.in_use > 0 {
+                m.db.in_use
+            } else {
+                m.db.total
+            }
         })
         .max();
+    let in_use = exact.or_else(|| members.iter().map(|m| m.db.in_use).filter(|u| *u > 0).min());
     if let Some(in_use) = in_use
         && obs.quota_bytes > 0
         && in_use as f64 >= obs.quota_bytes as f64 * NO_SPACE_FILL

@@ -26,6 +26,7 @@ pub mod maintenance;
 pub mod model;
 pub mod recovery;
 pub mod safety;
+pub mod serving;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -232,6 +233,9 @@ pub enum Waiting {
     /// The member is to be taken down (restarted, defragmented), but the disruption budget
     /// allows no disruption now (a drain is evicting, a member is not Ready).
     DisruptionBudget(String),
+    /// The member is out of service (its serving gate False) and the client Service's
+    /// EndpointSlices still list it: it is taken down once they no longer do.
+    LeavingService(String),
     /// Members must take a raft snapshot past the cluster's v2-format entries before the
     /// first one moves to a line that cannot replay them (3.7).
     SnapshotBeforeUpgrade {
@@ -347,6 +351,14 @@ pub enum Step {
     AbortRecovery {
         /// What showed the lost cluster serving.
         why: String,
+    },
+    /// Set a member pod's serving gate ([`etcd_shared::names::CONDITION_SERVING`]): False takes
+    /// it out of the client Service before it is taken down on purpose, True puts it back.
+    SetServing {
+        /// The member.
+        name: String,
+        /// In the Service or not.
+        serving: bool,
     },
     /// Nothing to change now; check again soon.
     Wait(Waiting),
@@ -508,10 +520,11 @@ fn is_stuck(pod: &PodState, settings: &PlannerSettings) -> bool {
 
 /// The single next step for a cluster.
 pub fn plan(view: &ClusterView, obs: &Observed, settings: &PlannerSettings) -> Step {
-    respect_budget(
-        obs,
-        safety::guard(view, obs, plan_change(view, obs, settings)),
-    )
+    let step = safety::guard(view, obs, plan_change(view, obs, settings));
+    if matches!(step, Step::Blocked(Blocked::Paused)) {
+        return step;
+    }
+    serving::gate(obs, respect_budget(obs, step))
 }
 
 /// The operator's own disruptions (a member restarted on a new image, a member blocked by a
@@ -522,7 +535,12 @@ fn respect_budget(obs: &Observed, step: Step) -> Step {
         Step::UpgradeMember { name, .. } | Step::Defragment { name, .. } => name,
         _ => return step,
     };
-    if obs.disruptions_allowed == Some(0) {
+    // A member already out of service (its gate False, its pod not Ready) took its part of
+    // the budget when it left: taking it down costs nothing more.
+    let already_out = obs
+        .pod(member)
+        .is_some_and(|p| !p.ready || p.serving == Some(false));
+    if obs.disruptions_allowed == Some(0) && !already_out {
         return Step::Wait(Waiting::DisruptionBudget(member.clone()));
     }
     step

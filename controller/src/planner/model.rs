@@ -22,7 +22,8 @@ pub struct PodState {
     pub restarts_at_upgrade: Option<i32>,
     /// `status.phase`.
     pub phase: PodPhase,
-    /// The Ready condition.
+    /// The pod is Ready as far as its containers go (its `ContainersReady` condition when it has
+    /// the serving gate, else its `Ready` condition): the serving gate is read apart.
     pub ready: bool,
     /// `status.podIP`.
     pub ip: Option<String>,
@@ -58,6 +59,9 @@ pub struct PodState {
     pub node_state: NodeState,
     /// The kubelet reported the etcd container terminated (and not running again).
     pub container_stopped: bool,
+    /// The pod's serving gate ([`etcd_shared::names::CONDITION_SERVING`]): `None` when the pod
+    /// has none (made by an earlier operator, or by CoreOS'), else whether it is True.
+    pub serving: Option<bool>,
 }
 
 impl PodState {
@@ -265,6 +269,9 @@ pub struct Observed {
     /// Member pods CoreOS' operator created after this operator took the cluster over: it
     /// still runs (see [`crate::planner::adoption::another_operator`]).
     pub another_operator: Vec<String>,
+    /// The member pods the client Service's EndpointSlices list as ready (read only while a
+    /// member is being taken out of service; `None`: not read).
+    pub in_service: Option<Vec<String>>,
 }
 
 /// The safety backups of `spec.safetyBackup` as observed: which change the stored record still
@@ -323,6 +330,7 @@ impl Default for Observed {
             absent: Vec::new(),
             disruptions_allowed: None,
             another_operator: Vec::new(),
+            in_service: None,
         }
     }
 }

@@ -1040,16 +1040,27 @@ fn no_space_is_healed_one_member_at_a_time_and_corrupt_is_left_to_a_human() {
         plan_for(spec, &moved),
         Step::Blocked(Blocked::SpaceExhausted { .. })
     ));
-    moved.maintenance.compacted = Some((500, Duration::from_secs(61)));
+    moved.maintenance.compacted = Some((500, Duration::from_secs(31)));
     assert_eq!(plan_for(spec, &moved), Step::Compact { revision: 520 });
     // Healing goes on while deletes and lease expiries keep moving the revision: compacted
     // once per episode, never again (issue 32, item 5).
     let mut busy = with_db(compacted.clone(), 17 * MIB, MIB, 9_000);
     busy.maintenance.defragmented = vec![];
     assert_eq!(plan_for(spec, &busy), defrag("demo-1"));
-    // The fullest member decides whether there is room (issue 32, item 5).
-    let mut uneven = exhausted.clone();
-    members(&mut uneven)[0].db.in_use = MIB;
+    // The fullest member decides whether there is room, on exact figures: those of members
+    // defragmented since the compaction (issue 32, item 5).
+    let mut uneven = with_db(obs.clone(), 17 * MIB, MIB, 500);
+    uneven.maintenance.compacted = Some((500, Duration::from_secs(10)));
+    members(&mut uneven)[2].db.in_use = 15 * MIB;
+    assert_eq!(
+        plan_for(spec, &uneven),
+        defrag("demo-1"),
+        "not yet defragmented: the least full says defragmenting can help"
+    );
+    uneven.maintenance.defragmented = vec![
+        ("demo-1".into(), Duration::from_secs(5)),
+        ("demo-2".into(), Duration::from_secs(3)),
+    ];
     assert!(matches!(
         plan_for(spec, &uneven),
         Step::Blocked(Blocked::SpaceExhausted { in_use, .. }) if in_use == 15 * MIB

@@ -65,6 +65,15 @@ pub fn record_of(step: &Step) -> Option<StepRecord> {
         Step::StartRecovery { .. } => ("RecoveryStarted", "start_recovery", None),
         Step::FinishRecovery => ("Recovered", "finish_recovery", None),
         Step::AbortRecovery { .. } => ("RecoveryAborted", "abort_recovery", None),
+        Step::SetServing { name, serving } => (
+            if *serving {
+                "MemberInService"
+            } else {
+                "MemberOutOfService"
+            },
+            "set_serving",
+            pod(name),
+        ),
         Step::DeletePod(name) => ("MemberPodDeleted", "delete_pod", pod(name)),
         Step::DeleteClaim(member) => (
             "MemberClaimDeleted",
@@ -247,6 +256,7 @@ async fn carry_out(
             ctx.config.failpoints.pass(Failpoint::AfterMemberRemove)?;
         }
         Step::DeletePod(name) => delete_pod(&pods, obs, name).await?,
+        Step::SetServing { name, serving } => set_serving(&pods, name, *serving).await?,
         Step::DeleteClaim(member) => delete_claim(ctx, view, obs, member).await?,
         Step::RestartBootstrap(name) => {
             delete_pod(&pods, obs, name).await?;
@@ -321,6 +331,33 @@ async fn carry_out(
         Step::Wait(_) | Step::Blocked(_) | Step::Done => return Ok(false),
     }
     Ok(true)
+}
+
+/// Sets member pod `name`'s serving gate condition (a strategic merge of that one condition
+/// into `status.conditions`, which the kubelet keeps: it owns only its own condition types).
+async fn set_serving(pods: &Api<Pod>, name: &str, serving: bool) -> Result<(), Error> {
+    let (status, reason, message) = if serving {
+        ("True", "Serving", "the member serves clients")
+    } else {
+        (
+            "False",
+            "TakenDown",
+            "the operator takes the member down on purpose (a restart, a removal, a defragmentation)",
+        )
+    };
+    let patch = serde_json::json!({ "status": { "conditions": [{
+        "type": names::CONDITION_SERVING,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::now()
+        ),
+    }]}});
+    pods.patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch))
+        .await
+        .map_err(Error::kube(format!("set the serving gate of pod {name}")))?;
+    Ok(())
 }
 
 /// Right before a recovery's seed member is created or a pod of the lost cluster (the survivor)

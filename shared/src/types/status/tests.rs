@@ -194,6 +194,7 @@ fn this_operators_status_round_trips_and_writes_only_what_is_set() {
             member: "demo-1".into(),
             node: "node-b".into(),
         }],
+        another_operator_pods: vec![],
         coreos_members: vec!["demo-4bq7xk2m9z".into()],
     };
     let written = serde_json::to_value(&ours).expect("serializes");
