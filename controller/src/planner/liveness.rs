@@ -7,7 +7,6 @@
 //! replaces data acts only on what is known, so a member's process counts as stopped only when:
 //! - its pod ended (`Failed`/`Succeeded`: the kubelet, or the pod garbage collector for a node
 //!   that is gone, reported it);
-//! - its pod was never scheduled (no process ever ran);
 //! - its node is gone (the Node object was deleted) or carries
 //!   `node.kubernetes.io/out-of-service` (an administrator's word that it is down);
 //! - its node is Ready and its kubelet reported the etcd container terminated, or removed the
@@ -66,12 +65,14 @@ pub fn of_pod(pod: &PodState) -> Liveness {
     if pod.phase == PodPhase::Ended {
         return Liveness::Stopped("its pod ended".into());
     }
-    let Some(node) = &pod.node else {
-        return Liveness::Stopped("its pod was never scheduled".into());
-    };
+    // A pod not being deleted may run (or still start: a Pending pod is never taken for a
+    // failed member).
     if !pod.terminating {
         return Liveness::Present;
     }
+    let Some(node) = &pod.node else {
+        return Liveness::Stopped("its pod was deleted before it was ever scheduled".into());
+    };
     let unconfirmed = |why: String| {
         Liveness::Unconfirmed(Unconfirmed {
             member: pod.name.clone(),
@@ -199,7 +200,9 @@ mod tests {
         assert!(of_pod(&ended).is_stopped(), "an ended pod");
         let mut unscheduled = ready_pod(1, "3.6.16");
         unscheduled.node = None;
-        assert!(of_pod(&unscheduled).is_stopped(), "never scheduled");
+        assert_eq!(of_pod(&unscheduled), Liveness::Present, "Pending: may still start");
+        unscheduled.terminating = true;
+        assert!(of_pod(&unscheduled).is_stopped(), "deleted before it was ever scheduled");
         let mut running = ready_pod(1, "3.6.16");
         running.node = Some("node-a".into());
         assert_eq!(of_pod(&running), Liveness::Present);
