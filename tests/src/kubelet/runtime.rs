@@ -1002,18 +1002,9 @@ impl Worker {
         }
     }
 
-    /// Writes the status through `pods/status` when it changed. Not while the kubelet is
-    /// silenced or has not listed the pods since it resumed, nor when a newer version of the
-    /// pod waits to be read or the pod is being deleted: a status built from an older pod could
-    /// flip an evicted or terminating pod back to ready.
-    async fn publish_status(&mut self) {
-        if !self.shared.may_write_status()
-            || self.updates.has_changed().unwrap_or(true)
-            || self.pod.metadata.deletion_timestamp.is_some()
-        {
-            return;
-        }
-        let view = PodView {
+    /// What the status is built from: the pod and its containers as the kubelet runs them.
+    fn view(&self) -> PodView<'_> {
+        PodView {
             pod: &self.pod,
             pod_ip: self.ip,
             host_ip: self.shared.node_ip,
@@ -1029,7 +1020,21 @@ impl Worker {
                 .collect(),
             message: self.pod_message.clone(),
             ended: self.ended.clone(),
-        };
+        }
+    }
+
+    /// Writes the status through `pods/status` when it changed. Not while the kubelet is
+    /// silenced or has not listed the pods since it resumed, nor when a newer version of the
+    /// pod waits to be read or the pod is being deleted: a status built from an older pod could
+    /// flip an evicted or terminating pod back to ready.
+    async fn publish_status(&mut self) {
+        if !self.shared.may_write_status()
+            || self.updates.has_changed().unwrap_or(true)
+            || self.pod.metadata.deletion_timestamp.is_some()
+        {
+            return;
+        }
+        let view = self.view();
         let previous = if self.last_conditions.is_empty() {
             self.pod
                 .status
@@ -1066,23 +1071,7 @@ impl Worker {
         if !self.shared.may_write_status() {
             return;
         }
-        let view = PodView {
-            pod: &self.pod,
-            pod_ip: self.ip,
-            host_ip: self.shared.node_ip,
-            start_time: self.start_time,
-            sandbox_ready: self.sandbox_ready,
-            init_containers: self.containers[..self.init_count]
-                .iter()
-                .map(ContainerRt::init_view)
-                .collect(),
-            containers: self.containers[self.init_count..]
-                .iter()
-                .map(ContainerRt::view)
-                .collect(),
-            message: self.pod_message.clone(),
-            ended: self.ended.clone(),
-        };
+        let view = self.view();
         let mut status = status::build(&view, &self.last_conditions, Timestamp::now());
         let all_zero = status.container_statuses.iter().flatten().all(|c| {
             c.state
