@@ -84,8 +84,8 @@ pub struct SeedPlan {
     /// SHA-256 of its database, hex, as checked before: the fetch checks it again.
     pub sha256: String,
     /// Restore with `--bump-revision` and `--mark-compacted` where the line's tool has them
-    /// (3.5+): a recovery may lose writes some clients saw, and a watcher resuming from a
-    /// revision past the snapshot's must get `compacted`, not silence.
+    /// (3.5+): a recovery or a restore may lose writes some clients saw, and a watcher resuming
+    /// from a revision past the snapshot's must get `compacted`, not silence.
     pub bump_revision: bool,
 }
 
@@ -417,10 +417,14 @@ fn member_plan(
     }
     // The first member of a cluster an EtcdRestore created restores its snapshot.
     let seed = match (state, &view.seed) {
+        // Revisions bumped past the replaced cluster's (where the line's tool can): a watcher
+        // resuming from a revision the old cluster gave it is told `compacted`, not silently
+        // moved back in time (issue 33's robustness suite saw a restore answer from revision
+        // 61 to clients that had seen 196).
         (InitialState::New, Some(restore)) => Some(SeedPlan {
             sha256: restore.sha256.clone(),
             from: SeedFrom::Store(Box::new(restore.clone())),
-            bump_revision: false,
+            bump_revision: true,
         }),
         _ => None,
     };

@@ -12,7 +12,8 @@
 //! | `OutOfRange` (`required revision has been compacted`, `is a future revision`) | fail | reads at a revision; nothing to apply |
 //! | `NotFound` (`requested lease not found`), `AlreadyExists` | fail | refused by the server |
 //! | `Unimplemented` | fail | the server has no such method (e.g. HashKV before 3.3) |
-//! | `ResourceExhausted` with `etcdserver: mvcc: database space exceeded` (NOSPACE) or `etcdserver: too many requests` | fail | the quota and the apply backlog are checked before proposing; a put reaching the apply under NOSPACE is refused there on every member |
+//! | `ResourceExhausted` with `etcdserver: too many requests` | fail | the apply backlog is checked before proposing |
+//! | `ResourceExhausted` with `etcdserver: mvcc: database space exceeded` (NOSPACE) | fail, except a write called before the first NOSPACE answer returned: unknown | etcd applies the entry whose apply crosses the quota and answers NOSPACE for it (3.6's `quotaApplierV3`); it raises the alarm before any NOSPACE answer and refuses every entry proposed after (`traffic::Traffic::no_space_effect`) |
 //! | `ResourceExhausted`, anything else (e.g. an answer over the client's size limit) | unknown | it may come after the apply |
 //! | `Unavailable` caused by a failed connection attempt (tonic's `ConnectError`: refused, connect timeout, no route) | fail | no connection: the request was never sent |
 //! | `Unavailable`, anything else (`etcdserver: request timed out`, `leader changed`, `no leader`, `server stopped`, a reset or closed connection, a failed keep-alive) | unknown | the proposal may have been committed |

@@ -110,6 +110,9 @@ pub struct Traffic {
     next_id: AtomicU64,
     progress: watch::Sender<Progress>,
     changes: Mutex<HashMap<String, Vec<Change>>>,
+    /// The earliest return time of a NOSPACE answer (`u64::MAX`: none yet); see
+    /// [`Traffic::no_space_effect`].
+    first_no_space: AtomicU64,
 }
 
 /// What a client sends.
@@ -223,6 +226,26 @@ impl Traffic {
             next_id: AtomicU64::new(1),
             progress: watch::channel(Progress::default()).0,
             changes: Mutex::new(HashMap::new()),
+            first_no_space: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    /// The effect of a write etcd answered with NOSPACE, called at `call` and answered at
+    /// `ret`. etcd applies the entry whose apply crosses the quota and answers NOSPACE for it
+    /// all the same (3.6's `quotaApplierV3`), and raises the alarm before it sends any NOSPACE
+    /// answer; every entry proposed after the alarm is refused. So a write called after some
+    /// NOSPACE answer had returned was not applied; one called before the first may have been.
+    /// (Answers recorded out of order only lower the earliest return seen: a write then taken
+    /// as unknown that was in fact refused is a safe over-approximation.)
+    fn no_space_effect(&self, call: u64, ret: u64) -> Effect {
+        let first = self
+            .first_no_space
+            .fetch_min(ret, Ordering::SeqCst)
+            .min(ret);
+        if call < first {
+            Effect::Unknown
+        } else {
+            Effect::Fail
         }
     }
 
@@ -559,7 +582,10 @@ async fn send(
                 ),
                 Outcome::NoHeader => (Effect::Unknown, "an answer without a header".into(), true),
                 Outcome::Error(e) => {
-                    let effect = classify(e);
+                    let effect = match classify(e) {
+                        Effect::Fail if is_no_space(e) => traffic.no_space_effect(call, ret),
+                        effect => effect,
+                    };
                     let broken = match e {
                         etcd_client::Error::GRpcStatus(s) => matches!(
                             s.code(),
@@ -584,6 +610,13 @@ async fn send(
             traffic.record(client_id, endpoint, call, ret, op, result);
         }
     }
+}
+
+/// Whether etcd answered `error` with its NOSPACE refusal.
+fn is_no_space(error: &etcd_client::Error) -> bool {
+    matches!(error, etcd_client::Error::GRpcStatus(s)
+        if s.code() == tonic::Code::ResourceExhausted
+            && s.message().contains("database space exceeded"))
 }
 
 /// Why a request got no answer.
