@@ -298,6 +298,12 @@ fn pod_state(
         node_state: NodeState::Unknown,
         container_stopped,
         serving: gated.then(|| pod.condition_is_true(names::CONDITION_SERVING)),
+        serving_changed: status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == names::CONDITION_SERVING)
+            .and_then(|c| c.last_transition_time.as_ref())
+            .map(|t| since(t.0)),
     })
 }
 

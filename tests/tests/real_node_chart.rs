@@ -8,6 +8,9 @@
 //! (cgroup) against the chart's requests and limits, 3 -> 5, a member whose container is killed
 //! restarted in place as the same member, an upgrade 3.6 -> 3.7 (each member's new binary read
 //! with `kubectl exec`), and `helm uninstall` (after the cluster is deleted) leaving nothing running.
+//! During the 3 -> 5 and the upgrade, etcd's clientv3 (`hack/clientv3-load`) writes and reads
+//! through the client Service's ClusterIP (kube-proxy's rules): 0 failed requests, its history
+//! linearizable (issue 33, item 5).
 //!
 //! Run: `hack/build-images.sh && cargo test -p etcd-tests --test real_node_chart` (needs
 //! `hack/build-tools.sh` with the node's tools, Debian's runc, root).
@@ -38,6 +41,55 @@ use etcd_tests::real_node::{
 use etcd_tests::suite::{Suite, TestContext};
 
 use support::{member_pods, pinned_etcd, settled, wait_until};
+
+/// etcd's clientv3 through the client Service's ClusterIP of `cluster`, as a pod would reach it
+/// (kube-proxy's rules, on the node's network).
+async fn clientv3_through_cluster_ip(
+    ctx: &TestContext,
+    cluster: &str,
+    what: &str,
+) -> anyhow::Result<etcd_tests::clientv3::Clientv3Load> {
+    let services: Api<k8s_openapi::api::core::v1::Service> = ctx.api();
+    let service = services.get(&format!("{cluster}-client")).await?;
+    let ip = service
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .context("the client Service has no ClusterIP")?;
+    Ok(etcd_tests::clientv3::Clientv3Load::start(
+        etcd_tests::clientv3::Clientv3Options::new(
+            format!("clientv3-real-node-{what}"),
+            etcd_tests::recorder::artifacts_dir(),
+            vec![format!("http://{ip}:2379")],
+        ),
+    )?)
+}
+
+/// Stops `load`: it must have seen 0 failed requests and a history that checks.
+async fn no_client_failed(
+    load: etcd_tests::clientv3::Clientv3Load,
+    what: &str,
+) -> anyhow::Result<()> {
+    let report = load.stop().await?;
+    let check = report.check(Duration::from_secs(60))?;
+    println!(
+        "clientv3 through the ClusterIP during {what}: {} ops, {} failed, longest without an ok write {:.0} ms, history {}",
+        report.ops,
+        report.failed,
+        report.longest_without_write_ms,
+        if check.passed() {
+            "checks"
+        } else {
+            "FAILS its checks"
+        }
+    );
+    ensure!(
+        report.failed == 0 && check.passed(),
+        "clientv3 through the ClusterIP during {what}: {} failed ({:?}); {check:?}",
+        report.failed,
+        report.errors
+    );
+    Ok(())
+}
 
 const NODE: &str = "real-node";
 const RELEASE: &str = "etcd-operator";
@@ -243,6 +295,7 @@ async fn on_the_node(
     }
 
     // 3 -> 5 with kubectl scale (the CRD's scale subresource, judged by the webhook).
+    let load = clientv3_through_cluster_ip(ctx, CLUSTER, "scale").await?;
     let scaling = Instant::now();
     let (ok, out, err) = kubectl(
         ctx,
@@ -260,6 +313,7 @@ async fn on_the_node(
     })
     .await?;
     let scaled = scaling.elapsed();
+    no_client_failed(load, "3 -> 5").await?;
 
     // A member's container killed (as an OOM kill or a crash ends it): the kubelet restarts it
     // in place (`restartPolicy: Always`), on its emptyDir data, as the same member.
@@ -327,6 +381,7 @@ async fn on_the_node(
     })
     .await?;
     let created = upgrading.elapsed();
+    let load = clientv3_through_cluster_ip(ctx, "upgraded", "upgrade").await?;
     let upgrading = Instant::now();
     let (ok, out, err) = kubectl(
         ctx,
@@ -346,6 +401,7 @@ async fn on_the_node(
     })
     .await?;
     let upgraded = upgrading.elapsed();
+    no_client_failed(load, &format!("the upgrade {from} -> {to}")).await?;
     for name in member_pods(&pods, "upgraded").await?.keys() {
         let pid = process_in(node.cgroup(), &format!("--name={name}\0"))
             .with_context(|| format!("no etcd process of {name}"))?;

@@ -131,8 +131,9 @@ pub struct CachedPodStatus {
     pub container_statuses: Vec<CachedContainerStatus>,
 }
 
-/// A pod condition's type and status.
+/// A pod condition's type, status and when it last changed.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
 pub struct CachedCondition {
     /// `Ready`, `PodScheduled`, ...
     #[serde(default, rename = "type")]
@@ -140,6 +141,9 @@ pub struct CachedCondition {
     /// `True`, `False` or `Unknown`.
     #[serde(default)]
     pub status: String,
+    /// When the status last changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }
 
 /// A container's name, restart count and when it started.

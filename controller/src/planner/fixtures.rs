@@ -26,6 +26,7 @@ pub(crate) fn ready_pod(i: u32, version: &str) -> super::PodState {
         node_state: super::NodeState::Unknown,
         container_stopped: false,
         serving: None,
+        serving_changed: None,
     }
 }
 

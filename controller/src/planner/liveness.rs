@@ -200,9 +200,16 @@ mod tests {
         assert!(of_pod(&ended).is_stopped(), "an ended pod");
         let mut unscheduled = ready_pod(1, "3.6.16");
         unscheduled.node = None;
-        assert_eq!(of_pod(&unscheduled), Liveness::Present, "Pending: may still start");
+        assert_eq!(
+            of_pod(&unscheduled),
+            Liveness::Present,
+            "Pending: may still start"
+        );
         unscheduled.terminating = true;
-        assert!(of_pod(&unscheduled).is_stopped(), "deleted before it was ever scheduled");
+        assert!(
+            of_pod(&unscheduled).is_stopped(),
+            "deleted before it was ever scheduled"
+        );
         let mut running = ready_pod(1, "3.6.16");
         running.node = Some("node-a".into());
         assert_eq!(of_pod(&running), Liveness::Present);

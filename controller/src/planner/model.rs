@@ -62,6 +62,8 @@ pub struct PodState {
     /// The pod's serving gate ([`etcd_shared::names::CONDITION_SERVING`]): `None` when the pod
     /// has none (made by an earlier operator, or by CoreOS'), else whether it is True.
     pub serving: Option<bool>,
+    /// How long ago the serving gate last changed (`None`: never set, or unknown).
+    pub serving_changed: Option<Duration>,
 }
 
 impl PodState {

@@ -11,8 +11,16 @@
 //! True) once it answers with a leader on the version its pod runs, its restart done. Pods made
 //! before the gate existed (or by CoreOS' operator) have none and are stopped as before.
 
+use std::time::Duration;
+
 use super::model::{Health, Observed, PodState};
 use super::{RemovalReason, Step, Waiting};
+
+/// How long a member stays out of the client Service before it is taken down, once the
+/// EndpointSlices dropped it: kube-proxy applies an EndpointSlice change within about a second
+/// (its minimum sync period); until then new connections through the ClusterIP still reach the
+/// pod.
+pub const PROXY_PROPAGATION: Duration = Duration::from_secs(2);
 
 /// The member a step takes down on purpose, if any.
 fn taken_down(step: &Step) -> Option<&str> {
@@ -75,7 +83,11 @@ pub fn gate(obs: &Observed, step: Step) -> Step {
             if obs
                 .in_service
                 .as_ref()
-                .is_none_or(|listed| listed.iter().any(|n| n == victim)) =>
+                .is_none_or(|listed| listed.iter().any(|n| n == victim))
+                || obs
+                    .pod(victim)
+                    .and_then(|p| p.serving_changed)
+                    .is_some_and(|ago| ago < PROXY_PROPAGATION) =>
         {
             Step::Wait(Waiting::LeavingService(victim.to_string()))
         }
@@ -139,6 +151,13 @@ mod tests {
             "the EndpointSlices could not be read: wait"
         );
         obs.in_service = Some(vec!["demo-0".into(), "demo-2".into()]);
+        obs.pods[1].serving_changed = Some(Duration::from_secs(1));
+        assert_eq!(
+            gate(&obs, upgrade.clone()),
+            Step::Wait(Waiting::LeavingService("demo-1".into())),
+            "kube-proxy may not have applied it yet"
+        );
+        obs.pods[1].serving_changed = Some(PROXY_PROPAGATION);
         assert_eq!(
             gate(&obs, upgrade.clone()),
             upgrade,
