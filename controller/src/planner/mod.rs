@@ -544,7 +544,13 @@ fn respect_budget(obs: &Observed, step: Step) -> Step {
     let already_out = obs
         .pod(member)
         .is_some_and(|p| !p.ready || p.serving == Some(false));
-    if obs.disruptions_allowed == Some(0) && !already_out {
+    // A single voter's budget never allows a disruption (it would be an outage): moving it is
+    // the outage the spec asked for (a one-member cluster's upgrade), not one beside a drain.
+    let single_voter = obs
+        .members
+        .as_ref()
+        .is_ok_and(|m| m.iter().filter(|m| !m.learner).count() <= 1);
+    if obs.disruptions_allowed == Some(0) && !already_out && !single_voter {
         return Step::Wait(Waiting::DisruptionBudget(member.clone()));
     }
     step

@@ -453,6 +453,24 @@ fn restarts_and_defragmentations_respect_the_budget() {
         plan_for(upgrade, &obs),
         Step::UpgradeMember { .. }
     ));
+    // A one-member cluster's budget never allows a disruption: its upgrade is the outage the
+    // spec asks for, and goes on.
+    let one = Observed {
+        pods: vec![ready_pod(0, "3.6.16")],
+        members: Ok(vec![healthy_member(
+            "demo-0",
+            100,
+            "3.6.16".parse().ok(),
+            true,
+        )]),
+        bootstrapped: true,
+        disruptions_allowed: Some(0),
+        ..Observed::default()
+    };
+    assert!(matches!(
+        plan_for("size: 1\nversion: 3.7.3", &one),
+        Step::UpgradeMember { .. }
+    ));
 }
 
 /// Item 11: a hop etcd calls unsafe is refused with the command that fixes it.
