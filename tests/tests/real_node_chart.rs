@@ -363,6 +363,76 @@ async fn on_the_node(
         now.keys()
     );
 
+    // Under clientv3 through the ClusterIP: 5 -> 3, a member whose pod is deleted (its
+    // emptyDir data with it) replaced, and the controller's pod deleted (its Deployment makes
+    // another, which goes on).
+    let load = clientv3_through_cluster_ip(ctx, CLUSTER, "scale-down-replace-restart").await?;
+    let moving = Instant::now();
+    let (ok, out, err) = kubectl(
+        ctx,
+        &[
+            "scale",
+            "-n",
+            ctx.ns(),
+            &format!("etcdcluster/{CLUSTER}"),
+            "--replicas=3",
+        ],
+    )?;
+    ensure!(ok, "kubectl scale: {out}{err}");
+    wait_until(&clusters, CLUSTER, "3 members Running", |c| {
+        settled(c, 3, example)
+    })
+    .await?;
+    let replaced = member_pods(&pods, CLUSTER)
+        .await?
+        .keys()
+        .next()
+        .context("no member")?
+        .clone();
+    pods.delete(&replaced, &DeleteParams::default()).await?;
+    wait_until(&clusters, CLUSTER, "the deleted member replaced", |c| {
+        settled(c, 3, example)
+            && c.status.as_ref().is_some_and(|s| {
+                s.members
+                    .as_ref()
+                    .is_some_and(|m| !m.ready.iter().any(|n| n == &replaced))
+            })
+    })
+    .await?;
+    let controller_pods = pods
+        .list(&ListParams::default().labels("app.kubernetes.io/component=controller"))
+        .await?;
+    for pod in &controller_pods.items {
+        if let Some(name) = &pod.metadata.name {
+            pods.delete(name, &DeleteParams::default()).await?;
+        }
+    }
+    poll_until("a new controller pod Ready", WAIT, || async {
+        let now = pods
+            .list(&ListParams::default().labels("app.kubernetes.io/component=controller"))
+            .await?;
+        let fresh = now.items.iter().any(|p| {
+            !controller_pods
+                .items
+                .iter()
+                .any(|old| old.metadata.uid == p.metadata.uid)
+                && p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        });
+        Ok::<_, anyhow::Error>(fresh.then_some(()))
+    })
+    .await?;
+    let moved = moving.elapsed();
+    no_client_failed(load, "5 -> 3, a replaced member and a controller restart").await?;
+    let controller = process_in(node.cgroup(), "/usr/local/bin/etcd-controller\0")
+        .context("no controller process on the node after its restart")?;
+    println!(
+        "figures: 5 -> 3, a member replaced and the controller restarted in {:.1} s under clientv3 load",
+        moved.as_secs_f64()
+    );
+
     // An upgrade on the node: a 3-member cluster of 3.6, then `version: 3.7.x`; the kubelet
     // restarts each member's container on the new image, one at a time.
     let upgrading = Instant::now();
