@@ -18,7 +18,6 @@
 
 pub mod admin;
 pub mod connections;
-pub mod duration;
 pub mod listen;
 pub mod logging;
 pub mod signals;

@@ -7,9 +7,11 @@
 
 pub mod admission;
 pub mod crd;
+pub mod duration;
 pub mod endpoints;
 pub mod member_flags;
 pub mod names;
+pub mod tls;
 pub mod types;
 pub mod version;
 

@@ -93,6 +93,30 @@ pub fn client_service_name(cluster: &str) -> String {
     format!("{cluster}{CLIENT_SERVICE_SUFFIX}")
 }
 
+/// Name of the Secret holding the CA of a cluster with operator-managed TLS (ca.crt, ca.key;
+/// during a CA rotation also the CA being replaced).
+pub fn ca_secret_name(cluster: &str) -> String {
+    format!("{cluster}-ca")
+}
+
+/// Name of the Secret (and, with cert-manager, the Certificate) of the members' peer
+/// certificate when the operator or cert-manager issues it.
+pub fn peer_tls_secret_name(cluster: &str) -> String {
+    format!("{cluster}-peer-tls")
+}
+
+/// Name of the Secret (and Certificate) of the members' client-facing server certificate when
+/// the operator or cert-manager issues it.
+pub fn server_tls_secret_name(cluster: &str) -> String {
+    format!("{cluster}-server-tls")
+}
+
+/// Name of the Secret (and Certificate) of the operator's client certificate when the operator
+/// or cert-manager issues it.
+pub fn operator_tls_secret_name(cluster: &str) -> String {
+    format!("{cluster}-operator-tls")
+}
+
 /// Name of the PodDisruptionBudget.
 pub fn pdb_name(cluster: &str) -> String {
     cluster.to_string()

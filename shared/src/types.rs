@@ -95,8 +95,9 @@ pub struct EtcdClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<PodPolicy>,
 
-    /// TLS for peer and client traffic, from Secrets you provide. Without it, members talk
-    /// plain HTTP. Cannot be turned on or off on a running cluster.
+    /// TLS for peer and client traffic: from Secrets you provide (`static`, CoreOS' API), from
+    /// the operator's own CA (`operatorManaged`) or from cert-manager (`certManager`). Without
+    /// it, members talk plain HTTP. Cannot be turned on or off on a running cluster.
     #[serde(default, rename = "TLS", skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsPolicy>,
 
@@ -238,13 +239,83 @@ pub struct PodPolicy {
     pub cluster_domain: Option<String>,
 }
 
-/// TLS settings of a cluster.
+/// TLS settings of a cluster: exactly one source of certificates.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TlsPolicy {
     /// Certificates provided as Secrets that the user manages.
     #[serde(default, rename = "static", skip_serializing_if = "Option::is_none")]
     pub static_tls: Option<StaticTls>,
+
+    /// An extension of this operator (not in CoreOS' API): the operator keeps a CA for this
+    /// cluster (Secret NAME-ca) and issues, renews and rotates the peer, server and operator
+    /// certificates itself (Secrets NAME-peer-tls, NAME-server-tls and NAME-operator-tls, in
+    /// the layout of `static`). Peer and client traffic both use mutual TLS. `{}` takes the
+    /// defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator_managed: Option<OperatorManagedTls>,
+
+    /// An extension of this operator (not in CoreOS' API): cert-manager issues the peer,
+    /// server and operator certificates (Certificates NAME-peer-tls, NAME-server-tls and
+    /// NAME-operator-tls) from the Issuer or ClusterIssuer named here. Peer and client traffic
+    /// both use mutual TLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_manager: Option<CertManagerTls>,
+}
+
+/// Certificates from the operator's own CA.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OperatorManagedTls {
+    /// How long each peer, server and client certificate is valid, as a Go duration (such as
+    /// 2160h). Default 2160h (90 days); at least 5m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration: Option<String>,
+
+    /// How long before it expires a certificate is renewed, as a Go duration. Default a third
+    /// of `duration`; less than `duration`, at least 1m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renew_before: Option<String>,
+
+    /// How long the cluster's CA is valid, as a Go duration. Default 87600h (10 years); at
+    /// least three times `duration`. A third of it before it expires, a new CA takes over:
+    /// members trust both while their certificates move to the new one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_duration: Option<String>,
+}
+
+/// Certificates from cert-manager.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CertManagerTls {
+    /// The Issuer (in the cluster's namespace) or ClusterIssuer that signs the certificates.
+    pub issuer_ref: IssuerRef,
+
+    /// How long each certificate is valid, as a Go duration (cert-manager's default, 2160h,
+    /// when unset; cert-manager refuses less than 1h).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration: Option<String>,
+
+    /// How long before it expires cert-manager renews a certificate, as a Go duration
+    /// (cert-manager's default, a third of `duration`, when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renew_before: Option<String>,
+}
+
+/// A reference to a cert-manager issuer.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IssuerRef {
+    /// The issuer's name.
+    pub name: String,
+
+    /// `Issuer` (default) or `ClusterIssuer`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+
+    /// The issuer's API group; default `cert-manager.io`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
 }
 
 /// TLS from static Secrets. The member secrets and the operator secret go together.

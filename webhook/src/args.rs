@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use etcd_process::duration::parse_duration;
+use etcd_shared::duration::parse_duration;
 pub use etcd_process::listen::ListenAddress;
 pub use etcd_process::logging::LogFormat;
 use etcd_shared::version::{DEFAULT_REPOSITORY, DEFAULT_VERSION};

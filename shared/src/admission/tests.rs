@@ -761,7 +761,41 @@ fn tls_rules() {
     assert_refused(
         &tls("  {}"),
         None,
-        "spec.TLS.static: is required when spec.TLS is set",
+        "spec.TLS: names no source of certificates",
+    );
+    warnings(&tls("  operatorManaged: {}"), None);
+    warnings(
+        &tls("  operatorManaged:\n    duration: 10m\n    renewBefore: 4m"),
+        None,
+    );
+    assert_refused(
+        &tls("  operatorManaged:\n    duration: 1m"),
+        None,
+        "spec.TLS.operatorManaged.duration: 1m0s is too short: at least 5m0s",
+    );
+    assert_refused(
+        &tls("  operatorManaged:\n    renewBefore: 90d"),
+        None,
+        "spec.TLS.operatorManaged.renewBefore: unknown unit",
+    );
+    assert_refused(
+        &tls("  operatorManaged: {}\n  static:\n    member:\n      peerSecret: p"),
+        None,
+        "spec.TLS: names more than one source of certificates",
+    );
+    warnings(
+        &tls("  certManager:\n    issuerRef:\n      name: ca\n      kind: ClusterIssuer"),
+        None,
+    );
+    assert_refused(
+        &tls("  certManager:\n    issuerRef:\n      name: ca\n      kind: Vault"),
+        None,
+        "spec.TLS.certManager.issuerRef.kind: \"Vault\" is not Issuer or ClusterIssuer",
+    );
+    assert_refused(
+        &tls("  certManager:\n    issuerRef:\n      name: ca\n    duration: 30m"),
+        None,
+        "spec.TLS.certManager.duration: 30m0s is too short: cert-manager issues for at least 1h0m0s",
     );
     assert_refused(
         &tls("  static:\n    member:\n      peerSecret: Bad_Name"),
@@ -889,6 +923,18 @@ fn immutable_tls_and_domain_rules() {
         Some(&full),
         "peer traffic cannot switch from TLS to plain HTTP",
     );
+    let managed = quiet("TLS:\n  operatorManaged: {}");
+    assert_refused(
+        &managed,
+        Some(&plain),
+        "peer traffic cannot switch from plain HTTP to TLS",
+    );
+    assert_refused(
+        &managed,
+        Some(&full),
+        "spec.TLS: cannot move from static to operatorManaged certificates on a running cluster yet",
+    );
+    warnings(&quiet("TLS:\n  operatorManaged:\n    duration: 1h"), Some(&managed));
     // Rotating to other secrets keeps the mode.
     let rotated = quiet("TLS:\n  static:\n    member:\n      peerSecret: peer-2");
     warnings(&rotated, Some(&peer));

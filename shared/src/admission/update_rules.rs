@@ -10,6 +10,7 @@ use super::syntax::{quoted, shown};
 use super::{Defaults, Report};
 use crate::EtcdCluster;
 use crate::names;
+use crate::tls::TlsSource;
 use crate::types::PodPolicy;
 use crate::version::{EtcdVersion, check_upgrade};
 
@@ -312,15 +313,39 @@ fn check_storage_immutable(new: &EtcdCluster, old: &EtcdCluster, report: &mut Re
     }
 }
 
+fn tls_source(c: &EtcdCluster) -> Option<TlsSource<'_>> {
+    c.spec.tls.as_ref().and_then(|t| t.source())
+}
+
 fn check_tls_mode(new: &EtcdCluster, old: &EtcdCluster, report: &mut Report) {
-    let modes = |c: &EtcdCluster| {
-        let st = c.spec.tls.as_ref().and_then(|t| t.static_tls.as_ref());
-        let member = st.and_then(|s| s.member.as_ref());
-        (
-            member.and_then(|m| m.peer_secret.as_ref()).is_some(),
-            member.and_then(|m| m.server_secret.as_ref()).is_some(),
-        )
+    let modes = |c: &EtcdCluster| match tls_source(c) {
+        None => (false, false),
+        Some(TlsSource::Static(st)) => {
+            let member = st.member.as_ref();
+            (
+                member.and_then(|m| m.peer_secret.as_ref()).is_some(),
+                member.and_then(|m| m.server_secret.as_ref()).is_some(),
+            )
+        }
+        Some(TlsSource::OperatorManaged(_) | TlsSource::CertManager(_)) => (true, true),
     };
+    let kind = |c: &EtcdCluster| match tls_source(c) {
+        None => "none",
+        Some(TlsSource::Static(_)) => "static",
+        Some(TlsSource::OperatorManaged(_)) => "operatorManaged",
+        Some(TlsSource::CertManager(_)) => "certManager",
+    };
+    let (old_kind, new_kind) = (kind(old), kind(new));
+    if old_kind != "none" && new_kind != "none" && old_kind != new_kind {
+        report.refuse(
+            "immutable-tls-source",
+            "spec.TLS",
+            format!(
+                "cannot move from {old_kind} to {new_kind} certificates on a running cluster yet: members trusting only the old CA would refuse peers with certificates of the new one (renewals and the operator's CA rotations within one source are handled)"
+            ),
+        );
+        return;
+    }
     let (old_peer, old_client) = modes(old);
     let (new_peer, new_client) = modes(new);
     let word = |on: bool| if on { "TLS" } else { "plain HTTP" };

@@ -1,0 +1,253 @@
+//! The certificate sources of `spec.TLS` and their resolved settings: one reading of the spec
+//! for the webhook's rules and the controller's issuing.
+
+use std::time::Duration;
+
+use crate::duration::{ParseDurationError, parse_duration};
+use crate::types::{CertManagerTls, OperatorManagedTls, TlsPolicy};
+
+/// Default lifetime of an operator-issued leaf certificate (90 days).
+pub const DEFAULT_LEAF_DURATION: Duration = Duration::from_secs(90 * 24 * 3600);
+/// Default lifetime of an operator-managed CA (10 years).
+pub const DEFAULT_CA_DURATION: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+/// The shortest leaf lifetime the operator issues.
+pub const MIN_LEAF_DURATION: Duration = Duration::from_secs(5 * 60);
+/// The shortest renewal margin.
+pub const MIN_RENEW_BEFORE: Duration = Duration::from_secs(60);
+/// cert-manager's shortest certificate lifetime.
+pub const CERT_MANAGER_MIN_DURATION: Duration = Duration::from_secs(3600);
+
+/// Where a cluster's certificates come from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum TlsSource<'a> {
+    /// Secrets the user made (`spec.TLS.static`, CoreOS' API).
+    Static(&'a crate::types::StaticTls),
+    /// The operator's own CA (`spec.TLS.operatorManaged`).
+    OperatorManaged(&'a OperatorManagedTls),
+    /// cert-manager (`spec.TLS.certManager`).
+    CertManager(&'a CertManagerTls),
+}
+
+impl TlsPolicy {
+    /// Every source the policy names, in the order static, operatorManaged, certManager
+    /// (valid policies name exactly one).
+    pub fn sources(&self) -> Vec<TlsSource<'_>> {
+        let mut out = Vec::new();
+        if let Some(s) = &self.static_tls {
+            out.push(TlsSource::Static(s));
+        }
+        if let Some(o) = &self.operator_managed {
+            out.push(TlsSource::OperatorManaged(o));
+        }
+        if let Some(c) = &self.cert_manager {
+            out.push(TlsSource::CertManager(c));
+        }
+        out
+    }
+
+    /// The one source of a valid policy.
+    pub fn source(&self) -> Option<TlsSource<'_>> {
+        self.sources().into_iter().next()
+    }
+}
+
+/// Why a certificate setting is refused; the field (relative to the source) comes with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TlsSettingsError {
+    /// A duration that does not parse.
+    #[error("{field}: {source}")]
+    Syntax {
+        /// The field, such as `duration`.
+        field: &'static str,
+        /// Why.
+        #[source]
+        source: ParseDurationError,
+    },
+    /// A duration out of its range.
+    #[error("{field}: {message}")]
+    Range {
+        /// The field.
+        field: &'static str,
+        /// Why, in words.
+        message: String,
+    },
+}
+
+/// The lifetimes of an operator-managed cluster's certificates, defaults filled in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IssuingSettings {
+    /// Lifetime of each leaf certificate.
+    pub duration: Duration,
+    /// A leaf is renewed when less than this is left.
+    pub renew_before: Duration,
+    /// Lifetime of the CA.
+    pub ca_duration: Duration,
+}
+
+impl IssuingSettings {
+    /// A CA is replaced when less than this is left (a third of its life: time for every
+    /// leaf to move to the new CA, a leaf lifetime at least, before the old one expires).
+    pub fn ca_renew_before(&self) -> Duration {
+        self.ca_duration / 3
+    }
+}
+
+fn parse(field: &'static str, value: Option<&str>) -> Result<Option<Duration>, TlsSettingsError> {
+    value
+        .map(|v| parse_duration(v).map_err(|source| TlsSettingsError::Syntax { field, source }))
+        .transpose()
+}
+
+fn range(field: &'static str, message: String) -> TlsSettingsError {
+    TlsSettingsError::Range { field, message }
+}
+
+/// Shows a duration as a Go duration (`1h30m0s` style, whole seconds).
+pub fn go_duration(d: Duration) -> String {
+    let secs = d.as_secs();
+    let (h, m, s) = (secs / 3600, secs % 3600 / 60, secs % 60);
+    match (h, m) {
+        (0, 0) => format!("{s}s"),
+        (0, _) => format!("{m}m{s}s"),
+        _ => format!("{h}h{m}m{s}s"),
+    }
+}
+
+impl OperatorManagedTls {
+    /// The settings with defaults filled in, or the first setting that is refused.
+    pub fn settings(&self) -> Result<IssuingSettings, TlsSettingsError> {
+        let duration = parse("duration", self.duration.as_deref())?.unwrap_or(DEFAULT_LEAF_DURATION);
+        if duration < MIN_LEAF_DURATION {
+            return Err(range(
+                "duration",
+                format!(
+                    "{} is too short: at least {}",
+                    go_duration(duration),
+                    go_duration(MIN_LEAF_DURATION)
+                ),
+            ));
+        }
+        let renew_before =
+            parse("renewBefore", self.renew_before.as_deref())?.unwrap_or(duration / 3);
+        if renew_before >= duration || renew_before < MIN_RENEW_BEFORE {
+            return Err(range(
+                "renewBefore",
+                format!(
+                    "{} must be at least {} and less than duration ({})",
+                    go_duration(renew_before),
+                    go_duration(MIN_RENEW_BEFORE),
+                    go_duration(duration)
+                ),
+            ));
+        }
+        let ca_duration = parse("caDuration", self.ca_duration.as_deref())?
+            .unwrap_or(DEFAULT_CA_DURATION.max(duration * 3));
+        if ca_duration < duration * 3 {
+            return Err(range(
+                "caDuration",
+                format!(
+                    "{} is too short: at least three times duration ({}), so that every certificate can move to a new CA before the old one expires",
+                    go_duration(ca_duration),
+                    go_duration(duration * 3)
+                ),
+            ));
+        }
+        Ok(IssuingSettings {
+            duration,
+            renew_before,
+            ca_duration,
+        })
+    }
+}
+
+/// The kinds of cert-manager issuers a Certificate may name.
+pub const ISSUER_KINDS: [&str; 2] = ["Issuer", "ClusterIssuer"];
+/// cert-manager's API group, the default of `issuerRef.group`.
+pub const CERT_MANAGER_GROUP: &str = "cert-manager.io";
+
+impl CertManagerTls {
+    /// Checks the durations cert-manager is given (cert-manager would refuse the Certificate
+    /// later, where only its status shows why).
+    pub fn check(&self) -> Result<(), TlsSettingsError> {
+        let duration = parse("duration", self.duration.as_deref())?;
+        if let Some(d) = duration
+            && d < CERT_MANAGER_MIN_DURATION
+        {
+            return Err(range(
+                "duration",
+                format!(
+                    "{} is too short: cert-manager issues for at least {}",
+                    go_duration(d),
+                    go_duration(CERT_MANAGER_MIN_DURATION)
+                ),
+            ));
+        }
+        let renew_before = parse("renewBefore", self.renew_before.as_deref())?;
+        if let Some(r) = renew_before
+            && r >= duration.unwrap_or(DEFAULT_LEAF_DURATION)
+        {
+            return Err(range(
+                "renewBefore",
+                format!(
+                    "{} must be less than duration ({})",
+                    go_duration(r),
+                    go_duration(duration.unwrap_or(DEFAULT_LEAF_DURATION))
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn om(d: Option<&str>, r: Option<&str>, ca: Option<&str>) -> OperatorManagedTls {
+        OperatorManagedTls {
+            duration: d.map(str::to_string),
+            renew_before: r.map(str::to_string),
+            ca_duration: ca.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn defaults_are_ninety_days_a_third_and_ten_years() {
+        let s = om(None, None, None).settings().expect("defaults");
+        assert_eq!(s.duration, DEFAULT_LEAF_DURATION);
+        assert_eq!(s.renew_before, DEFAULT_LEAF_DURATION / 3);
+        assert_eq!(s.ca_duration, DEFAULT_CA_DURATION);
+    }
+
+    #[test]
+    fn short_lifetimes_for_tests_are_allowed_with_their_ca_scaled() {
+        let s = om(Some("6m"), Some("2m"), None).settings().expect("short");
+        assert_eq!(s.duration, Duration::from_secs(360));
+        assert_eq!(s.renew_before, Duration::from_secs(120));
+        assert_eq!(s.ca_duration, DEFAULT_CA_DURATION);
+        let s = om(Some("6m"), None, Some("18m")).settings().expect("short ca");
+        assert_eq!(s.ca_renew_before(), Duration::from_secs(360));
+    }
+
+    #[test]
+    fn refusals_name_the_field() {
+        let e = om(Some("4m"), None, None).settings().unwrap_err();
+        assert_eq!(e.to_string(), "duration: 4m0s is too short: at least 5m0s");
+        let e = om(Some("1h"), Some("1h"), None).settings().unwrap_err();
+        assert!(e.to_string().starts_with("renewBefore: 1h0m0s must be"), "{e}");
+        let e = om(Some("1h"), None, Some("2h")).settings().unwrap_err();
+        assert!(e.to_string().starts_with("caDuration: 2h0m0s is too short"), "{e}");
+        let e = om(Some("90 days"), None, None).settings().unwrap_err();
+        assert!(e.to_string().starts_with("duration: "), "{e}");
+    }
+
+    #[test]
+    fn cert_manager_minimum_is_an_hour() {
+        let c = |d: &str| CertManagerTls {
+            duration: Some(d.into()),
+            ..CertManagerTls::default()
+        };
+        assert!(c("1h").check().is_ok());
+        assert!(c("59m").check().is_err());
+    }
+}
