@@ -55,6 +55,9 @@ pub enum Error {
         #[source]
         source: crate::etcd_tls::EtcdTlsError,
     },
+    /// The operator could not make a certificate of `spec.TLS.operatorManaged`.
+    #[error("certificates: {0}")]
+    Certificates(String),
     /// A test killed the controller at a failpoint (see [`crate::failpoints`]).
     #[error(transparent)]
     Failpoint(#[from] crate::failpoints::FailpointHit),
@@ -123,6 +126,7 @@ impl Error {
             Error::SnapshotCheck { .. } => "snapshot_check",
             Error::Recovery(_) => "recovery",
             Error::Failpoint(_) => "failpoint",
+            Error::Certificates(_) => "certificates",
         }
     }
 

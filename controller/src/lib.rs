@@ -18,6 +18,7 @@ pub mod backoff;
 pub mod backup;
 pub mod builders;
 pub mod cache;
+pub mod certificates;
 pub mod conditions;
 pub mod context;
 pub mod controller_loop;

@@ -31,6 +31,9 @@ pub struct TlsMode {
     pub server_secret: Option<String>,
     /// Secret with the operator's client certificate, when clients use TLS.
     pub operator_secret: Option<String>,
+    /// The lifetimes of the certificates the operator issues itself
+    /// (`spec.TLS.operatorManaged`); the three Secrets above are then the operator's own.
+    pub issuing: Option<etcd_shared::tls::IssuingSettings>,
 }
 
 /// A validated, defaulted `EtcdCluster`.
@@ -118,16 +121,7 @@ impl ClusterView {
         })?;
         let pod = spec.pod.clone().unwrap_or_default();
         let domain = names::cluster_domain(pod.cluster_domain.as_deref()).map(str::to_string);
-        let st = spec.tls.as_ref().and_then(|t| t.static_tls.as_ref());
-        let tls = TlsMode {
-            peer_secret: st
-                .and_then(|s| s.member.as_ref())
-                .and_then(|m| m.peer_secret.clone()),
-            server_secret: st
-                .and_then(|s| s.member.as_ref())
-                .and_then(|m| m.server_secret.clone()),
-            operator_secret: st.and_then(|s| s.operator_secret.clone()),
-        };
+        let tls = tls_mode(&name, spec.tls.as_ref())?;
         let seed = meta
             .annotations
             .as_ref()
@@ -247,6 +241,45 @@ impl ClusterView {
     /// Number of voters that make a majority of `voters`.
     pub fn quorum(voters: usize) -> usize {
         voters / 2 + 1
+    }
+}
+
+/// The TLS secrets of a cluster: the user's (`static`), or the operator's own Secrets of
+/// `operatorManaged` (NAME-peer-tls, NAME-server-tls, NAME-operator-tls, in CoreOS' layout).
+fn tls_mode(
+    name: &str,
+    policy: Option<&etcd_shared::types::TlsPolicy>,
+) -> Result<TlsMode, InvalidCluster> {
+    use etcd_shared::tls::{CertKind, TlsSource};
+    let refused = |rule: &'static str, field: &str, message: String| {
+        InvalidCluster::Spec(Refusal(vec![etcd_shared::admission::Violation::new(
+            rule, field, message,
+        )]))
+    };
+    match policy.and_then(|p| p.source()) {
+        None => Ok(TlsMode::default()),
+        Some(TlsSource::Static(st)) => Ok(TlsMode {
+            peer_secret: st.member.as_ref().and_then(|m| m.peer_secret.clone()),
+            server_secret: st.member.as_ref().and_then(|m| m.server_secret.clone()),
+            operator_secret: st.operator_secret.clone(),
+            issuing: None,
+        }),
+        Some(TlsSource::OperatorManaged(om)) => {
+            let issuing = om.settings().map_err(|e| {
+                refused("tls-duration", "spec.TLS.operatorManaged", e.to_string())
+            })?;
+            Ok(TlsMode {
+                peer_secret: Some(CertKind::Peer.secret_name(name)),
+                server_secret: Some(CertKind::Server.secret_name(name)),
+                operator_secret: Some(CertKind::Operator.secret_name(name)),
+                issuing: Some(issuing),
+            })
+        }
+        Some(TlsSource::CertManager(_)) => Err(refused(
+            "tls-cert-manager",
+            "spec.TLS.certManager",
+            "certificates from cert-manager are not issued by this controller version yet: use operatorManaged or static".into(),
+        )),
     }
 }
 

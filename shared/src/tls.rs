@@ -116,7 +116,8 @@ pub fn go_duration(d: Duration) -> String {
 impl OperatorManagedTls {
     /// The settings with defaults filled in, or the first setting that is refused.
     pub fn settings(&self) -> Result<IssuingSettings, TlsSettingsError> {
-        let duration = parse("duration", self.duration.as_deref())?.unwrap_or(DEFAULT_LEAF_DURATION);
+        let duration =
+            parse("duration", self.duration.as_deref())?.unwrap_or(DEFAULT_LEAF_DURATION);
         if duration < MIN_LEAF_DURATION {
             return Err(range(
                 "duration",
@@ -199,6 +200,98 @@ impl CertManagerTls {
     }
 }
 
+/// The certificates a TLS cluster needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum CertKind {
+    /// The members' peer certificate (server and client of peer traffic).
+    Peer,
+    /// The members' client-facing server certificate.
+    Server,
+    /// The operator's client certificate.
+    Operator,
+}
+
+impl CertKind {
+    /// Every kind, in the order they are issued.
+    pub const ALL: [CertKind; 3] = [CertKind::Peer, CertKind::Server, CertKind::Operator];
+
+    /// A word for labels, Events and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CertKind::Peer => "peer",
+            CertKind::Server => "server",
+            CertKind::Operator => "operator",
+        }
+    }
+
+    /// The Secret (and cert-manager Certificate) holding it.
+    pub fn secret_name(self, cluster: &str) -> String {
+        match self {
+            CertKind::Peer => crate::names::peer_tls_secret_name(cluster),
+            CertKind::Server => crate::names::server_tls_secret_name(cluster),
+            CertKind::Operator => crate::names::operator_tls_secret_name(cluster),
+        }
+    }
+
+    /// The keys of its Secret in CoreOS' layout (certificate, key, CA bundle), which the
+    /// members' mounts and the operator's client read.
+    pub fn coreos_keys(self) -> [&'static str; 3] {
+        match self {
+            CertKind::Peer => ["peer.crt", "peer.key", "peer-ca.crt"],
+            CertKind::Server => ["server.crt", "server.key", "server-ca.crt"],
+            CertKind::Operator => ["etcd-client.crt", "etcd-client.key", "etcd-client-ca.crt"],
+        }
+    }
+
+    /// The subject common name.
+    pub fn common_name(self, cluster: &str, namespace: &str) -> String {
+        match self {
+            CertKind::Operator => "etcd-operator".to_string(),
+            _ => format!("{cluster}.{namespace}.svc"),
+        }
+    }
+
+    /// The DNS names a certificate of this kind must carry for `cluster` in `namespace` (with
+    /// the cluster domain when the spec sets one): members are dialled as
+    /// `MEMBER.CLUSTER.NAMESPACE.svc[.DOMAIN]` (a wildcard covers every member, present and
+    /// future), clients through the client Service by its short and long names, and members'
+    /// own tools on localhost. The operator's certificate is a client certificate and names
+    /// nothing.
+    pub fn dns_names(self, cluster: &str, namespace: &str, domain: Option<&str>) -> Vec<String> {
+        let peer = crate::names::peer_service_name(cluster);
+        let client = crate::names::client_service_name(cluster);
+        let with_domain = |name: String| -> Vec<String> {
+            match domain {
+                Some(d) => vec![name.clone(), format!("{name}.{d}")],
+                None => vec![name],
+            }
+        };
+        match self {
+            CertKind::Peer => with_domain(format!("*.{peer}.{namespace}.svc")),
+            CertKind::Server => {
+                let mut names = with_domain(format!("*.{peer}.{namespace}.svc"));
+                names.extend(with_domain(format!("{client}.{namespace}.svc")));
+                names.extend([
+                    client.clone(),
+                    format!("{client}.{namespace}"),
+                    "localhost".to_string(),
+                ]);
+                names
+            }
+            CertKind::Operator => Vec::new(),
+        }
+    }
+
+    /// The IP addresses it must carry (`127.0.0.1` on the server certificate, for tools in the
+    /// member's pod).
+    pub fn ip_addresses(self) -> Vec<std::net::IpAddr> {
+        match self {
+            CertKind::Server => vec![std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)],
+            _ => Vec::new(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,7 +318,9 @@ mod tests {
         assert_eq!(s.duration, Duration::from_secs(360));
         assert_eq!(s.renew_before, Duration::from_secs(120));
         assert_eq!(s.ca_duration, DEFAULT_CA_DURATION);
-        let s = om(Some("6m"), None, Some("18m")).settings().expect("short ca");
+        let s = om(Some("6m"), None, Some("18m"))
+            .settings()
+            .expect("short ca");
         assert_eq!(s.ca_renew_before(), Duration::from_secs(360));
     }
 
@@ -234,11 +329,42 @@ mod tests {
         let e = om(Some("4m"), None, None).settings().unwrap_err();
         assert_eq!(e.to_string(), "duration: 4m0s is too short: at least 5m0s");
         let e = om(Some("1h"), Some("1h"), None).settings().unwrap_err();
-        assert!(e.to_string().starts_with("renewBefore: 1h0m0s must be"), "{e}");
+        assert!(
+            e.to_string().starts_with("renewBefore: 1h0m0s must be"),
+            "{e}"
+        );
         let e = om(Some("1h"), None, Some("2h")).settings().unwrap_err();
-        assert!(e.to_string().starts_with("caDuration: 2h0m0s is too short"), "{e}");
+        assert!(
+            e.to_string().starts_with("caDuration: 2h0m0s is too short"),
+            "{e}"
+        );
         let e = om(Some("90 days"), None, None).settings().unwrap_err();
         assert!(e.to_string().starts_with("duration: "), "{e}");
+    }
+
+    #[test]
+    fn names_cover_every_member_and_the_client_service() {
+        assert_eq!(
+            CertKind::Peer.dns_names("example", "prod", None),
+            ["*.example.prod.svc"]
+        );
+        assert_eq!(
+            CertKind::Server.dns_names("example", "prod", Some("cluster.local")),
+            [
+                "*.example.prod.svc",
+                "*.example.prod.svc.cluster.local",
+                "example-client.prod.svc",
+                "example-client.prod.svc.cluster.local",
+                "example-client",
+                "example-client.prod",
+                "localhost"
+            ]
+        );
+        assert!(CertKind::Operator.dns_names("e", "n", None).is_empty());
+        assert_eq!(
+            CertKind::Server.secret_name("example"),
+            "example-server-tls"
+        );
     }
 
     #[test]

@@ -202,7 +202,10 @@ fn needed(scope: &Scope) -> Vec<Question> {
     for verb in ["get", "list", "watch", "create", "delete"] {
         q.push(ask(verb, "persistentvolumeclaims", scope, true));
     }
-    q.push(ask("get", "secrets", scope, true));
+    // Reads the user's Secrets; writes the CA and certificates of operatorManaged TLS.
+    for verb in ["get", "create", "patch"] {
+        q.push(ask(verb, "secrets", scope, true));
+    }
     for verb in ["create", "patch"] {
         q.push(ask(verb, "events.events.k8s.io", scope, true));
     }
@@ -245,7 +248,9 @@ fn not_needed(scope: &Scope) -> Vec<Question> {
             false,
         )
     });
-    for verb in ["list", "watch", "create", "update", "patch", "delete"] {
+    // Secrets are never listed (nor watched), updated or deleted: the operator's own go with
+    // their cluster through owner references.
+    for verb in ["list", "watch", "update", "delete"] {
         q.push(ask(verb, "secrets", scope, false));
     }
     for verb in ["update", "delete", "deletecollection"] {

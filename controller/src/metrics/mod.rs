@@ -62,6 +62,8 @@ pub struct Metrics {
     alarm_heals_total: IntCounterVec,
     defragmentations_total: IntCounterVec,
     recoveries_total: IntCounterVec,
+    certificate_expiry: IntGaugeVec,
+    certificates_issued_total: IntCounterVec,
     /// The backup and restore series (same registry).
     pub backups: backup::BackupMetrics,
     /// Clusters seen by [`Metrics::observe_cluster`], keyed by (namespace, name).
@@ -197,6 +199,16 @@ impl Metrics {
         for source in ["member", "backup"] {
             recoveries_total.with_label_values(&[source]);
         }
+        let certificate_expiry = r.gauges(
+            "certificate_expiry_timestamp_seconds",
+            "End of validity (Unix seconds) of each certificate of a cluster with operator-managed TLS (ca, peer, server, operator).",
+            &["namespace", "cluster", "certificate"],
+        )?;
+        let certificates_issued_total = r.counters(
+            "certificates_issued_total",
+            "Certificates the controller issued, by certificate (ca, peer, server, operator) and reason (missing, unreadable, expired, due, other-ca, names).",
+            &["certificate", "reason"],
+        )?;
         alarm_heals_total.with_label_values(&["NOSPACE"]);
         for reason in ["nospace", "fragmented"] {
             defragmentations_total.with_label_values(&[reason]);
@@ -225,9 +237,25 @@ impl Metrics {
             alarm_heals_total,
             defragmentations_total,
             recoveries_total,
+            certificate_expiry,
+            certificates_issued_total,
             backups,
             tracked: Mutex::new(BTreeMap::new()),
         })
+    }
+
+    /// Records the end of validity of a cluster's `certificate` (Unix seconds).
+    pub fn certificate_expires(&self, namespace: &str, name: &str, certificate: &str, at: i64) {
+        self.certificate_expiry
+            .with_label_values(&[namespace, name, certificate])
+            .set(at);
+    }
+
+    /// Counts a certificate issued, by certificate and reason.
+    pub fn certificate_issued(&self, certificate: &str, reason: &str) {
+        self.certificates_issued_total
+            .with_label_values(&[certificate, reason])
+            .inc();
     }
 
     /// Counts a recovery from permanent quorum loss finished, by source label.
@@ -325,6 +353,11 @@ impl Metrics {
         }
         // Absent series are not an error: the cluster may never have had one.
         let _ = self.ready_members.remove_label_values(&[namespace, name]);
+        for certificate in ["ca", "peer", "server", "operator"] {
+            let _ = self
+                .certificate_expiry
+                .remove_label_values(&[namespace, name, certificate]);
+        }
         let _ = self
             .health_check_failures_total
             .remove_label_values(&[namespace, name]);

@@ -69,6 +69,15 @@ pub async fn reconcile(
         }
     };
 
+    // The operator's own certificates first: the members' pods mount them and the operator
+    // dials the members with its client certificate.
+    let certificates = match view.tls.issuing {
+        Some(settings) => {
+            Some(ensure_certificates(ctx, recorder, cluster, &view, &settings).await?)
+        }
+        None => None,
+    };
+
     // While member pods of CoreOS' operator run, the Services keep CoreOS' selector (read from
     // the cache, which has listed every member pod before the first reconcile).
     let coreos_members = crate::observe::coreos_members_present(caches, &view);
@@ -226,7 +235,53 @@ pub async fn reconcile(
     }
     write_status(&api, &name, &new, previous).await?;
     outcome?;
-    Ok(Action::requeue(requeue_after(&step, &ctx.config)))
+    let after = requeue_after(&step, &ctx.config);
+    // Back at the next renewal at the latest (a second late: its time has then come).
+    let renewal = certificates
+        .and_then(|c| c.next_check)
+        .map(|d| d + Duration::from_secs(1));
+    Ok(Action::requeue(renewal.map_or(after, |r| r.min(after))))
+}
+
+/// The certificates of `spec.TLS.operatorManaged` made sure of, each issue announced (Event,
+/// metric), their ends of validity exported.
+async fn ensure_certificates(
+    ctx: &Context,
+    recorder: &Recorder,
+    cluster: &EtcdCluster,
+    view: &ClusterView,
+    settings: &etcd_shared::tls::IssuingSettings,
+) -> Result<crate::certificates::Outcome, Error> {
+    let outcome = crate::certificates::ensure(&ctx.client, view, settings).await?;
+    let events = Events::of(recorder, cluster);
+    for issued in &outcome.issued {
+        ctx.metrics
+            .certificate_issued(issued.what, issued.reason.as_str());
+        let until = Timestamp::from_second(issued.not_after)
+            .map(|t| t.to_string())
+            .unwrap_or_default();
+        events
+            .normal(
+                "CertificateIssued",
+                format!(
+                    "{} certificate issued ({}), valid until {until}",
+                    issued.what,
+                    issued.reason.as_str()
+                ),
+            )
+            .await;
+    }
+    for (what, at) in &outcome.expiries {
+        ctx.metrics
+            .certificate_expires(&view.namespace, &view.name, what, *at);
+    }
+    if let Some(attention) = &outcome.attention {
+        warn!(name = %view.name, namespace = %view.namespace, %attention, "certificates need attention");
+        events
+            .warning("CertificateAttention", attention.clone())
+            .await;
+    }
+    Ok(outcome)
 }
 
 /// The status as the API server holds it, when acting on a stale cached one would be harmful:

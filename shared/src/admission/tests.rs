@@ -783,9 +783,10 @@ fn tls_rules() {
         None,
         "spec.TLS: names more than one source of certificates",
     );
-    warnings(
+    assert_refused(
         &tls("  certManager:\n    issuerRef:\n      name: ca\n      kind: ClusterIssuer"),
         None,
+        "spec.TLS.certManager: is not issued by this operator version yet",
     );
     assert_refused(
         &tls("  certManager:\n    issuerRef:\n      name: ca\n      kind: Vault"),
@@ -934,7 +935,10 @@ fn immutable_tls_and_domain_rules() {
         Some(&full),
         "spec.TLS: cannot move from static to operatorManaged certificates on a running cluster yet",
     );
-    warnings(&quiet("TLS:\n  operatorManaged:\n    duration: 1h"), Some(&managed));
+    warnings(
+        &quiet("TLS:\n  operatorManaged:\n    duration: 1h"),
+        Some(&managed),
+    );
     // Rotating to other secrets keeps the mode.
     let rotated = quiet("TLS:\n  static:\n    member:\n      peerSecret: peer-2");
     warnings(&rotated, Some(&peer));

@@ -115,6 +115,7 @@ pub const RESTORE_IMAGE: &str = "etcd-operator/etcd-controller:test";
 pub struct Controller {
     stop: CancellationToken,
     metrics: Arc<Metrics>,
+    task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Drop for Controller {
@@ -162,14 +163,32 @@ impl Controller {
             config,
         });
         let token = stop.clone();
-        tokio::spawn(run_all(
-            context,
-            Some(ctx.ns().to_string()),
-            2,
-            async move { token.cancelled().await },
-            Readiness::new(),
-        ));
-        Ok(Self { stop, metrics })
+        let namespace = ctx.ns().to_string();
+        let task = tokio::spawn(async move {
+            run_all(
+                context,
+                Some(namespace),
+                2,
+                async move { token.cancelled().await },
+                Readiness::new(),
+            )
+            .await;
+        });
+        Ok(Self {
+            stop,
+            metrics,
+            task: Some(task),
+        })
+    }
+
+    /// Stops the controller and waits until it has (no reconcile runs after this returns).
+    #[allow(dead_code, reason = "used by some of the suites sharing this module")]
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        self.stop.cancel();
+        if let Some(task) = self.task.take() {
+            task.await.context("the controller task")?;
+        }
+        Ok(())
     }
 
     /// A controller for the test's namespace that is killed (stops at once, as the process

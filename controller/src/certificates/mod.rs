@@ -1,0 +1,19 @@
+//! The certificates of `spec.TLS.operatorManaged`: the operator keeps a CA per cluster and
+//! issues, renews and reissues the members' peer and server certificates and its own client
+//! certificate, in the Secrets the static TLS plumbing already mounts and reads.
+//!
+//! - [`plan`]: pure decisions (keep until the renewal time, or issue, and why);
+//! - [`inspect`]: what the Secrets hold;
+//! - [`issue`]: making the CA and the leaves (rcgen);
+//! - [`apply`]: the reconcile's step that puts them together.
+//!
+//! Members pick renewed certificates up without a restart: the kubelet swaps the Secret
+//! volume's files and etcd loads its certificate files for each new TLS handshake.
+
+pub mod apply;
+pub mod inspect;
+pub mod issue;
+pub mod plan;
+pub mod served;
+
+pub use apply::{Outcome, ensure};

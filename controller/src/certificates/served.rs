@@ -1,0 +1,135 @@
+//! Which certificate a member serves: a TLS handshake that records the certificate the server
+//! presents and goes no further. It proves what a member loaded (a renewal reached it, or
+//! not); it never carries data, so it verifies nothing.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{ClientConfig, DigitallySignedStruct, SignatureScheme};
+use tokio::net::TcpStream;
+
+/// Why the served certificate could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ServedError {
+    /// No TCP connection within the timeout.
+    #[error("connecting to {addr}: {source}")]
+    Connect {
+        /// The address.
+        addr: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The connection or the handshake took longer than the timeout.
+    #[error("{addr}: no certificate within {timeout:?}")]
+    Timeout {
+        /// The address.
+        addr: String,
+        /// The timeout.
+        timeout: Duration,
+    },
+    /// The server presented no certificate.
+    #[error("{0}: the server presented no certificate")]
+    NoCertificate(String),
+    /// The TLS configuration could not be made.
+    #[error("TLS configuration: {0}")]
+    Config(#[from] rustls::Error),
+}
+
+/// Records the presented end-entity certificate, accepts everything (inspection only).
+#[derive(Debug)]
+struct Recorder {
+    seen: Mutex<Option<Vec<u8>>>,
+    provider: Arc<CryptoProvider>,
+}
+
+impl ServerCertVerifier for Recorder {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        if let Ok(mut seen) = self.seen.lock() {
+            *seen = Some(end_entity.as_ref().to_vec());
+        }
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+/// The DER of the certificate the TLS server at `addr` (`IP:PORT`) presents, within
+/// `timeout`. The handshake may fail after the certificate was seen (a server that requires a
+/// client certificate refuses the anonymous client): the certificate counts.
+pub async fn served_certificate(addr: &str, timeout: Duration) -> Result<Vec<u8>, ServedError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let recorder = Arc::new(Recorder {
+        seen: Mutex::new(None),
+        provider: provider.clone(),
+    });
+    let config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .dangerous()
+        .with_custom_certificate_verifier(recorder.clone())
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let name = ServerName::try_from("member.invalid")
+        .map_err(|_| ServedError::Config(rustls::Error::General("server name".into())))?;
+    let attempt = async {
+        let tcp = TcpStream::connect(addr)
+            .await
+            .map_err(|source| ServedError::Connect {
+                addr: addr.to_string(),
+                source,
+            })?;
+        // The outcome does not matter: the verifier saw the certificate or not.
+        let _ = connector.connect(name, tcp).await;
+        Ok::<(), ServedError>(())
+    };
+    tokio::time::timeout(timeout, attempt)
+        .await
+        .map_err(|_| ServedError::Timeout {
+            addr: addr.to_string(),
+            timeout,
+        })??;
+    let seen = recorder.seen.lock().ok().and_then(|mut s| s.take());
+    seen.ok_or_else(|| ServedError::NoCertificate(addr.to_string()))
+}

@@ -1,0 +1,524 @@
+//! Member TLS the operator manages itself (issue 34): `spec.TLS.operatorManaged` on real
+//! members of the newest line and of the users' 3.2.13, a renewal that reaches the members
+//! without a restart, and certificates that expired while the operator was down.
+//!
+//! Run: `cargo test -p etcd-tests --test managed_tls` (needs `hack/build-tools.sh`).
+
+#[allow(
+    dead_code,
+    reason = "the support module is shared with the lifecycle suite, which uses the rest"
+)]
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, ensure};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use x509_parser::pem::parse_x509_pem;
+
+use etcd_controller::certificates::inspect::CA_GENERATION;
+use etcd_controller::certificates::issue::{CaName, Pem, issue_leaf};
+use etcd_controller::certificates::served::served_certificate;
+use etcd_shared::names;
+use etcd_shared::tls::CertKind;
+use etcd_tests::poll_until;
+use etcd_tests::suite::TestContext;
+
+use support::operator::{Controller, create_cluster, install};
+use support::writer::Writer;
+use support::{Access, WAIT, cluster_yaml, duration, member_pods, settled, wait_until};
+
+fn main() -> std::process::ExitCode {
+    let long = Duration::from_secs(600);
+    etcd_tests::run_suite_with_kubelet(vec![
+        etcd_tests::Test::new(
+            "operator_managed_tls_is_mutual_on_3_6",
+            operator_managed_tls_is_mutual_on_3_6,
+        ),
+        etcd_tests::Test::new(
+            "operator_managed_tls_is_mutual_on_the_users_3_2",
+            operator_managed_tls_is_mutual_on_the_users_3_2,
+        )
+        .with_timeout(long),
+        etcd_tests::Test::new(
+            "a_renewed_certificate_reaches_the_members_without_a_restart",
+            a_renewed_certificate_reaches_the_members_without_a_restart,
+        )
+        .with_timeout(long),
+        etcd_tests::Test::new(
+            "certificates_expired_while_the_operator_was_down_are_renewed",
+            certificates_expired_while_the_operator_was_down_are_renewed,
+        )
+        .with_timeout(long),
+    ])
+}
+
+/// A cluster manifest with `TLS: operatorManaged` (and its settings, indented under it).
+fn managed_yaml(name: &str, size: usize, version: &str, settings: &str) -> String {
+    let body = if settings.is_empty() {
+        " {}\n".to_string()
+    } else {
+        format!(
+            "\n{}",
+            settings
+                .lines()
+                .map(|l| format!("      {l}\n"))
+                .collect::<String>()
+        )
+    };
+    format!(
+        "{}  TLS:\n    operatorManaged:{body}",
+        cluster_yaml(name, size, Some(version))
+    )
+}
+
+fn key_of(secret: &Secret, key: &str) -> anyhow::Result<String> {
+    let bytes = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .with_context(|| format!("{:?} has no {key}", secret.metadata.name))?;
+    Ok(String::from_utf8(bytes.0.clone())?)
+}
+
+/// The DER of the first certificate of a PEM text.
+fn der_of(pem: &str) -> anyhow::Result<Vec<u8>> {
+    let (_, parsed) = parse_x509_pem(pem.as_bytes()).context("not PEM")?;
+    Ok(parsed.contents)
+}
+
+/// The client access of the operator's own certificate (what the operator dials with).
+async fn operator_access(ctx: &TestContext, name: &str) -> anyhow::Result<Access> {
+    let secrets: Api<Secret> = ctx.api();
+    let operator = secrets
+        .get(&CertKind::Operator.secret_name(name))
+        .await
+        .context("the operator's certificate Secret")?;
+    let [cert, key, ca] = CertKind::Operator.coreos_keys();
+    let client = etcd_tests::IssuedCert {
+        cert_pem: key_of(&operator, cert)?,
+        key_pem: key_of(&operator, key)?,
+        cert_der: Vec::new(),
+        key_der: Vec::new(),
+    };
+    Ok(Access::tls(
+        &key_of(&operator, ca)?,
+        &client,
+        &format!("member.{name}.{}.svc", ctx.ns()),
+    ))
+}
+
+/// Each member pod's IP.
+async fn member_ips(ctx: &TestContext, name: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    let pods: Api<Pod> = ctx.api();
+    let mut ips = BTreeMap::new();
+    for (member, pod) in member_pods(&pods, name).await? {
+        let ip = pod
+            .status
+            .and_then(|s| s.pod_ip)
+            .with_context(|| format!("{member} has no IP"))?;
+        ips.insert(member, ip);
+    }
+    Ok(ips)
+}
+
+/// The server certificate each member serves on its client port now (DER by member).
+async fn served(ctx: &TestContext, name: &str) -> anyhow::Result<BTreeMap<String, Vec<u8>>> {
+    let mut out = BTreeMap::new();
+    for (member, ip) in member_ips(ctx, name).await? {
+        let der = served_certificate(
+            &format!("{ip}:{}", names::CLIENT_PORT),
+            Duration::from_secs(3),
+        )
+        .await?;
+        out.insert(member, der);
+    }
+    Ok(out)
+}
+
+/// The certificate a leaf Secret holds now (DER).
+async fn held(ctx: &TestContext, name: &str, kind: CertKind) -> anyhow::Result<Vec<u8>> {
+    let secrets: Api<Secret> = ctx.api();
+    let secret = secrets.get(&kind.secret_name(name)).await?;
+    der_of(&key_of(&secret, kind.coreos_keys()[0])?)
+}
+
+/// Waits until every member serves the server certificate its Secret holds.
+async fn wait_served(ctx: &TestContext, name: &str, what: &str) -> anyhow::Result<()> {
+    poll_until(what, WAIT * 2, || async {
+        let want = held(ctx, name, CertKind::Server).await?;
+        let now = served(ctx, name).await?;
+        anyhow::Ok((now.len() >= 3 && now.values().all(|d| *d == want)).then_some(()))
+    })
+    .await?;
+    Ok(())
+}
+
+/// Mutual TLS end to end: the members' peer URLs are https, the operator's certificate reads
+/// and writes on every member, the served certificate is the Secret's and chains to the
+/// cluster's CA, and a client without a certificate is refused.
+async fn check_mutual_tls(ctx: &TestContext, name: &str) -> anyhow::Result<()> {
+    let access = operator_access(ctx, name).await?;
+    let ips = member_ips(ctx, name).await?;
+    let urls: Vec<String> = ips
+        .values()
+        .map(|ip| format!("https://{ip}:{}", names::CLIENT_PORT))
+        .collect();
+    let mut client = support::connect_with(&urls, &access).await?;
+    client.put("tls/hello", "world", None).await?;
+    let members = client.member_list().await?;
+    let peer_urls: Vec<String> = members
+        .members()
+        .iter()
+        .flat_map(|m| m.peer_urls().to_vec())
+        .collect();
+    ensure!(
+        peer_urls.len() == 3 && peer_urls.iter().all(|u| u.starts_with("https://")),
+        "peer URLs {peer_urls:?}"
+    );
+    for url in &urls {
+        let mut one = support::connect_with(std::slice::from_ref(url), &access).await?;
+        let got = one.get("tls/hello", None).await?;
+        ensure!(
+            got.kvs().first().map(|kv| kv.value()) == Some(b"world".as_slice()),
+            "{url} does not have tls/hello"
+        );
+    }
+    // What the members serve is the Secret's certificate, issued by the cluster's CA.
+    let secrets: Api<Secret> = ctx.api();
+    let ca = secrets.get(&names::ca_secret_name(name)).await?;
+    let ca_der = der_of(&key_of(&ca, "ca.crt")?)?;
+    let (_, ca_x509) = x509_parser::parse_x509_certificate(&ca_der)?;
+    let want = held(ctx, name, CertKind::Server).await?;
+    for (member, der) in served(ctx, name).await? {
+        ensure!(
+            der == want,
+            "{member} serves another certificate than its Secret's"
+        );
+        let (_, leaf) = x509_parser::parse_x509_certificate(&der)?;
+        ensure!(
+            leaf.issuer() == ca_x509.subject(),
+            "{member}'s certificate was issued by {}, not the cluster's CA {}",
+            leaf.issuer(),
+            ca_x509.subject()
+        );
+    }
+    // Without a client certificate nothing is written.
+    let anonymous = etcd_client::ConnectOptions::new()
+        .with_connect_timeout(support::ETCD_TIMEOUT)
+        .with_timeout(support::ETCD_TIMEOUT)
+        .with_tls(
+            etcd_client::TlsOptions::new()
+                .ca_certificate(etcd_client::Certificate::from_pem(key_of(&ca, "ca.crt")?))
+                .domain_name(format!("member.{name}.{}.svc", ctx.ns())),
+        );
+    let refused = match etcd_client::Client::connect(urls.clone(), Some(anonymous)).await {
+        Err(e) => Some(e.to_string()),
+        Ok(mut c) => c
+            .put("tls/anonymous", "x", None)
+            .await
+            .err()
+            .map(|e| e.to_string()),
+    };
+    ensure!(
+        refused.is_some(),
+        "a client without a certificate could write"
+    );
+    ensure!(
+        client.get("tls/anonymous", None).await?.kvs().is_empty(),
+        "a client without a certificate wrote tls/anonymous"
+    );
+    Ok(())
+}
+
+async fn create_managed(
+    ctx: &TestContext,
+    name: &str,
+    yaml: &str,
+    version: &str,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    create_cluster(ctx, yaml).await?;
+    wait_until(
+        &ctx.api(),
+        name,
+        "3 healthy voters over operator-managed TLS",
+        |c| settled(c, 3, version),
+    )
+    .await?;
+    duration(
+        &format!("{name}: 3 members Available over operator-managed TLS"),
+        started,
+    );
+    Ok(())
+}
+
+/// A 3-member 3.6 cluster with `operatorManaged: {}` runs with mutual TLS on peer and client
+/// traffic from the operator's own CA, with the Events saying what was issued.
+async fn operator_managed_tls_is_mutual_on_3_6(ctx: TestContext) -> anyhow::Result<()> {
+    const NAME: &str = "managed";
+    install(&ctx).await?;
+    let _controller = Controller::start(&ctx)?;
+    let version = support::pinned_etcd("3.6")?;
+    create_managed(&ctx, NAME, &managed_yaml(NAME, 3, &version, ""), &version).await?;
+    check_mutual_tls(&ctx, NAME).await?;
+    let issued = support::event_count(&ctx, "CertificateIssued").await?;
+    ensure!(issued >= 1, "no CertificateIssued Event");
+    Ok(())
+}
+
+/// The users' etcd 3.2.13 with `operatorManaged: {}`: the operator's ECDSA certificates in
+/// PKCS#8 are read by 3.2's Go TLS, peers and clients talk mutual TLS.
+async fn operator_managed_tls_is_mutual_on_the_users_3_2(ctx: TestContext) -> anyhow::Result<()> {
+    const NAME: &str = "managed32";
+    install(&ctx).await?;
+    let _controller = Controller::start(&ctx)?;
+    create_managed(&ctx, NAME, &managed_yaml(NAME, 3, "3.2.13", ""), "3.2.13").await?;
+    check_mutual_tls(&ctx, NAME).await
+}
+
+/// Pods' container IDs and restart counts, by member: a restart changes one of them.
+async fn containers(ctx: &TestContext, name: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    let pods: Api<Pod> = ctx.api();
+    Ok(member_pods(&pods, name)
+        .await?
+        .into_iter()
+        .map(|(member, pod)| {
+            let status = pod
+                .status
+                .and_then(|s| s.container_statuses)
+                .and_then(|c| c.into_iter().next());
+            let id = status
+                .as_ref()
+                .map(|s| format!("{:?}/{}", s.container_id, s.restart_count))
+                .unwrap_or_default();
+            (
+                member,
+                format!("{}/{id}", pod.metadata.uid.unwrap_or_default()),
+            )
+        })
+        .collect())
+}
+
+/// A short-lived certificate (5m, renewed 30 s after it was issued) is renewed by the operator
+/// and served by every member without a restart, under continuous writes that all land.
+async fn a_renewed_certificate_reaches_the_members_without_a_restart(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    const NAME: &str = "renewed";
+    install(&ctx).await?;
+    let _controller = Controller::start(&ctx)?;
+    let version = support::pinned_etcd("3.6")?;
+    let yaml = managed_yaml(NAME, 3, &version, "duration: 5m\nrenewBefore: 4m30s");
+    create_managed(&ctx, NAME, &yaml, &version).await?;
+    wait_served(&ctx, NAME, "every member serving its first certificate").await?;
+    let first = held(&ctx, NAME, CertKind::Server).await?;
+    let before = containers(&ctx, NAME).await?;
+    let writer = Writer::start_with(
+        ctx.api(),
+        NAME,
+        "renewal/",
+        operator_access(&ctx, NAME).await?,
+    );
+
+    let started = Instant::now();
+    poll_until("the server certificate renewed", WAIT * 2, || async {
+        let now = held(&ctx, NAME, CertKind::Server).await?;
+        anyhow::Ok((now != first).then_some(()))
+    })
+    .await?;
+    duration(
+        "renewed: the operator renewed the server certificate",
+        started,
+    );
+    wait_served(&ctx, NAME, "every member serving the renewed certificate").await?;
+    duration(
+        "renewed: every member serves the renewed certificate",
+        started,
+    );
+
+    let acked_during = writer.acked();
+    let report = writer.stop().await?;
+    ensure!(
+        containers(&ctx, NAME).await? == before,
+        "a member restarted for the renewal"
+    );
+    ensure!(
+        acked_during > 0,
+        "no write was acknowledged during the renewal"
+    );
+    let access = operator_access(&ctx, NAME).await?;
+    check_acked(&ctx, NAME, "renewal/", &report.acked, &access).await?;
+    println!(
+        "renewed: {} writes acknowledged, {} failed, no restart",
+        report.acked.len(),
+        report.failed
+    );
+    ensure!(
+        report.failed == 0,
+        "{} writes failed during the renewal",
+        report.failed
+    );
+    Ok(())
+}
+
+/// Every member holds every acknowledged write under `prefix`, read over TLS from it alone.
+async fn check_acked(
+    ctx: &TestContext,
+    name: &str,
+    prefix: &str,
+    acked: &BTreeMap<String, String>,
+    access: &Access,
+) -> anyhow::Result<()> {
+    for (member, ip) in member_ips(ctx, name).await? {
+        let url = format!("https://{ip}:{}", names::CLIENT_PORT);
+        let mut client = support::connect_with(&[url], access).await?;
+        let got = client
+            .get(prefix, Some(etcd_client::GetOptions::new().with_prefix()))
+            .await?;
+        let data: BTreeMap<String, String> = got
+            .kvs()
+            .iter()
+            .filter_map(|kv| {
+                Some((
+                    kv.key_str().ok()?.to_string(),
+                    kv.value_str().ok()?.to_string(),
+                ))
+            })
+            .collect();
+        let missing = acked
+            .iter()
+            .filter(|(k, v)| data.get(*k) != Some(*v))
+            .count();
+        ensure!(
+            missing == 0,
+            "{member} lacks {missing} of {} acknowledged writes",
+            acked.len()
+        );
+    }
+    Ok(())
+}
+
+/// Writes an expired certificate of `kind`, signed by the cluster's CA, into its Secret (what
+/// a cluster holds when the operator was down past the end of its certificates).
+async fn write_expired(ctx: &TestContext, name: &str, kind: CertKind) -> anyhow::Result<()> {
+    let secrets: Api<Secret> = ctx.api();
+    let ca_secret = secrets.get(&names::ca_secret_name(name)).await?;
+    let generation: u64 = ca_secret
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(CA_GENERATION))
+        .context("no CA generation")?
+        .parse()?;
+    let ca_name = CaName {
+        cluster: name.to_string(),
+        namespace: ctx.ns().to_string(),
+        generation,
+    };
+    let ca = Pem {
+        cert: key_of(&ca_secret, "ca.crt")?,
+        key: key_of(&ca_secret, "ca.key")?,
+    };
+    let two_hours_ago = time::OffsetDateTime::now_utc() - time::Duration::hours(2);
+    let leaf = issue_leaf(
+        kind,
+        name,
+        ctx.ns(),
+        None,
+        &ca_name,
+        &ca,
+        two_hours_ago,
+        Duration::from_secs(3600),
+    )?;
+    let [cert, key, bundle] = kind.coreos_keys();
+    let data = BTreeMap::from([
+        (cert.to_string(), ByteString(leaf.cert.into_bytes())),
+        (key.to_string(), ByteString(leaf.key.into_bytes())),
+        (bundle.to_string(), ByteString(ca.cert.into_bytes())),
+    ]);
+    let patch = serde_json::json!({ "data": data });
+    secrets
+        .patch(
+            &kind.secret_name(name),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    Ok(())
+}
+
+/// The operator is stopped and every certificate expires (written expired into the Secrets,
+/// as a long outage leaves them); the members serve the expired certificates and clients that
+/// verify refuse them. The operator comes back: it issues new certificates, the members serve
+/// them without a restart, and the cluster's data is all there.
+async fn certificates_expired_while_the_operator_was_down_are_renewed(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    const NAME: &str = "expired";
+    install(&ctx).await?;
+    let controller = Controller::start(&ctx)?;
+    let version = support::pinned_etcd("3.6")?;
+    create_managed(
+        &ctx,
+        NAME,
+        &managed_yaml(NAME, 3, &version, "duration: 10m"),
+        &version,
+    )
+    .await?;
+    let access = operator_access(&ctx, NAME).await?;
+    let writer = Writer::start_with(ctx.api(), NAME, "expiry/", access);
+    poll_until("writes acknowledged", WAIT, || async {
+        anyhow::Ok((writer.acked() > 20).then_some(()))
+    })
+    .await?;
+    let report = writer.stop().await?;
+    let before = containers(&ctx, NAME).await?;
+    controller.stop().await?;
+
+    for kind in CertKind::ALL {
+        write_expired(&ctx, NAME, kind).await?;
+    }
+    wait_served(&ctx, NAME, "every member serving the expired certificate").await?;
+    let stale = operator_access(&ctx, NAME).await?;
+    let ips = member_ips(&ctx, NAME).await?;
+    let urls: Vec<String> = ips
+        .values()
+        .map(|ip| format!("https://{ip}:{}", names::CLIENT_PORT))
+        .collect();
+    let refused = match support::connect_with(&urls, &stale).await {
+        Err(e) => Some(format!("{e:#}")),
+        Ok(mut c) => c.get("expiry/", None).await.err().map(|e| e.to_string()),
+    };
+    ensure!(refused.is_some(), "expired certificates were accepted");
+    println!(
+        "expired: clients refuse the members: {}",
+        refused.unwrap_or_default()
+    );
+
+    let started = Instant::now();
+    let issued_before = support::event_count(&ctx, "CertificateIssued").await?;
+    let _controller = Controller::start(&ctx)?;
+    poll_until("the expired certificates reissued", WAIT, || async {
+        let n = support::event_count(&ctx, "CertificateIssued").await?;
+        anyhow::Ok((n >= issued_before + 3).then_some(()))
+    })
+    .await?;
+    wait_served(&ctx, NAME, "every member serving a fresh certificate").await?;
+    wait_until(&ctx.api(), NAME, "3 healthy voters again", |c| {
+        settled(c, 3, &version)
+    })
+    .await?;
+    duration("expired: healed after the operator's return", started);
+    ensure!(
+        containers(&ctx, NAME).await? == before,
+        "a member restarted to heal the expiry"
+    );
+    let access = operator_access(&ctx, NAME).await?;
+    check_acked(&ctx, NAME, "expiry/", &report.acked, &access).await?;
+    Ok(())
+}
