@@ -34,13 +34,25 @@ pub struct Issued {
     pub not_after: i64,
 }
 
+/// When one certificate ends and is due for renewal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expiry {
+    /// `ca`, `peer`, `server` or `operator`.
+    pub what: &'static str,
+    /// End of validity, Unix seconds.
+    pub not_after: i64,
+    /// Due for renewal from, Unix seconds.
+    pub renew_at: i64,
+}
+
 /// What [`ensure`] found and did.
 #[derive(Debug, Clone, Default)]
 pub struct Outcome {
     /// The certificates issued.
     pub issued: Vec<Issued>,
-    /// End of validity of each certificate now in its Secret (`ca`, `peer`, ...), Unix seconds.
-    pub expiries: Vec<(&'static str, i64)>,
+    /// Each certificate now in its Secret (`ca`, `peer`, ...): its end of validity and the
+    /// time it is due for renewal, Unix seconds.
+    pub expiries: Vec<Expiry>,
     /// When to look again at the latest (the next renewal).
     pub next_check: Option<Duration>,
     /// Something a person must do, in words (the CA cannot be replaced safely by itself).
@@ -179,15 +191,23 @@ pub async fn ensure(
         }
     };
     let ca_end = inspect::not_after(&ca.held).unwrap_or_else(|| now_s + secs(settings.ca_duration));
-    out.expiries.push(("ca", ca_end));
+    out.expiries.push(Expiry {
+        what: "ca",
+        not_after: ca_end,
+        renew_at: ca_end - secs(settings.ca_renew_before()),
+    });
     for (kind, secret) in &leaves {
         let wanted = kind.dns_names(&view.name, &view.namespace, view.domain.as_deref());
         let held = inspect::leaf(*kind, secret.as_ref(), &ca, &wanted);
         match plan::decide(&held, now_s, settings.renew_before) {
             Decision::Keep(after) => {
                 out.next_check = Some(out.next_check.map_or(after, |n| n.min(after)));
-                out.expiries
-                    .push((kind.as_str(), inspect::not_after(&held).unwrap_or(now_s)));
+                let end = inspect::not_after(&held).unwrap_or(now_s);
+                out.expiries.push(Expiry {
+                    what: kind.as_str(),
+                    not_after: end,
+                    renew_at: end - secs(settings.renew_before),
+                });
             }
             Decision::Issue(reason) => {
                 let pem = issue::issue_leaf(
@@ -208,7 +228,11 @@ pub async fn ensure(
                     reason,
                     not_after: end,
                 });
-                out.expiries.push((kind.as_str(), end));
+                out.expiries.push(Expiry {
+                    what: kind.as_str(),
+                    not_after: end,
+                    renew_at: end - secs(settings.renew_before),
+                });
                 let after = settings.duration.saturating_sub(settings.renew_before);
                 out.next_check = Some(out.next_check.map_or(after, |n| n.min(after)));
             }

@@ -16,4 +16,4 @@ pub mod issue;
 pub mod plan;
 pub mod served;
 
-pub use apply::{Outcome, ensure};
+pub use apply::{Expiry, Outcome, ensure};

@@ -63,6 +63,7 @@ pub struct Metrics {
     defragmentations_total: IntCounterVec,
     recoveries_total: IntCounterVec,
     certificate_expiry: IntGaugeVec,
+    certificate_renewal: IntGaugeVec,
     certificates_issued_total: IntCounterVec,
     /// The backup and restore series (same registry).
     pub backups: backup::BackupMetrics,
@@ -204,6 +205,11 @@ impl Metrics {
             "End of validity (Unix seconds) of each certificate of a cluster with operator-managed TLS (ca, peer, server, operator).",
             &["namespace", "cluster", "certificate"],
         )?;
+        let certificate_renewal = r.gauges(
+            "certificate_renewal_timestamp_seconds",
+            "When each certificate of a cluster with operator-managed TLS is due for renewal (Unix seconds): renewBefore ahead of its end, a third of its life for the CA.",
+            &["namespace", "cluster", "certificate"],
+        )?;
         let certificates_issued_total = r.counters(
             "certificates_issued_total",
             "Certificates the controller issued, by certificate (ca, peer, server, operator) and reason (missing, unreadable, expired, due, other-ca, names).",
@@ -238,17 +244,29 @@ impl Metrics {
             defragmentations_total,
             recoveries_total,
             certificate_expiry,
+            certificate_renewal,
             certificates_issued_total,
             backups,
             tracked: Mutex::new(BTreeMap::new()),
         })
     }
 
-    /// Records the end of validity of a cluster's `certificate` (Unix seconds).
-    pub fn certificate_expires(&self, namespace: &str, name: &str, certificate: &str, at: i64) {
+    /// Records the end of validity of a cluster's `certificate` and when it is due for
+    /// renewal (Unix seconds).
+    pub fn certificate_expires(
+        &self,
+        namespace: &str,
+        name: &str,
+        certificate: &str,
+        not_after: i64,
+        renew_at: i64,
+    ) {
         self.certificate_expiry
             .with_label_values(&[namespace, name, certificate])
-            .set(at);
+            .set(not_after);
+        self.certificate_renewal
+            .with_label_values(&[namespace, name, certificate])
+            .set(renew_at);
     }
 
     /// Counts a certificate issued, by certificate and reason.
@@ -356,6 +374,9 @@ impl Metrics {
         for certificate in ["ca", "peer", "server", "operator"] {
             let _ = self
                 .certificate_expiry
+                .remove_label_values(&[namespace, name, certificate]);
+            let _ = self
+                .certificate_renewal
                 .remove_label_values(&[namespace, name, certificate]);
         }
         let _ = self

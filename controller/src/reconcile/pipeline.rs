@@ -271,9 +271,14 @@ async fn ensure_certificates(
             )
             .await;
     }
-    for (what, at) in &outcome.expiries {
-        ctx.metrics
-            .certificate_expires(&view.namespace, &view.name, what, *at);
+    for e in &outcome.expiries {
+        ctx.metrics.certificate_expires(
+            &view.namespace,
+            &view.name,
+            e.what,
+            e.not_after,
+            e.renew_at,
+        );
     }
     if let Some(attention) = &outcome.attention {
         warn!(name = %view.name, namespace = %view.namespace, %attention, "certificates need attention");
