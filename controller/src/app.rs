@@ -92,6 +92,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             planner: args.planner_settings(),
             failpoints,
             broken: broken_on_purpose()?,
+            network: args.network_access(),
             ..ControllerConfig::default()
         },
     });

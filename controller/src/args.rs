@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use etcd_shared::duration::parse_duration;
 pub use etcd_process::listen::ListenAddress;
 pub use etcd_process::logging::LogFormat;
+use etcd_shared::duration::parse_duration;
 use etcd_shared::version::{DEFAULT_REPOSITORY, DEFAULT_VERSION};
 
 use crate::leader::{LeaderElectionError, LeaderElectionParams};
@@ -195,6 +195,11 @@ pub struct Args {
     )]
     pub restore_image_pull_secrets: Vec<String>,
 
+    /// The namespace Prometheus scrapes from: the members' NetworkPolicies admit their
+    /// metrics port from it alone. Empty or absent: from anywhere.
+    #[arg(long, env = "ETCD_CONTROLLER_MONITORING_NAMESPACE", value_name = "NS")]
+    pub monitoring_namespace: Option<String>,
+
     /// A member pod still terminating this long past its deletion deadline (the delete plus
     /// its grace period) is taken as gone: its member is removed when quorum allows and
     /// replaced under a new name (its node died, or a finalizer holds it).
@@ -265,6 +270,26 @@ fn parse_ratio(input: &str) -> Result<f64, String> {
 }
 
 impl Args {
+    /// Where the operator and the monitoring run, for the members' NetworkPolicies: the
+    /// operator's namespace is the pod's (`$POD_NAMESPACE`, then the service account's
+    /// namespace file; unknown outside a pod).
+    pub fn network_access(&self) -> crate::builders::NetworkAccess {
+        let pod_namespace = std::env::var(POD_NAMESPACE_ENV)
+            .ok()
+            .or_else(|| std::fs::read_to_string(IN_CLUSTER_NAMESPACE_FILE).ok())
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty());
+        crate::builders::NetworkAccess {
+            operator_namespace: pod_namespace,
+            monitoring_namespace: self
+                .monitoring_namespace
+                .as_deref()
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string),
+        }
+    }
+
     /// The operator's image for the pods that run it (`--restore-image`, empty is unset) with
     /// its pull secrets (`--restore-image-pull-secret`, empty names dropped).
     pub fn operator_image(&self) -> Option<crate::builders::OperatorImage> {

@@ -37,6 +37,8 @@ pub struct ControllerConfig {
     /// A deliberately broken operator, for the proof suite to show its checks catch one: the
     /// rule the switch names is broken. Off unless a test sets it.
     pub broken: Option<crate::failpoints::Broken>,
+    /// Where the operator and the monitoring run (the members' NetworkPolicies).
+    pub network: crate::builders::NetworkAccess,
 }
 
 impl Default for ControllerConfig {
@@ -52,6 +54,7 @@ impl Default for ControllerConfig {
             restore_image: None,
             failpoints: crate::failpoints::Failpoints::default(),
             broken: None,
+            network: crate::builders::NetworkAccess::default(),
         }
     }
 }

@@ -76,6 +76,8 @@ pub struct ClusterView {
     pub recover_automatically: bool,
     /// The cluster carries the approval annotation (`etcd.database.coreos.com/recover=now`).
     pub recover_now: bool,
+    /// `spec.network` (empty when the spec has none).
+    pub network: etcd_shared::types::NetworkSpec,
 }
 
 impl ClusterView {
@@ -164,6 +166,7 @@ impl ClusterView {
                 .as_ref()
                 .and_then(|a| a.get(names::ANNOTATION_RECOVER))
                 .is_some_and(|v| v == names::RECOVER_NOW),
+            network: spec.network.clone().unwrap_or_default(),
         })
     }
 

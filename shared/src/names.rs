@@ -117,6 +117,11 @@ pub fn operator_tls_secret_name(cluster: &str) -> String {
     format!("{cluster}-operator-tls")
 }
 
+/// Name of the NetworkPolicy of a cluster's members.
+pub fn network_policy_name(cluster: &str) -> String {
+    format!("{cluster}-members")
+}
+
 /// Name of the PodDisruptionBudget.
 pub fn pdb_name(cluster: &str) -> String {
     cluster.to_string()

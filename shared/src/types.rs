@@ -20,6 +20,7 @@ use k8s_openapi::api::core::v1::{
     Affinity, EnvVar, LocalObjectReference, PersistentVolumeClaimSpec, PodSecurityContext,
     ResourceRequirements, Toleration, TopologySpreadConstraint,
 };
+use k8s_openapi::api::networking::v1::NetworkPolicyPeer;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -112,6 +113,38 @@ pub struct EtcdClusterSpec {
     /// (members down with their data on their claims) is always waited for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery: Option<RecoverySpec>,
+
+    /// An extension of this operator (not in CoreOS' API): who may reach the members. By
+    /// default the operator keeps a NetworkPolicy that admits the peer port only from the
+    /// cluster's own members, the client port from `clientSelectors` (any pod when unset, as
+    /// CoreOS' clusters were) and from the operator, and the metrics port from anywhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkSpec>,
+}
+
+/// Network access to a cluster's members.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkSpec {
+    /// `Default` (when unset): the operator keeps the cluster's NetworkPolicy (NAME-members).
+    /// `None`: it keeps none (and deletes none a person made).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["Default", "None"]))]
+    pub policy: Option<String>,
+
+    /// Who may reach the client port (2379), as NetworkPolicy peers (podSelector,
+    /// namespaceSelector, ipBlock). Unset or empty: any pod. The operator's own pods are
+    /// always admitted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub client_selectors: Vec<NetworkPolicyPeer>,
+}
+
+/// `spec.network.policy` values.
+pub mod network_policy {
+    /// The operator keeps the cluster's NetworkPolicy (the default).
+    pub const DEFAULT: &str = "Default";
+    /// No NetworkPolicy.
+    pub const NONE: &str = "None";
 }
 
 /// What the controller does when the cluster lost quorum for good.

@@ -249,10 +249,16 @@ fn rule_cases() -> Vec<Case> {
             Want::Allowed(&[]),
         ),
         update(
-            "patch downgrade 3.6.16 -> 3.6.12",
+            "patch downgrade 3.6.16 -> 3.6.14",
+            v("3.6.16"),
+            v("3.6.14"),
+            Want::Allowed(&[]),
+        ),
+        update(
+            "patch downgrade 3.6.16 -> 3.6.12, below the security minimum",
             v("3.6.16"),
             v("3.6.12"),
-            Want::Allowed(&[]),
+            Want::Allowed(&["spec.version: etcd 3.6.12 has known security vulnerabilities"]),
         ),
         update(
             "upgrade skipping a line",

@@ -3,6 +3,7 @@
 
 mod claim;
 pub mod claim_pod;
+mod network_policy;
 mod operator_image;
 mod pdb;
 mod pod;
@@ -12,6 +13,7 @@ mod services;
 /// The builders' input, defined in [`crate::view`].
 pub use crate::view::{ClusterView, InvalidCluster, TlsMode};
 pub use claim::data_claim;
+pub use network_policy::{NetworkAccess, network_policy, wants_network_policy};
 pub use operator_image::{OperatorImage, with_pull_secrets};
 pub use pdb::{disruption_budget, disruption_budget_for};
 pub use pod::member_pod;

@@ -7,6 +7,7 @@
 //! - [`recovery`], starting a recovery from permanent quorum loss (the snapshot it starts
 //!   from, verified).
 
+mod network;
 pub mod pipeline;
 pub mod recovery;
 pub mod runner;

@@ -99,6 +99,7 @@ pub async fn reconcile(
         futures::try_join!(
             apply(ctx, &view, &peer, &caches.services),
             apply(ctx, &view, &client, &caches.services),
+            super::network::keep_network_policy(ctx, &view),
         )?;
         let bootstrapped = previous.and_then(|s| s.size).is_some_and(|s| s > 0);
         let recorded = crate::observe::Recorded {

@@ -123,6 +123,7 @@ impl AdmissionPolicy {
             tls_rules::check(new, &mut report);
             backup_rules::check_safety_backup(new, &mut report);
             spec_rules::check_recovery(new, &mut report);
+            spec_rules::check_network(new, &mut report);
             if let Some(old) = old {
                 update_rules::check(new, old, &self.defaults, &mut report);
             }

@@ -195,6 +195,95 @@ pub(crate) fn check_recovery(cluster: &EtcdCluster, report: &mut Report) {
     }
 }
 
+/// The most client selectors a cluster may list.
+const MAX_CLIENT_SELECTORS: usize = 32;
+
+/// `spec.network`: a known policy, and client selectors that a NetworkPolicy accepts.
+pub(crate) fn check_network(cluster: &EtcdCluster, report: &mut Report) {
+    use crate::types::network_policy::{DEFAULT, NONE};
+    let Some(network) = &cluster.spec.network else {
+        return;
+    };
+    let policy = network.policy.as_deref().unwrap_or(DEFAULT);
+    if ![DEFAULT, NONE].contains(&policy) {
+        report.refuse(
+            "network-policy",
+            "spec.network.policy",
+            format!(
+                "must be {DEFAULT} (the operator keeps the cluster's NetworkPolicy) or {NONE}, got {}",
+                quoted(policy)
+            ),
+        );
+    }
+    if policy == NONE && !network.client_selectors.is_empty() {
+        report.refuse(
+            "network-policy",
+            "spec.network.clientSelectors",
+            format!("has no effect with policy {NONE}: remove it, or set policy {DEFAULT}"),
+        );
+    }
+    if network.client_selectors.len() > MAX_CLIENT_SELECTORS {
+        report.refuse(
+            "network-selectors",
+            "spec.network.clientSelectors",
+            format!(
+                "lists {} peers; at most {MAX_CLIENT_SELECTORS}",
+                network.client_selectors.len()
+            ),
+        );
+    }
+    for (i, peer) in network.client_selectors.iter().enumerate() {
+        let field = format!("spec.network.clientSelectors[{i}]");
+        let selectors = peer.pod_selector.is_some() || peer.namespace_selector.is_some();
+        match &peer.ip_block {
+            Some(_) if selectors => report.refuse(
+                "network-selectors",
+                field,
+                "sets ipBlock beside a selector: a NetworkPolicy peer is either ipBlock or podSelector/namespaceSelector",
+            ),
+            Some(block) => {
+                if !is_cidr(&block.cidr) {
+                    report.refuse(
+                        "network-selectors",
+                        format!("{field}.ipBlock.cidr"),
+                        format!("{} is not a CIDR such as 10.0.0.0/8", quoted(&block.cidr)),
+                    );
+                }
+                for (j, except) in block.except.iter().flatten().enumerate() {
+                    if !is_cidr(except) {
+                        report.refuse(
+                            "network-selectors",
+                            format!("{field}.ipBlock.except[{j}]"),
+                            format!("{} is not a CIDR", quoted(except)),
+                        );
+                    }
+                }
+            }
+            None if !selectors => report.refuse(
+                "network-selectors",
+                field,
+                "names no peer: set podSelector, namespaceSelector or ipBlock (to admit any pod, leave clientSelectors unset)",
+            ),
+            None => {}
+        }
+    }
+}
+
+/// `ADDRESS/PREFIX` with a prefix that fits the address.
+fn is_cidr(text: &str) -> bool {
+    let Some((address, prefix)) = text.split_once('/') else {
+        return false;
+    };
+    let Ok(prefix) = prefix.parse::<u8>() else {
+        return false;
+    };
+    match address.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(_)) => prefix <= 32,
+        Ok(std::net::IpAddr::V6(_)) => prefix <= 128,
+        Err(_) => false,
+    }
+}
+
 /// The recovery approval annotation: its one value is `now`.
 pub(crate) fn check_recover_annotation(cluster: &EtcdCluster, report: &mut Report) {
     use crate::names::{ANNOTATION_RECOVER, RECOVER_NOW};

@@ -806,6 +806,38 @@ fn tls_rules() {
 }
 
 #[test]
+fn network_rules() {
+    let net = |body: &str| quiet(&format!("network:\n{body}"));
+    warnings(&net("  policy: None"), None);
+    warnings(
+        &net(
+            "  clientSelectors:\n  - podSelector:\n      matchLabels:\n        app: api\n  - ipBlock:\n      cidr: 10.0.0.0/8",
+        ),
+        None,
+    );
+    assert_refused(
+        &net("  policy: Strict"),
+        None,
+        "spec.network.policy: must be Default",
+    );
+    assert_refused(
+        &net("  policy: None\n  clientSelectors:\n  - podSelector: {}"),
+        None,
+        "spec.network.clientSelectors: has no effect with policy None",
+    );
+    assert_refused(
+        &net("  clientSelectors:\n  - {}"),
+        None,
+        "spec.network.clientSelectors[0]: names no peer",
+    );
+    assert_refused(
+        &net("  clientSelectors:\n  - ipBlock:\n      cidr: 10.0.0.0/33"),
+        None,
+        "spec.network.clientSelectors[0].ipBlock.cidr: \"10.0.0.0/33\" is not a CIDR",
+    );
+}
+
+#[test]
 fn upgrade_path_rules() {
     let v = |version: &str| quiet(&format!("version: {version}"));
     let allowed = [

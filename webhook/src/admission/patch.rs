@@ -90,6 +90,7 @@ fn without_pod(spec: &EtcdClusterSpec) -> EtcdClusterSpec {
         tls,
         safety_backup,
         recovery,
+        network,
     } = spec;
     EtcdClusterSpec {
         size: *size,
@@ -100,6 +101,7 @@ fn without_pod(spec: &EtcdClusterSpec) -> EtcdClusterSpec {
         tls: tls.clone(),
         safety_backup: safety_backup.clone(),
         recovery: recovery.clone(),
+        network: network.clone(),
     }
 }
 
