@@ -11,10 +11,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, ContainerStatus, EmptyDirVolumeSource, EnvVar, EnvVarSource,
-    HTTPGetAction, ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PersistentVolumeClaimVolumeSource, Pod, PodSpec, Probe, Service, ServicePort, ServiceSpec,
-    Volume, VolumeMount, VolumeResourceRequirements,
+    ConfigMap, ConfigMapProjection, Container, ContainerPort, ContainerStatus,
+    EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction, KeyToPath, ObjectFieldSelector,
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, Pod,
+    PodSpec, Probe, ProjectedVolumeSource, Secret, SecretProjection, SecretVolumeSource, Service,
+    ServicePort, ServiceSpec, Volume, VolumeMount, VolumeProjection, VolumeResourceRequirements,
 };
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -52,6 +53,7 @@ fn main() -> std::process::ExitCode {
         seed_member_starts_on_data_restored_by_init_containers,
         a_graceful_node_shutdown_fails_the_pods_and_keeps_their_claims,
         a_slow_image_pull_keeps_the_pod_pending,
+        secret_and_config_map_volumes_are_refreshed_while_the_pod_runs,
     ])
 }
 
@@ -1749,5 +1751,248 @@ async fn a_slow_image_pull_keeps_the_pod_pending(ctx: TestContext) -> anyhow::Re
         "ready after {:?}, before the pull ended",
         created.elapsed()
     );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Secret and ConfigMap volumes refreshed while the pod runs.
+
+/// The content of `dir/name` (through the volume's symlinks), or empty.
+fn read_volume_file(dir: &Path, name: &str) -> String {
+    std::fs::read_to_string(dir.join(name)).unwrap_or_default()
+}
+
+/// The version directory `..data` of atomic-writer volume `dir` points to.
+fn data_version(dir: &Path) -> anyhow::Result<String> {
+    let target = std::fs::read_link(dir.join("..data"))
+        .with_context(|| format!("{}/..data is not a symlink", dir.display()))?;
+    let name = target.to_string_lossy().into_owned();
+    ensure!(
+        name.starts_with("..") && name != "..data" && !name.contains('/'),
+        "..data -> {name}"
+    );
+    Ok(name)
+}
+
+/// As a kubelet does (what certificate rotation relies on), Secret and ConfigMap files of a
+/// running pod's `secret` and `projected` volumes are refreshed: they are laid out as
+/// `KEY -> ..data/KEY`, `..data -> ..<timestamp>`; an update of the Secret swaps `..data` to a
+/// new version directory (the old one removed) within a few resync periods, and the running
+/// container (not restarted) reads the new content through the same path. A `subPath` mount
+/// keeps the content of the container's start; a deleted ConfigMap leaves its files as they
+/// were (logged).
+async fn secret_and_config_map_volumes_are_refreshed_while_the_pod_runs(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    let kubelet = ctx.kubelet()?;
+    let ns = ctx.ns().to_owned();
+    map_shell_image(&ctx)?;
+    let secrets: Api<Secret> = ctx.api();
+    let maps: Api<ConfigMap> = ctx.api();
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some("tls".into()),
+            ..ObjectMeta::default()
+        },
+        string_data: Some(
+            [
+                ("tls.crt".to_owned(), "v1".to_owned()),
+                ("tls.key".to_owned(), "v1".to_owned()),
+            ]
+            .into(),
+        ),
+        ..Secret::default()
+    };
+    secrets.create(&PostParams::default(), &secret).await?;
+    let map = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("settings".into()),
+            ..ObjectMeta::default()
+        },
+        data: Some([("level".to_owned(), "a".to_owned())].into()),
+        ..ConfigMap::default()
+    };
+    maps.create(&PostParams::default(), &map).await?;
+
+    // Copies what it reads through the mount paths (rewritten to the volumes) to /work.
+    let mut reader = shell_container(
+        &ns,
+        "reader",
+        "while true; do \
+           cat /etc/tls/tls.crt > /work/seen.tmp && mv /work/seen.tmp /work/seen; \
+           cat /etc/pinned.crt > /work/pinned.tmp && mv /work/pinned.tmp /work/pinned; \
+           sleep 0.2; \
+         done",
+    );
+    let mount = |name: &str, path: &str, sub: Option<&str>| VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        sub_path: sub.map(Into::into),
+        read_only: Some(true),
+        ..VolumeMount::default()
+    };
+    reader.volume_mounts.get_or_insert_default().extend([
+        mount("tls", "/etc/tls", None),
+        mount("tls", "/etc/pinned.crt", Some("tls.crt")),
+        mount("bundle", "/etc/bundle", None),
+    ]);
+    let mut pod = pod_with_init_containers("reader", Vec::new(), vec![reader], "Always");
+    let spec = pod.spec.as_mut().context("spec")?;
+    spec.init_containers = None;
+    spec.volumes.get_or_insert_default().extend([
+        Volume {
+            name: "tls".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some("tls".into()),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+        Volume {
+            name: "bundle".into(),
+            projected: Some(ProjectedVolumeSource {
+                sources: Some(vec![
+                    VolumeProjection {
+                        secret: Some(SecretProjection {
+                            name: "tls".into(),
+                            items: Some(vec![KeyToPath {
+                                key: "tls.crt".into(),
+                                path: "certs/tls.crt".into(),
+                                mode: None,
+                            }]),
+                            optional: None,
+                        }),
+                        ..VolumeProjection::default()
+                    },
+                    VolumeProjection {
+                        config_map: Some(ConfigMapProjection {
+                            name: "settings".into(),
+                            items: None,
+                            optional: None,
+                        }),
+                        ..VolumeProjection::default()
+                    },
+                ]),
+                default_mode: None,
+            }),
+            ..Volume::default()
+        },
+    ]);
+    let api: Api<Pod> = ctx.api();
+    api.create(&PostParams::default(), &pod).await?;
+    wait_ready(&api, "reader")
+        .await
+        .with_context(|| logs_on_failure(&ctx, "reader"))?;
+    let work = kubelet.volume_dir(&ns, "reader", "work")?;
+    wait_file(&work.join("seen"), |t| t == "v1").await?;
+    wait_file(&work.join("pinned"), |t| t == "v1").await?;
+    let pid = kubelet.container_pid(&ns, "reader").context("no pid")?;
+
+    // The atomic-writer layout.
+    let tls = kubelet.volume_dir(&ns, "reader", "tls")?;
+    let bundle = kubelet.volume_dir(&ns, "reader", "bundle")?;
+    let first = data_version(&tls)?;
+    for key in ["tls.crt", "tls.key"] {
+        ensure!(
+            std::fs::read_link(tls.join(key))? == Path::new(&format!("..data/{key}")),
+            "{key} is not a symlink into ..data"
+        );
+        let file = tls.join(&first).join(key);
+        ensure!(
+            file.symlink_metadata()?.is_file() && std::fs::read_to_string(&file)? == "v1",
+            "{}",
+            file.display()
+        );
+    }
+    data_version(&bundle)?;
+    ensure!(std::fs::read_link(bundle.join("certs"))? == Path::new("..data/certs"));
+    ensure!(read_volume_file(&bundle, "certs/tls.crt") == "v1");
+    ensure!(read_volume_file(&bundle, "level") == "a");
+
+    // Update both; the volumes follow within a few periods (the deadline has room for a busy
+    // machine).
+    let updated = Instant::now();
+    secrets
+        .patch(
+            "tls",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({
+                "stringData": { "tls.crt": "v2", "tls.key": "v2" }
+            })),
+        )
+        .await?;
+    maps.patch(
+        "settings",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({ "data": { "level": "b" } })),
+    )
+    .await?;
+    let period = kubelet.volume_resync();
+    let deadline = period * 3 + Duration::from_secs(10);
+    poll_until("the secret volume to hold v2", deadline, || async {
+        Ok::<_, std::convert::Infallible>(
+            (read_volume_file(&tls, "tls.crt") == "v2"
+                && read_volume_file(&tls, "tls.key") == "v2")
+                .then_some(()),
+        )
+    })
+    .await
+    .with_context(|| kubelet.log_tails(Some(&ns), 30))?;
+    eprintln!(
+        "secret volume refreshed {:?} after the update (resync period {period:?})",
+        updated.elapsed()
+    );
+    poll_until(
+        "the projected volume to hold v2 and b",
+        deadline,
+        || async {
+            Ok::<_, std::convert::Infallible>(
+                (read_volume_file(&bundle, "certs/tls.crt") == "v2"
+                    && read_volume_file(&bundle, "level") == "b")
+                    .then_some(()),
+            )
+        },
+    )
+    .await
+    .with_context(|| kubelet.log_tails(Some(&ns), 30))?;
+    // A swap of ..data to a new version; the old one is gone, the user-visible links stay.
+    let second = data_version(&tls)?;
+    ensure!(second != first, "..data still points to {first}");
+    ensure!(!tls.join(&first).exists(), "{first} was not removed");
+    ensure!(std::fs::read_link(tls.join("tls.crt"))? == Path::new("..data/tls.crt"));
+    let version = std::fs::canonicalize(tls.join("..data"))?;
+    ensure!(
+        std::fs::read_to_string(version.join("tls.crt"))? == "v2"
+            && std::fs::read_to_string(version.join("tls.key"))? == "v2"
+    );
+
+    // The running container reads the new files through the same path; its subPath copy does
+    // not change.
+    wait_file(&work.join("seen"), |t| t == "v2").await?;
+    ensure!(
+        kubelet.container_pid(&ns, "reader") == Some(pid),
+        "the container was restarted"
+    );
+    let pinned = std::fs::read_to_string(work.join("pinned"))?;
+    ensure!(pinned == "v1", "the subPath mount changed: {pinned:?}");
+
+    // A deleted ConfigMap: the volume keeps its files (and the kubelet says so).
+    maps.delete("settings", &DeleteParams::default()).await?;
+    poll_until(
+        "the kubelet to log the missing configmap",
+        deadline,
+        || async {
+            Ok::<_, std::convert::Infallible>(
+                kubelet
+                    .log_tails(Some(&ns), 200)
+                    .contains("volume bundle not refreshed: configmap \"settings\" not found")
+                    .then_some(()),
+            )
+        },
+    )
+    .await
+    .with_context(|| kubelet.log_tails(Some(&ns), 30))?;
+    ensure!(read_volume_file(&bundle, "level") == "b");
+    ensure!(read_volume_file(&bundle, "certs/tls.crt") == "v2");
     Ok(())
 }

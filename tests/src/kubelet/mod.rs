@@ -5,7 +5,8 @@
 //! [`nodes`], runs kube-scheduler instead), and for every pod bound to it: gives the pod an IP
 //! and DNS name on the pod network ([`netns`]) and a cgroup ([`cgroup`]), maps its images to
 //! local binaries ([`images`]), sets up its volumes as
-//! directories ([`volumes`]), expands its command line and environment ([`expand`]), runs its
+//! directories ([`volumes`]; Secret and ConfigMap files are kept up to date while it runs,
+//! `refresh`), expands its command line and environment ([`expand`]), runs its
 //! init containers one at a time, in order, each to completion, then each container as a child
 //! process restarted per `restartPolicy`, runs its probes ([`probes`]) and writes its status
 //! ([`status`]). A changed container image restarts that container on the new binary (how the
@@ -42,8 +43,9 @@
 //!
 //! Not a full kubelet: no sidecar containers, no `kubectl logs`/`exec`/port-forward (there is
 //! no kubelet API server), no resource limits, no Service virtual IPs (nothing routes ClusterIPs),
-//! secrets and config maps are written once per pod start.
+//! downward-API volume files and service-account tokens are written once per pod start.
 
+pub mod atomic_writer;
 pub mod cgroup;
 mod container;
 pub mod expand;
@@ -56,6 +58,7 @@ pub mod node;
 pub mod nodes;
 pub mod partition;
 pub mod probes;
+mod refresh;
 mod runtime;
 pub mod status;
 pub mod volumes;
@@ -138,6 +141,15 @@ pub struct KubeletOptions {
     /// The API server URL, for `KUBERNETES_SERVICE_HOST`/`_PORT` in containers (ClusterIPs
     /// are not routed, so in-cluster clients are pointed at it directly). `Suite` sets it.
     pub apiserver_url: Option<String>,
+    /// How often the files of running pods' `secret`, `configMap` and `projected` volumes are
+    /// compared with their Secrets and ConfigMaps and swapped when those changed (see
+    /// [`volumes`]). Default 2 s. A real kubelet takes its sync period (1 min) plus its cache
+    /// TTL or watch delay, about 60-90 s, for an update to show in a pod; tests want to see
+    /// that a process picks up new files (certificate rotation) without waiting minutes, and
+    /// the mechanism (a `..data` swap under a running process) is the same whatever the
+    /// delay. A program must not count on the delay being short. Zero: files are written once
+    /// per pod start and never refreshed.
+    pub volume_resync: Duration,
 }
 
 impl Default for KubeletOptions {
@@ -164,6 +176,7 @@ impl Default for KubeletOptions {
             backoff_reset: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(5),
             apiserver_url: None,
+            volume_resync: Duration::from_secs(2),
         }
     }
 }
@@ -298,6 +311,9 @@ pub(crate) struct Shared {
     pub(crate) next_seq: std::sync::atomic::AtomicU64,
     /// How long a pull of an image starting with each prefix takes (none: images are local).
     pub(crate) pull_delays: Mutex<Vec<(String, Duration)>>,
+    /// The refreshable volumes of the pods whose volumes are set up, by UID (see
+    /// [`refresh`]).
+    pub(crate) refreshable: Mutex<BTreeMap<String, refresh::PodVolumes>>,
     /// True while the kubelet is silenced ([`Kubelet::silence`]).
     pub(crate) silenced: tokio::sync::watch::Sender<bool>,
     /// Silences so far; a pod watch started in epoch N brings the pods' state up to date in
@@ -527,6 +543,7 @@ impl Kubelet {
             shutting_down: AtomicBool::new(false),
             next_seq: Default::default(),
             pull_delays: Mutex::new(Vec::new()),
+            refreshable: Mutex::new(BTreeMap::new()),
             silenced: tokio::sync::watch::Sender::new(false),
             silence_epoch: Default::default(),
             listed_epoch: std::sync::atomic::AtomicU64::new(u64::MAX),
@@ -543,6 +560,7 @@ impl Kubelet {
             tokio::spawn(heartbeat.run()),
             tokio::spawn(watch_pods(shared.clone())),
             tokio::spawn(watch_claims(shared.clone())),
+            tokio::spawn(refresh::run(shared.clone())),
         ];
         if shared.options.bind_pods {
             tasks.push(tokio::spawn(node::bind_pending(client, config, log)));
@@ -574,6 +592,12 @@ impl Kubelet {
     /// The pod network.
     pub fn network(&self) -> &'static PodNetwork {
         self.shared.network
+    }
+
+    /// How often Secret and ConfigMap volume files are refreshed
+    /// ([`KubeletOptions::volume_resync`]).
+    pub fn volume_resync(&self) -> Duration {
+        self.shared.options.volume_resync
     }
 
     /// The image rules; register more at any time.

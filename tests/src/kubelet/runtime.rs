@@ -7,7 +7,7 @@
 //! they run in ([`Worker::run_init_containers`]) and the restart verdict differ: an init
 //! container is restarted only when it failed (and `restartPolicy` is not `Never`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -26,6 +26,7 @@ use super::container::{ContainerRt, Instance, exit_code};
 use super::expand::{self, EnvSources, MountMap};
 use super::images::ImageMapping;
 use super::probes::{self, ExecContext, ProbeEvent, ProbeKind, ProbeTarget};
+use super::refresh::{self, PodVolumes};
 use super::status::{self, PodView};
 use super::volumes;
 use super::{PodEntry, PodInfo, PodLogs, Shared, lock};
@@ -120,6 +121,7 @@ pub(crate) fn spawn_worker(shared: Arc<Shared>, pod: Pod, seq: u64) -> PodEntry 
         ip: None,
         sandbox_ready: false,
         volumes: BTreeMap::new(),
+        atomic_volumes: BTreeSet::new(),
         pod_message: None,
         next_setup: Instant::now(),
         last_patch: None,
@@ -160,6 +162,8 @@ struct Worker {
     ip: Option<Ipv4Addr>,
     sandbox_ready: bool,
     volumes: BTreeMap<String, PathBuf>,
+    /// The volumes in the atomic-writer layout (their `subPath` mounts are copies).
+    atomic_volumes: BTreeSet<String>,
     pod_message: Option<String>,
     next_setup: Instant,
     last_patch: Option<serde_json::Value>,
@@ -401,9 +405,19 @@ impl Worker {
             match volumes::prepare(&self.shared.client, &self.shared.dirs, &self.pod, &sources)
                 .await
             {
-                Ok(volumes) => {
-                    lock(&self.info).volumes = volumes.clone();
-                    self.volumes = volumes;
+                Ok(prepared) => {
+                    lock(&self.info).volumes = prepared.dirs.clone();
+                    self.volumes = prepared.dirs;
+                    self.atomic_volumes = prepared.atomic;
+                    refresh::register(
+                        &self.shared,
+                        &self.uid,
+                        PodVolumes {
+                            namespace: self.namespace.clone(),
+                            name: self.name.clone(),
+                            volumes: prepared.refreshable,
+                        },
+                    );
                     self.sandbox_ready = true;
                     self.pod_message = None;
                     if let Err(e) = std::fs::create_dir_all(&self.log_dir) {
@@ -632,11 +646,24 @@ impl Worker {
                 .unwrap_or_else(|| DEFAULT_TERMINATION_MESSAGE_PATH.to_owned()),
             termination,
         )];
-        for mount in container.volume_mounts.iter().flatten() {
+        for (index, mount) in container.volume_mounts.iter().flatten().enumerate() {
             let Some(dir) = self.volumes.get(&mount.name) else {
                 return Err(format!("volumeMount {:?}: no such volume", mount.name));
             };
             let dir = match mount.sub_path.as_deref().filter(|s| !s.is_empty()) {
+                // A copy (a kubelet bind-mounts the file of the version current at the start).
+                Some(sub) if self.atomic_volumes.contains(&mount.name) => {
+                    let dest = self
+                        .shared
+                        .dirs
+                        .pod_dir(&self.uid)
+                        .join("volume-subpaths")
+                        .join(&mount.name)
+                        .join(&container.name)
+                        .join(index.to_string());
+                    volumes::snapshot_sub_path(dir, sub, &dest)
+                        .map_err(|e| format!("subPath {sub:?} of volume {}: {e}", mount.name))?
+                }
                 Some(sub) => {
                     let path = dir.join(sub.trim_start_matches('/'));
                     if !path.exists() {
@@ -1133,6 +1160,7 @@ impl Worker {
             let _ = tokio::task::spawn_blocking(move || network.release(ip)).await;
         }
         self.ip = None;
+        refresh::forget(&self.shared, &self.uid);
         let pod_dir = self.shared.dirs.pod_dir(&self.uid);
         if let Err(e) = std::fs::remove_dir_all(&pod_dir)
             && e.kind() != std::io::ErrorKind::NotFound
@@ -1203,6 +1231,7 @@ impl Worker {
                 Err(e) => self.log(format_args!("releasing {ip}: {e}")),
             }
         }
+        refresh::forget(&self.shared, &self.uid);
         let pod_dir = self.shared.dirs.pod_dir(&self.uid);
         if let Err(e) = std::fs::remove_dir_all(&pod_dir)
             && e.kind() != std::io::ErrorKind::NotFound

@@ -10,14 +10,22 @@
 //!   deletes that PV and the directory (see [`forget_claim`]).
 //! - `secret`, `configMap`, `downwardAPI` and `projected` (including the service-account
 //!   token the ServiceAccount admission plugin adds) are files written from the objects when
-//!   the pod starts; they are not refreshed while it runs.
+//!   the pod starts, in a kubelet's atomic-writer layout (`KEY -> ..data/KEY`,
+//!   `..data -> ..<timestamp>`, see [`super::atomic_writer`]). While the pod runs, the files
+//!   that come from Secrets and ConfigMaps (of `secret`, `configMap` and `projected` volumes)
+//!   are refreshed: the kubelet re-reads the objects every
+//!   [`super::KubeletOptions::volume_resync`] and swaps `..data` to a new version when they
+//!   changed (the kubelet's `refresh` task). Downward-API files and service-account tokens are not
+//!   refreshed (a token is valid for an hour, longer than any test). A `subPath` mount of such
+//!   a volume is a copy taken when the container starts, so it is not refreshed either, as in
+//!   Kubernetes (`snapshot_sub_path`).
 //! - `hostPath` is the host path itself.
 //!
 //! Containers see these directories through mount-path rewriting (see [`super::expand`]).
 
-use std::collections::BTreeMap;
-use std::os::unix::fs::PermissionsExt as _;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{
@@ -30,6 +38,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 
+use super::atomic_writer::{self, FileProjection, Payload};
 use super::expand::{EnvSources, field_value};
 
 /// Label on the PersistentVolumes the kubelet creates.
@@ -119,28 +128,27 @@ fn create_dir(path: &Path) -> Result<(), VolumeError> {
     std::fs::create_dir_all(path).map_err(io(format!("creating {}", path.display())))
 }
 
-/// Writes `bytes` to `dir/relative` with `mode` (replacing a read-only file of an earlier
-/// attempt).
-fn write_file(dir: &Path, relative: &str, bytes: &[u8], mode: u32) -> Result<(), VolumeError> {
-    let relative = relative.trim_start_matches('/');
-    if relative.split('/').any(|c| c == "..") {
-        return Err(VolumeError::Missing(format!(
-            "refusing path {relative:?} outside the volume"
-        )));
-    }
-    let path = dir.join(relative);
-    if let Some(parent) = path.parent() {
-        create_dir(parent)?;
-    }
-    let _ = std::fs::remove_file(&path);
-    std::fs::write(&path, bytes).map_err(io(format!("writing {}", path.display())))?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode & 0o777))
-        .map_err(io(format!("chmod {}", path.display())))
+/// Adds `bytes` at `relative` to `payload`.
+fn add_file(
+    payload: &mut Payload,
+    relative: &str,
+    bytes: &[u8],
+    mode: u32,
+) -> Result<(), VolumeError> {
+    let path = atomic_writer::clean_path(relative).map_err(VolumeError::Missing)?;
+    payload.insert(
+        path,
+        FileProjection {
+            data: bytes.to_vec(),
+            mode: mode & 0o777,
+        },
+    );
+    Ok(())
 }
 
-/// Writes `keys` (key → bytes) into `dir`, all of them or the `items` selected.
-fn write_keys(
-    dir: &Path,
+/// Adds `keys` (key → bytes) to `payload`, all of them or the `items` selected.
+fn add_keys(
+    payload: &mut Payload,
     what: &str,
     keys: &BTreeMap<String, Vec<u8>>,
     items: Option<&[KeyToPath]>,
@@ -150,14 +158,14 @@ fn write_keys(
     match items {
         None => {
             for (key, bytes) in keys {
-                write_file(dir, key, bytes, default_mode)?;
+                add_file(payload, key, bytes, default_mode)?;
             }
         }
         Some(items) => {
             for item in items {
                 match keys.get(&item.key) {
-                    Some(bytes) => write_file(
-                        dir,
+                    Some(bytes) => add_file(
+                        payload,
                         &item.path,
                         bytes,
                         item.mode.map_or(default_mode, |m| m as u32),
@@ -209,16 +217,203 @@ fn config_map_keys(map: &ConfigMap) -> BTreeMap<String, Vec<u8>> {
     keys
 }
 
-/// Sets up the pod's volumes and returns volume name → host directory.
-pub async fn prepare(
+/// The kind of object a volume's files come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Kind {
+    /// A Secret.
+    Secret,
+    /// A ConfigMap.
+    ConfigMap,
+}
+
+impl Kind {
+    fn word(self) -> &'static str {
+        match self {
+            Self::Secret => "secret",
+            Self::ConfigMap => "configmap",
+        }
+    }
+}
+
+/// The keys of the objects a volume refers to, by (kind, name); `None`: the object does not
+/// exist.
+pub(crate) type Objects = BTreeMap<(Kind, String), Option<BTreeMap<String, Vec<u8>>>>;
+
+/// The keys of a Secret or ConfigMap a volume (or a projection of one) holds.
+#[derive(Debug, Clone)]
+pub(crate) struct KeySource {
+    pub(crate) kind: Kind,
+    pub(crate) name: String,
+    items: Option<Vec<KeyToPath>>,
+    mode: u32,
+    optional: bool,
+}
+
+/// What the files of a `secret`, `configMap`, `downwardAPI` or `projected` volume are made of,
+/// in order (a later source's file replaces an earlier one's of the same path).
+#[derive(Debug, Clone)]
+pub(crate) enum Source {
+    /// The keys of a Secret or ConfigMap: read again on each refresh.
+    Keys(KeySource),
+    /// Files computed when the volume was set up (downward-API items, a service-account
+    /// token): kept as they are on a refresh.
+    Fixed(Payload),
+}
+
+/// The files of `sources` built from `objects` (which must hold every object they refer to).
+/// A missing object or key that is not optional is an error.
+pub(crate) fn build(sources: &[Source], objects: &Objects) -> Result<Payload, VolumeError> {
+    let mut payload = Payload::new();
+    for source in sources {
+        match source {
+            Source::Keys(k) => {
+                let what = format!("{} {}", k.kind.word(), k.name);
+                match objects
+                    .get(&(k.kind, k.name.clone()))
+                    .and_then(Option::as_ref)
+                {
+                    Some(keys) => add_keys(
+                        &mut payload,
+                        &what,
+                        keys,
+                        k.items.as_deref(),
+                        k.mode,
+                        k.optional,
+                    )?,
+                    None if k.optional => {}
+                    None => {
+                        return Err(VolumeError::Missing(format!(
+                            "{} {:?} not found",
+                            k.kind.word(),
+                            k.name
+                        )));
+                    }
+                }
+            }
+            Source::Fixed(files) => payload.extend(files.clone()),
+        }
+    }
+    Ok(payload)
+}
+
+/// Reads the objects `sources` refer to.
+async fn fetch(
+    client: &kube::Client,
+    ns: &str,
+    sources: &[Source],
+) -> Result<Objects, VolumeError> {
+    let mut objects = Objects::new();
+    for source in sources {
+        let Source::Keys(k) = source else { continue };
+        let key = (k.kind, k.name.clone());
+        if objects.contains_key(&key) {
+            continue;
+        }
+        let what = format!("getting {} {}", k.kind.word(), k.name);
+        let keys = match k.kind {
+            Kind::Secret => Api::<Secret>::namespaced(client.clone(), ns)
+                .get_opt(&k.name)
+                .await
+                .map_err(api(what))?
+                .as_ref()
+                .map(secret_keys),
+            Kind::ConfigMap => Api::<ConfigMap>::namespaced(client.clone(), ns)
+                .get_opt(&k.name)
+                .await
+                .map_err(api(what))?
+                .as_ref()
+                .map(config_map_keys),
+        };
+        objects.insert(key, keys);
+    }
+    Ok(objects)
+}
+
+/// The keys of every Secret (with `secrets`) and ConfigMap (with `config_maps`) of `ns`, read
+/// with one list each: what a refresh builds volumes from.
+pub(crate) async fn list_objects(
+    client: &kube::Client,
+    ns: &str,
+    secrets: bool,
+    config_maps: bool,
+) -> Result<BTreeMap<(Kind, String), BTreeMap<String, Vec<u8>>>, kube::Error> {
+    let mut out = BTreeMap::new();
+    let params = kube::api::ListParams::default();
+    if secrets {
+        for s in Api::<Secret>::namespaced(client.clone(), ns)
+            .list(&params)
+            .await?
+        {
+            out.insert(
+                (Kind::Secret, s.metadata.name.clone().unwrap_or_default()),
+                secret_keys(&s),
+            );
+        }
+    }
+    if config_maps {
+        for m in Api::<ConfigMap>::namespaced(client.clone(), ns)
+            .list(&params)
+            .await?
+        {
+            out.insert(
+                (Kind::ConfigMap, m.metadata.name.clone().unwrap_or_default()),
+                config_map_keys(&m),
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// A `secret`, `configMap` or `projected` volume with Secret or ConfigMap keys, as the kubelet
+/// keeps it up to date while the pod runs (see [`super::refresh`]).
+#[derive(Debug)]
+pub(crate) struct Refreshable {
+    /// The volume name.
+    pub(crate) volume: String,
+    /// Its host directory.
+    pub(crate) dir: PathBuf,
+    pub(crate) sources: Vec<Source>,
+    /// The files it holds.
+    pub(crate) payload: Payload,
+    /// Any read of the objects that started after this is at least as new as what `payload`
+    /// was built from (a read that started earlier could undo a newer write).
+    pub(crate) as_of: Instant,
+    /// The last refresh failure, logged once.
+    pub(crate) failure: Option<String>,
+}
+
+impl Refreshable {
+    /// The (kind, name) of each object the volume refers to.
+    pub(crate) fn objects(&self) -> impl Iterator<Item = (Kind, &str)> {
+        self.sources.iter().filter_map(|s| match s {
+            Source::Keys(k) => Some((k.kind, k.name.as_str())),
+            Source::Fixed(_) => None,
+        })
+    }
+}
+
+/// A pod's volumes once set up.
+#[derive(Debug, Default)]
+pub(crate) struct Prepared {
+    /// Volume name → host directory.
+    pub(crate) dirs: BTreeMap<String, PathBuf>,
+    /// The volumes written in the atomic-writer layout ([`atomic_writer`]): `secret`,
+    /// `configMap`, `downwardAPI`, `projected`.
+    pub(crate) atomic: BTreeSet<String>,
+    /// Those the kubelet refreshes (they hold Secret or ConfigMap keys).
+    pub(crate) refreshable: Vec<Refreshable>,
+}
+
+/// Sets up the pod's volumes.
+pub(crate) async fn prepare(
     client: &kube::Client,
     dirs: &KubeletDirs,
     pod: &Pod,
     sources: &EnvSources,
-) -> Result<BTreeMap<String, PathBuf>, VolumeError> {
+) -> Result<Prepared, VolumeError> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-    let mut out = BTreeMap::new();
+    let mut out = Prepared::default();
     for volume in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
         let dir = if let Some(claim) = &volume.persistent_volume_claim {
             ensure_claim(client, dirs, ns, &claim.claim_name).await?
@@ -228,143 +423,91 @@ pub async fn prepare(
                 create_dir(&path)?;
             }
             path
-        } else {
+        } else if volume.empty_dir.is_some() {
             let dir = dirs.pod_volume_dir(uid, &volume.name);
             create_dir(&dir)?;
-            fill(client, ns, pod, volume, &dir, sources).await?;
+            dir
+        } else {
+            let dir = dirs.pod_volume_dir(uid, &volume.name);
+            let files = plan(client, ns, pod, volume, sources).await?;
+            let objects = fetch(client, ns, &files).await?;
+            let as_of = Instant::now();
+            let payload = build(&files, &objects)?;
+            atomic_writer::write(&dir, &payload)
+                .map_err(io(format!("writing volume {}", volume.name)))?;
+            out.atomic.insert(volume.name.clone());
+            if files.iter().any(|s| matches!(s, Source::Keys(_))) {
+                out.refreshable.push(Refreshable {
+                    volume: volume.name.clone(),
+                    dir: dir.clone(),
+                    sources: files,
+                    payload,
+                    as_of,
+                    failure: None,
+                });
+            }
             dir
         };
-        out.insert(volume.name.clone(), dir);
+        out.dirs.insert(volume.name.clone(), dir);
     }
     Ok(out)
 }
 
-/// Fills a pod-local volume directory (emptyDir stays empty).
-async fn fill(
+/// What the files of a `secret`, `configMap`, `downwardAPI` or `projected` volume are made of.
+async fn plan(
     client: &kube::Client,
     ns: &str,
     pod: &Pod,
     volume: &Volume,
-    dir: &Path,
     sources: &EnvSources,
-) -> Result<(), VolumeError> {
-    if volume.empty_dir.is_some() {
-        return Ok(());
-    }
+) -> Result<Vec<Source>, VolumeError> {
     if let Some(s) = &volume.secret {
-        let name = s.secret_name.clone().unwrap_or_default();
-        let mode = s.default_mode.map_or(0o644, |m| m as u32);
-        return write_secret(
-            client,
-            ns,
-            &name,
-            dir,
-            s.items.as_deref(),
-            mode,
-            s.optional.unwrap_or(false),
-        )
-        .await;
+        return Ok(vec![Source::Keys(KeySource {
+            kind: Kind::Secret,
+            name: s.secret_name.clone().unwrap_or_default(),
+            items: s.items.clone(),
+            mode: s.default_mode.map_or(0o644, |m| m as u32),
+            optional: s.optional.unwrap_or(false),
+        })]);
     }
     if let Some(c) = &volume.config_map {
-        let mode = c.default_mode.map_or(0o644, |m| m as u32);
-        return write_config_map(
-            client,
-            ns,
-            &c.name,
-            dir,
-            c.items.as_deref(),
-            mode,
-            c.optional.unwrap_or(false),
-        )
-        .await;
+        return Ok(vec![Source::Keys(KeySource {
+            kind: Kind::ConfigMap,
+            name: c.name.clone(),
+            items: c.items.clone(),
+            mode: c.default_mode.map_or(0o644, |m| m as u32),
+            optional: c.optional.unwrap_or(false),
+        })]);
     }
     if let Some(d) = &volume.downward_api {
         let mode = d.default_mode.map_or(0o644, |m| m as u32);
-        return write_downward(
+        return Ok(vec![Source::Fixed(downward_files(
             pod,
             sources,
-            dir,
             d.items.as_deref().unwrap_or_default(),
             mode,
-        );
+        )?)]);
     }
     if let Some(p) = &volume.projected {
         let mode = p.default_mode.map_or(0o644, |m| m as u32);
+        let mut out = Vec::new();
         for source in p.sources.iter().flatten() {
-            project(client, ns, pod, sources, dir, source, mode).await?;
+            project(client, ns, pod, sources, source, mode, &mut out).await?;
         }
-        return Ok(());
+        return Ok(out);
     }
     Err(VolumeError::Unsupported {
         volume: volume.name.clone(),
     })
 }
 
-async fn write_secret(
-    client: &kube::Client,
-    ns: &str,
-    name: &str,
-    dir: &Path,
-    items: Option<&[KeyToPath]>,
-    mode: u32,
-    optional: bool,
-) -> Result<(), VolumeError> {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    match secrets
-        .get_opt(name)
-        .await
-        .map_err(api(format!("getting secret {name}")))?
-    {
-        Some(secret) => write_keys(
-            dir,
-            &format!("secret {name}"),
-            &secret_keys(&secret),
-            items,
-            mode,
-            optional,
-        ),
-        None if optional => Ok(()),
-        None => Err(VolumeError::Missing(format!("secret {name:?} not found"))),
-    }
-}
-
-async fn write_config_map(
-    client: &kube::Client,
-    ns: &str,
-    name: &str,
-    dir: &Path,
-    items: Option<&[KeyToPath]>,
-    mode: u32,
-    optional: bool,
-) -> Result<(), VolumeError> {
-    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    match maps
-        .get_opt(name)
-        .await
-        .map_err(api(format!("getting configmap {name}")))?
-    {
-        Some(map) => write_keys(
-            dir,
-            &format!("configmap {name}"),
-            &config_map_keys(&map),
-            items,
-            mode,
-            optional,
-        ),
-        None if optional => Ok(()),
-        None => Err(VolumeError::Missing(format!(
-            "configmap {name:?} not found"
-        ))),
-    }
-}
-
-fn write_downward(
+fn downward_files(
     pod: &Pod,
     sources: &EnvSources,
-    dir: &Path,
     items: &[DownwardAPIVolumeFile],
     mode: u32,
-) -> Result<(), VolumeError> {
+) -> Result<Payload, VolumeError> {
+    let mut payload = Payload::new();
     for item in items {
         let Some(field) = &item.field_ref else {
             return Err(VolumeError::Missing(format!(
@@ -374,57 +517,51 @@ fn write_downward(
         };
         let value = field_value(pod, sources, &field.field_path)
             .map_err(|e| VolumeError::Missing(format!("downwardAPI {}: {e}", item.path)))?;
-        write_file(
-            dir,
+        add_file(
+            &mut payload,
             &item.path,
             value.as_bytes(),
             item.mode.map_or(mode, |m| m as u32),
         )?;
     }
-    Ok(())
+    Ok(payload)
 }
 
+/// Appends the sources of one projection of a `projected` volume to `out`.
 async fn project(
     client: &kube::Client,
     ns: &str,
     pod: &Pod,
     sources: &EnvSources,
-    dir: &Path,
     source: &VolumeProjection,
     mode: u32,
+    out: &mut Vec<Source>,
 ) -> Result<(), VolumeError> {
     if let Some(s) = &source.secret {
-        write_secret(
-            client,
-            ns,
-            &s.name,
-            dir,
-            s.items.as_deref(),
+        out.push(Source::Keys(KeySource {
+            kind: Kind::Secret,
+            name: s.name.clone(),
+            items: s.items.clone(),
             mode,
-            s.optional.unwrap_or(false),
-        )
-        .await?;
+            optional: s.optional.unwrap_or(false),
+        }));
     }
     if let Some(c) = &source.config_map {
-        write_config_map(
-            client,
-            ns,
-            &c.name,
-            dir,
-            c.items.as_deref(),
+        out.push(Source::Keys(KeySource {
+            kind: Kind::ConfigMap,
+            name: c.name.clone(),
+            items: c.items.clone(),
             mode,
-            c.optional.unwrap_or(false),
-        )
-        .await?;
+            optional: c.optional.unwrap_or(false),
+        }));
     }
     if let Some(d) = &source.downward_api {
-        write_downward(
+        out.push(Source::Fixed(downward_files(
             pod,
             sources,
-            dir,
             d.items.as_deref().unwrap_or_default(),
             mode,
-        )?;
+        )?));
     }
     if let Some(t) = &source.service_account_token {
         let account = pod
@@ -454,9 +591,48 @@ async fn project(
                 "requesting a token for serviceaccount {account}"
             )))?;
         let token = issued.status.and_then(|s| s.token).unwrap_or_default();
-        write_file(dir, &t.path, token.as_bytes(), mode)?;
+        let mut files = Payload::new();
+        add_file(&mut files, &t.path, token.as_bytes(), mode)?;
+        out.push(Source::Fixed(files));
     }
     Ok(())
+}
+
+/// The host path a container's `subPath` mount of atomic-writer volume `dir` stands for: a
+/// copy of what `dir/sub` holds now at `dest` (created as an empty directory when `dir/sub`
+/// does not exist). As a kubelet's bind mount of a subPath, it does not follow later updates of
+/// the volume, and a restarted container gets a fresh copy.
+pub(crate) fn snapshot_sub_path(dir: &Path, sub: &str, dest: &Path) -> std::io::Result<PathBuf> {
+    fn copy(from: &Path, to: &Path) -> std::io::Result<()> {
+        // Follows the volume's symlinks: `from` is a file or directory of the current version.
+        let meta = std::fs::metadata(from)?;
+        if meta.is_dir() {
+            std::fs::create_dir_all(to)?;
+            for entry in std::fs::read_dir(from)? {
+                let entry = entry?;
+                copy(&entry.path(), &to.join(entry.file_name()))?;
+            }
+        } else {
+            std::fs::copy(from, to)?;
+        }
+        std::fs::set_permissions(to, meta.permissions())
+    }
+    if dest.is_dir() && !dest.is_symlink() {
+        std::fs::remove_dir_all(dest)?;
+    } else if dest.symlink_metadata().is_ok() {
+        std::fs::remove_file(dest)?;
+    }
+    if let Some(parent) = dest.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let sub = atomic_writer::clean_path(sub).map_err(std::io::Error::other)?;
+    let source = dir.join(sub);
+    if source.exists() {
+        copy(&source, dest)?;
+    } else {
+        std::fs::create_dir_all(dest)?;
+    }
+    Ok(dest.to_owned())
 }
 
 fn claim_pv_name(uid: &str) -> String {
@@ -596,36 +772,127 @@ pub fn wipe_contents(dir: &Path) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
+    fn keys(kind: Kind, name: &str, optional: bool, items: Option<Vec<KeyToPath>>) -> Source {
+        Source::Keys(KeySource {
+            kind,
+            name: name.into(),
+            items,
+            mode: 0o400,
+            optional,
+        })
+    }
+
     #[test]
-    fn keys_are_written_with_items_and_modes() {
-        let dir = tempfile::tempdir().unwrap();
-        let keys = BTreeMap::from([
+    fn payloads_follow_items_modes_and_optional() {
+        let secret = BTreeMap::from([
             ("peer.crt".to_owned(), b"CRT".to_vec()),
             ("peer.key".to_owned(), b"KEY".to_vec()),
         ]);
-        write_keys(dir.path(), "secret s", &keys, None, 0o400, false).unwrap();
-        // A second attempt replaces read-only files.
-        write_keys(dir.path(), "secret s", &keys, None, 0o400, false).unwrap();
-        let meta = std::fs::metadata(dir.path().join("peer.key")).unwrap();
-        assert_eq!(meta.permissions().mode() & 0o777, 0o400);
-        let items = [KeyToPath {
+        let objects = Objects::from([
+            ((Kind::Secret, "s".to_owned()), Some(secret)),
+            ((Kind::ConfigMap, "gone".to_owned()), None),
+        ]);
+        let all = build(&[keys(Kind::Secret, "s", false, None)], &objects).unwrap();
+        assert_eq!(all.len(), 2);
+        assert_eq!(all["peer.key"].mode, 0o400);
+        let items = vec![KeyToPath {
             key: "peer.crt".into(),
-            path: "sub/cert.pem".into(),
-            mode: None,
+            path: "/sub/cert.pem".into(),
+            mode: Some(0o640),
         }];
-        write_keys(dir.path(), "secret s", &keys, Some(&items), 0o644, false).unwrap();
-        assert_eq!(
-            std::fs::read(dir.path().join("sub/cert.pem")).unwrap(),
-            b"CRT"
-        );
-        let missing = [KeyToPath {
+        let fixed = Payload::from([(
+            "sub/cert.pem".to_owned(),
+            FileProjection {
+                data: b"FIXED".to_vec(),
+                mode: 0o644,
+            },
+        )]);
+        // Projected: in order, a later source wins a path.
+        let both = build(
+            &[
+                Source::Fixed(fixed.clone()),
+                keys(Kind::Secret, "s", false, Some(items.clone())),
+            ],
+            &objects,
+        )
+        .unwrap();
+        assert_eq!(both["sub/cert.pem"].data, b"CRT");
+        assert_eq!(both["sub/cert.pem"].mode, 0o640);
+        let missing_key = vec![KeyToPath {
             key: "nope".into(),
             path: "x".into(),
             mode: None,
         }];
-        assert!(write_keys(dir.path(), "secret s", &keys, Some(&missing), 0o644, false).is_err());
-        assert!(write_keys(dir.path(), "secret s", &keys, Some(&missing), 0o644, true).is_ok());
-        assert!(write_file(dir.path(), "../escape", b"", 0o644).is_err());
+        assert!(
+            build(
+                &[keys(Kind::Secret, "s", false, Some(missing_key.clone()))],
+                &objects
+            )
+            .is_err()
+        );
+        assert!(
+            build(
+                &[keys(Kind::Secret, "s", true, Some(missing_key))],
+                &objects
+            )
+            .is_ok()
+        );
+        // A missing object: an error unless optional (then it adds nothing).
+        assert!(build(&[keys(Kind::ConfigMap, "gone", false, None)], &objects).is_err());
+        assert_eq!(
+            build(
+                &[
+                    Source::Fixed(fixed),
+                    keys(Kind::ConfigMap, "gone", true, None)
+                ],
+                &objects
+            )
+            .unwrap()
+            .len(),
+            1
+        );
+        let escape = vec![KeyToPath {
+            key: "peer.crt".into(),
+            path: "../escape".into(),
+            mode: None,
+        }];
+        assert!(build(&[keys(Kind::Secret, "s", false, Some(escape))], &objects).is_err());
+    }
+
+    #[test]
+    fn sub_paths_are_copies_of_the_current_version() {
+        let tmp = tempfile::tempdir().unwrap();
+        let volume = tmp.path().join("vol");
+        let file = |d: &str| FileProjection {
+            data: d.as_bytes().to_vec(),
+            mode: 0o600,
+        };
+        let one = Payload::from([
+            ("tls.crt".to_owned(), file("one")),
+            ("d/x".to_owned(), file("x1")),
+        ]);
+        atomic_writer::write(&volume, &one).unwrap();
+        let dest = tmp.path().join("subpaths/vol/c/0");
+        let copy = snapshot_sub_path(&volume, "tls.crt", &dest).unwrap();
+        let dir_copy =
+            snapshot_sub_path(&volume, "d", &tmp.path().join("subpaths/vol/c/1")).unwrap();
+        let two = Payload::from([
+            ("tls.crt".to_owned(), file("two")),
+            ("d/x".to_owned(), file("x2")),
+        ]);
+        atomic_writer::write(&volume, &two).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(volume.join("tls.crt")).unwrap(),
+            "two"
+        );
+        assert_eq!(std::fs::read_to_string(&copy).unwrap(), "one");
+        assert!(!copy.is_symlink());
+        assert_eq!(std::fs::read_to_string(dir_copy.join("x")).unwrap(), "x1");
+        // A restarted container gets the current version.
+        let copy = snapshot_sub_path(&volume, "tls.crt", &dest).unwrap();
+        assert_eq!(std::fs::read_to_string(&copy).unwrap(), "two");
+        let empty = snapshot_sub_path(&volume, "none", &tmp.path().join("e")).unwrap();
+        assert!(empty.is_dir());
     }
 
     #[test]
