@@ -396,6 +396,70 @@ build_coredns() {
   rm -rf "$work" "$out/bin"; mv "$out/bin.tmp" "$out/bin"; touch "$out/.complete"
 }
 
+# kube-network-policies (sigs.k8s.io/kube-network-policies, the NetworkPolicy enforcer kind
+# ships): the real node's enforcer (tests/src/network_policies.rs), a process in the node's
+# network namespace. Its main package is the module's cmd/ (package main, built as
+# bin/kube-network-policies). How it enforces: an nftables table `inet kube-network-policies`
+# whose postrouting chain (and a prerouting one for DNS) sends the first packet of each
+# connection to or from a local pod that a policy selects to nfqueue 100; the process reads
+# the queue (nfnetlink_queue) and answers accept or drop from the policies, pods and namespaces
+# it watches. What it needs from the kernel, in the node's network namespace: nf_tables (inet
+# family, sets, lookup, ct, meta, payload), nfnetlink_queue, conntrack, and br_netfilter with
+# bridge-nf-call-iptables=1 (pods on one bridge: their packets are bridged, not routed), and
+# nft_queue for its `queue` statement. This machine's kernel (6.18, no loadable modules) has
+# all of them but nft_queue (CONFIG_NFT_QUEUE is not set): upstream's rules are refused
+# ("netlink receive: no such file or directory", `nft add rule ... queue num 100` fails the
+# same way) and nothing is enforced. Two additions, checked to apply (hack/kube-network-policies):
+# - xt_nfqueue.go: the queue statement written as the xtables NFQUEUE target (revision 3)
+#   through nft_compat (CONFIG_NFT_COMPAT, CONFIG_NETFILTER_XT_TARGET_NFQUEUE, both built in),
+#   what `iptables-nft -j NFQUEUE` installs: the same queue, the same verdicts;
+# - kubeconfig.go: a --kubeconfig flag (upstream's main only has in-cluster configuration).
+# Its NRI plugin (pod IPs from the runtime before the API server has them) connects to the
+# socket in NRI_PLUGIN_SOCKET (a file descriptor) when set, else /var/run/nri/nri.sock.
+# Built with the node group or alone (ONLY=netpol). Keyed by version and a hash of
+# hack/kube-network-policies/*.go.
+netpol_source_sum() { (cd "$here/kube-network-policies" && export LC_ALL=C && cat ./*.go | sha256sum | cut -c1-16); }
+build_netpol() {
+  local v="$KUBE_NETWORK_POLICIES_VERSION" out="$TOOLS/kube-network-policies/v$KUBE_NETWORK_POLICIES_VERSION" sum
+  sum="$(netpol_source_sum)"
+  if [[ -f "$out/.complete" && "$(cat "$out/.source" 2>/dev/null)" != "$sum" && "$mode" != "--check" ]]; then
+    rm -f "$out/.complete"
+  fi
+  need "$out" || return 0
+  local mod="sigs.k8s.io/kube-network-policies"
+  log "building kube-network-policies v$v (the real node's NetworkPolicy enforcer); first build about 5 min on a busy 2-core machine with an empty Go build cache"
+  local dir work
+  dir="$(module_field Dir "$mod@v$v")"
+  [[ -f "$dir/cmd/main.go" ]] || { log "could not download $mod@v$v"; return 1; }
+  work="$(mktemp -d)"
+  # (No `set -e`: it does not apply in a subshell whose status `||` tests; each step exits.)
+  (
+    cp -r "$dir/." "$work/" && chmod -R u+w "$work" && cd "$work" || exit 1
+    local main=cmd/main.go ctl=pkg/networkpolicy/controller.go
+    [[ "$(grep -c '^	config, err := rest.InClusterConfig()$' "$main")" == 1 ]] ||
+      { log "$main: the in-cluster configuration call to patch was not found"; exit 1; }
+    sed -i -e 's/^	config, err := rest.InClusterConfig()$/	config, err := restConfig()/' \
+      -e '/^	"k8s.io\/client-go\/rest"$/d' "$main" || exit 1
+    cp "$here/kube-network-policies/kubeconfig.go" cmd/ || exit 1
+    # Each `queue := &expr.Queue{...}` and its fail-open flag (two of them).
+    perl -0pi -e 's/queue := &expr\.Queue\{Num: uint16\(c\.config\.QueueID\)\}\n\tif c\.config\.FailOpen \{\n\t\tqueue\.Flag = expr\.QueueFlagBypass\n\t\}/queue := nfqueueStatement(c.config.QueueID, c.config.FailOpen)/g' "$ctl" || exit 1
+    [[ "$(grep -c 'queue := nfqueueStatement(c.config.QueueID, c.config.FailOpen)' "$ctl")" == 2 &&
+      "$(grep -c 'expr\.Queue' "$ctl")" == 0 ]] ||
+      { log "$ctl: the two expr.Queue statements to patch were not found"; exit 1; }
+    cp "$here/kube-network-policies/xt_nfqueue.go" pkg/networkpolicy/ || exit 1
+    mkdir -p "$out/bin.tmp"
+    go build -v -trimpath -ldflags "-s -w" -o "$out/bin.tmp/kube-network-policies" ./cmd 2>&1 |
+      tee build.log | progress "kube-network-policies v$v"
+    [[ "${PIPESTATUS[0]}" == 0 ]] || { grep -E '^#|\.go:[0-9]+' build.log >&2; exit 1; }
+    # No version flag upstream: the binary must at least carry the patched flag set.
+    # (Its -h output to a file first: `grep -q` closing the pipe early fails it under pipefail.)
+    "$out/bin.tmp/kube-network-policies" -h > help.txt 2>&1
+    grep -q -- '-kubeconfig' help.txt || { log "kube-network-policies: the binary has no --kubeconfig flag"; exit 1; }
+  ) || { chmod -R u+w "$work" 2>/dev/null; rm -rf "$work" "$out/bin.tmp"; log "kube-network-policies v$v build failed"; return 1; }
+  chmod -R u+w "$work" 2>/dev/null; rm -rf "$work" "$out/bin"; mv "$out/bin.tmp" "$out/bin"
+  echo "$sum" > "$out/.source"; touch "$out/.complete"
+}
+
 # Porcupine's test data, the validation of etcd-lincheck (lincheck/tests/porcupine_jepsen.rs):
 # its Jepsen etcd histories (test_data/jepsen/) and porcupine_test.go (their expected verdicts),
 # copied from the Go module (nothing is built).
@@ -456,6 +520,7 @@ case "$only" in all|abs) install_azurite ;; esac
 case "$only" in all|gcs) build_fake_gcs_server ;; esac
 case "$only" in all|prometheus) build_prometheus ;; esac
 case "$only" in all|node) build_node; build_coredns ;; esac
+case "$only" in all|node|netpol) build_netpol ;; esac
 case "$only" in all|porcupine) fetch_porcupine ;; esac
 case "$only" in all|clientv3) build_clientv3_load ;; esac
 
@@ -476,5 +541,6 @@ node_bin="$TOOLS/node/v$KUBERNETES_VERSION-containerd$CONTAINERD_VERSION-cni$CNI
 show "$node_bin/kubelet" --version
 show "$node_bin/containerd" --version
 show "$TOOLS/coredns/v$COREDNS_VERSION/bin/coredns" -version
+[[ -x "$TOOLS/kube-network-policies/v$KUBE_NETWORK_POLICIES_VERSION/bin/kube-network-policies" ]] && log "kube-network-policies v$KUBE_NETWORK_POLICIES_VERSION" || log "not built: kube-network-policies"
 [[ -f "$TOOLS/porcupine/v$PORCUPINE_VERSION/.complete" ]] && log "porcupine v$PORCUPINE_VERSION test data" || log "not fetched: porcupine"
 [[ -f "$(clientv3_load_dir)/.complete" ]] && log "clientv3-load $(basename "$(clientv3_load_dir)")" || log "not built: clientv3-load"

@@ -21,7 +21,7 @@ mkdir -p "$LOGS"
 start=$SECONDS
 
 # Suites that share timing-sensitive faults: one after another, in one lane.
-SERIAL=(safety_nodes robustness nodes real_node_chart real_node images)
+SERIAL=(safety_nodes robustness nodes real_node_chart real_node network_policies images)
 # The others, longest first (measured on the 2-core CI machine; a new suite goes last).
 ORDER=(day2 lifecycle backup_restore coreos_takeover safety recovery clients failpoints
   prometheus chart_install chart_rbac installed backup_pvc leader_election chart_render

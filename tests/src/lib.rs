@@ -41,6 +41,7 @@ pub mod kubeconfig;
 pub mod kubelet;
 pub mod member;
 pub mod namespace;
+pub mod network_policies;
 pub mod operator;
 pub mod pki;
 pub mod ports;

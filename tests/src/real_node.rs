@@ -15,6 +15,10 @@
 //!
 //! The API server reaches the kubelet (`kubectl logs`) at the node's IP with the admin client
 //! certificate (`--kubelet-client-certificate`, see [`crate::control_plane`]).
+//!
+//! NetworkPolicies are not enforced unless asked for
+//! ([`RealNodeOptions::with_network_policies`]): then kube-network-policies runs beside the
+//! kubelet ([`crate::network_policies`]).
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -27,6 +31,7 @@ use kube::Api;
 
 use crate::control_plane::{ControlPlane, ControlPlaneOptions, SERVICE_CIDR};
 use crate::kubelet::netns::{NODE_IP, POD_INTERFACE};
+use crate::network_policies::Enforcer;
 use crate::process::ManagedProcess;
 
 /// Control plane options for a real node: the scheduler places pods (Deployments have no
@@ -93,6 +98,9 @@ pub struct RealNodeOptions {
     /// The cluster DNS Service's IP the kubelet gives pods (`clusterDNS`), if the suite runs
     /// one ([`crate::cluster_dns`]).
     pub cluster_dns: Option<Ipv4Addr>,
+    /// The NetworkPolicy enforcer's binary (kube-network-policies), if the node runs one
+    /// ([`Self::with_network_policies`]).
+    pub network_policies: Option<PathBuf>,
 }
 
 impl RealNodeOptions {
@@ -111,6 +119,7 @@ impl RealNodeOptions {
                 .collect::<anyhow::Result<_>>()?,
             sandbox_image: SANDBOX_IMAGE.into(),
             cluster_dns: None,
+            network_policies: None,
         })
     }
 
@@ -118,6 +127,16 @@ impl RealNodeOptions {
     pub fn with_cluster_dns(mut self) -> Self {
         self.cluster_dns = Some(crate::cluster_dns::CLUSTER_DNS_IP);
         self
+    }
+
+    /// The same node with NetworkPolicies enforced: kube-network-policies of `tools`
+    /// (`ONLY=netpol hack/build-tools.sh`) started beside the kubelet, in the node's network
+    /// namespace, with the admin kubeconfig; [`RealNode::start`] returns once it reads its
+    /// queue. Its log is `kube-network-policies.log` beside the kubelet's; it stops with the
+    /// node (first, its nftables table removed).
+    pub fn with_network_policies(mut self, tools: &crate::Tools) -> anyhow::Result<Self> {
+        self.network_policies = Some(crate::network_policies::binary(tools)?);
+        Ok(self)
     }
 }
 
@@ -130,6 +149,7 @@ pub struct RealNode {
     containerd: Option<ManagedProcess>,
     kubelet: Option<ManagedProcess>,
     kube_proxy: Option<ManagedProcess>,
+    network_policies: Option<Enforcer>,
 }
 
 impl RealNode {
@@ -151,6 +171,7 @@ impl RealNode {
             containerd: None,
             kubelet: None,
             kube_proxy: None,
+            network_policies: None,
             dir,
         };
         add_address(opts.node_ip)?;
@@ -159,6 +180,19 @@ impl RealNode {
         node.import_images(&opts.images)?;
         node.start_kubelet(control_plane, &opts)?;
         node.start_kube_proxy(control_plane, &opts)?;
+        if let Some(bin) = &opts.network_policies {
+            let enforcer = Enforcer::start(
+                bin,
+                control_plane.kubeconfig_path(),
+                &opts.name,
+                opts.node_ip,
+                &node.nri_socket(),
+                node.dir.path().join("kube-network-policies.log"),
+            )
+            .await
+            .with_context(|| node.log_tails(20))?;
+            node.network_policies = Some(enforcer);
+        }
         node.wait_ready(control_plane).await?;
         Ok(node)
     }
@@ -171,6 +205,44 @@ impl RealNode {
     /// The cgroup root of this node (relative to each v1 hierarchy).
     pub fn cgroup(&self) -> &str {
         &self.cgroup
+    }
+
+    /// The NetworkPolicy enforcer, when the node runs one
+    /// ([`RealNodeOptions::with_network_policies`]).
+    pub fn network_policies(&self) -> Option<&Enforcer> {
+        self.network_policies.as_ref()
+    }
+
+    /// The pids of pod `uid`'s processes (its sandbox's and its containers'), from the
+    /// kubelet's pod cgroup (`.../pod<UID>`, pids hierarchy); empty when it has none.
+    pub fn pod_pids(&self, uid: &str) -> Vec<u32> {
+        let want = format!("pod{uid}");
+        let mut stack = vec![Path::new("/sys/fs/cgroup/pids").join(&self.cgroup)];
+        while let Some(dir) = stack.pop() {
+            if dir.file_name().is_some_and(|n| n == want.as_str()) {
+                let cgroup = dir.strip_prefix("/sys/fs/cgroup/pids").unwrap_or(&dir);
+                return pids_in(&cgroup.to_string_lossy());
+            }
+            stack.extend(
+                std::fs::read_dir(&dir)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path()),
+            );
+        }
+        Vec::new()
+    }
+
+    /// The network namespace of pod `uid` (`/proc/PID/ns/net` of one of its processes).
+    pub fn pod_netns(&self, uid: &str) -> anyhow::Result<PathBuf> {
+        let pid = self
+            .pod_pids(uid)
+            .into_iter()
+            .next()
+            .with_context(|| format!("no process of pod {uid} on node {}", self.name))?;
+        Ok(PathBuf::from(format!("/proc/{pid}/ns/net")))
     }
 
     /// `ctr` against this node's containerd, in the Kubernetes namespace.
@@ -187,6 +259,7 @@ impl RealNode {
         let mut tails: Vec<String> = [&self.kubelet, &self.kube_proxy, &self.containerd]
             .into_iter()
             .flatten()
+            .chain(self.network_policies.iter().map(Enforcer::process))
             .map(|p| format!("--- {} ---\n{}", p.name(), p.log_tail(lines)))
             .collect();
         let mut stack = vec![self.dir.path().join("pod-logs")];
@@ -209,6 +282,12 @@ impl RealNode {
 
     fn socket(&self) -> PathBuf {
         self.dir.path().join("containerd.sock")
+    }
+
+    /// containerd's NRI socket when the node runs the enforcer (whose NRI plugin connects to
+    /// it); without one, containerd's default (/var/run/nri/nri.sock) as before.
+    fn nri_socket(&self) -> PathBuf {
+        self.dir.path().join("nri.sock")
     }
 
     async fn start_containerd(&mut self, opts: &RealNodeOptions) -> anyhow::Result<()> {
@@ -239,7 +318,7 @@ state = "{state}"
   snapshotter = 'overlayfs'
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = '{sandbox}'
-[plugins.'io.containerd.cri.v1.runtime']
+{nri}[plugins.'io.containerd.cri.v1.runtime']
   restrict_oom_score_adj = true
   netns_mounts_under_state_dir = true
   [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
@@ -260,6 +339,14 @@ state = "{state}"
             runc_root = d.join("runc").display(),
             cni_bin = self.bin.join("cni").display(),
             cni_conf = cni_conf.display(),
+            nri = if opts.network_policies.is_some() {
+                format!(
+                    "[plugins.'io.containerd.nri.v1.nri']\n  disable = false\n  socket_path = '{}'\n",
+                    self.nri_socket().display()
+                )
+            } else {
+                String::new()
+            },
         );
         let config_path = d.join("containerd.toml");
         std::fs::write(&config_path, config)?;
@@ -431,6 +518,9 @@ conntrack:
 
 impl Drop for RealNode {
     fn drop(&mut self) {
+        // The enforcer first: it removes its nftables table (fail-closed rules whose queue
+        // nobody would read) while the node's pods still exist.
+        drop(self.network_policies.take());
         if let Some(kubelet) = self.kubelet.as_mut() {
             kubelet.stop(Duration::from_secs(5));
         }
