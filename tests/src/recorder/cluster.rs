@@ -1,5 +1,7 @@
 //! A small etcd cluster on loopback without Kubernetes (for the recorder's own tests): members
 //! on free ports, each can be killed, restarted on its data, or signalled (SIGSTOP/SIGCONT).
+//! Its client URLs are plain `http://`, or `https://` with client certificates required
+//! ([`LoopbackCluster::start_with_tls`]).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -43,16 +45,56 @@ struct Member {
     process: Option<ManagedProcess>,
 }
 
+/// The members' client TLS: every member serves one certificate on `https://` client URLs
+/// and requires a client certificate chained to a trusted CA (`--client-cert-auth`). The
+/// peers stay on plain `http://`.
+#[derive(Clone, Debug)]
+pub struct ClusterTls {
+    /// The serving certificate, PEM (`--cert-file`). etcd's gRPC gateway presents it as a
+    /// client certificate too, so it needs both server and client auth (see
+    /// [`crate::pki::CertificateAuthority::issue_peer_cert`]).
+    pub cert_file: PathBuf,
+    /// Its private key, PEM (`--key-file`).
+    pub key_file: PathBuf,
+    /// The CA bundle client certificates must chain to, PEM (`--trusted-ca-file`).
+    pub trusted_ca_file: PathBuf,
+    /// How the cluster's own readiness reads connect: a CA that trusts the serving
+    /// certificate, a client identity, and the domain name the certificate is checked
+    /// against (members are dialled by IP).
+    pub client: etcd_client::TlsOptions,
+}
+
 /// A running cluster (stopped when dropped).
 pub struct LoopbackCluster {
     etcd: PathBuf,
     members: Vec<Member>,
+    tls: Option<ClusterTls>,
 }
 
 impl LoopbackCluster {
     /// Starts `size` members of `etcd` (any line from 3.2) with their data and logs in `dir`.
     /// They are not waited for: see [`Self::wait_ready`].
     pub fn start(etcd: &Path, dir: &Path, size: usize) -> Result<Self, ClusterError> {
+        Self::start_with(etcd, dir, size, None)
+    }
+
+    /// Starts `size` members like [`Self::start`], serving clients over mutual TLS on
+    /// `https://127.0.0.1:PORT` URLs (etcd 3.2 and later).
+    pub fn start_with_tls(
+        etcd: &Path,
+        dir: &Path,
+        size: usize,
+        tls: ClusterTls,
+    ) -> Result<Self, ClusterError> {
+        Self::start_with(etcd, dir, size, Some(tls))
+    }
+
+    fn start_with(
+        etcd: &Path,
+        dir: &Path,
+        size: usize,
+        tls: Option<ClusterTls>,
+    ) -> Result<Self, ClusterError> {
         let mut ports = Vec::with_capacity(size);
         for _ in 0..size {
             let [client, peer] = free_ports()?;
@@ -73,11 +115,17 @@ impl LoopbackCluster {
         let mut cluster = LoopbackCluster {
             etcd: etcd.to_path_buf(),
             members: Vec::with_capacity(size),
+            tls,
+        };
+        let scheme = if cluster.tls.is_some() {
+            "https"
+        } else {
+            "http"
         };
         for (i, &(client, peer)) in ports.iter().enumerate() {
             let name = format!("m{i}");
-            let client_url = format!("http://127.0.0.1:{client}");
-            let args = vec![
+            let client_url = format!("{scheme}://127.0.0.1:{client}");
+            let mut args = vec![
                 format!("--name={name}"),
                 format!("--data-dir={}", dir.join(&name).display()),
                 format!("--listen-client-urls={client_url}"),
@@ -88,6 +136,14 @@ impl LoopbackCluster {
                 "--initial-cluster-state=new".to_string(),
                 format!("--initial-cluster-token={token}"),
             ];
+            if let Some(tls) = &cluster.tls {
+                args.extend([
+                    format!("--cert-file={}", tls.cert_file.display()),
+                    format!("--key-file={}", tls.key_file.display()),
+                    format!("--trusted-ca-file={}", tls.trusted_ca_file.display()),
+                    "--client-cert-auth".to_string(),
+                ]);
+            }
             let log = dir.join(format!("{name}.log"));
             let process = ManagedProcess::start(&name, etcd, &args, log.clone())?;
             cluster.members.push(Member {
@@ -131,12 +187,17 @@ impl LoopbackCluster {
     pub async fn wait_member_ready(&self, i: usize, timeout: Duration) -> Result<(), ClusterError> {
         let member = self.member(i)?;
         let url = member.client_url.clone();
+        let tls = self.tls.as_ref().map(|t| t.client.clone());
         let ready = poll_until(&format!("member {} ready", member.name), timeout, || {
             let url = url.clone();
+            let tls = tls.clone();
             async move {
-                let options = etcd_client::ConnectOptions::new()
+                let mut options = etcd_client::ConnectOptions::new()
                     .with_connect_timeout(Duration::from_secs(1))
                     .with_timeout(Duration::from_secs(1));
+                if let Some(tls) = tls {
+                    options = options.with_tls(tls);
+                }
                 let mut client = etcd_client::Client::connect([url], Some(options)).await?;
                 client.get("health", None).await?;
                 Ok::<_, etcd_client::Error>(Some(()))

@@ -2,16 +2,27 @@
 //! runs (a `watch` channel the test feeds), a way to pick one per request, and one
 //! connection per endpoint, dropped after a request whose outcome was not an answer and
 //! tried again after a back-off.
+//!
+//! Over `https://` URLs the connections speak TLS with the client's [`TlsOptions`] (the
+//! recorder's by default: see [`super::RecorderOptions::tls`]), and each new connection is
+//! confirmed by an unrecorded `Status` call before a recorded request goes on it. In TLS 1.3
+//! the client's side of the handshake ends before the server has checked the client's
+//! certificate, so a refused certificate (expired, from an untrusted CA, missing) reaches the
+//! first request on the connection, most often as a bare `Cancelled: operation was canceled`
+//! (hyper's `connection closed`) that cannot be told from a connection lost after the request
+//! went out. A failed confirmation proves the recorded request was never sent: a fail.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions};
+use etcd_client::{Client, ConnectOptions, TlsOptions};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::classify::describe;
 use super::traffic::Mix;
 
 /// The first back-off after a failed request on an endpoint; it doubles up to
@@ -21,6 +32,8 @@ pub const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 pub const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// The connection timeout.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a new TLS connection's confirming `Status` call may take (handshake included).
+pub const CONFIRM_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How a client picks the endpoint of a request among the current set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,7 +49,7 @@ pub enum Pick {
 /// A client of the recorder: its endpoints and how it picks one.
 #[derive(Clone, Debug)]
 pub struct ClientSpec {
-    /// The current endpoints (URLs like `http://10.244.0.5:2379`).
+    /// The current endpoints (URLs like `http://10.244.0.5:2379`, or `https://...` with TLS).
     pub endpoints: watch::Receiver<Vec<String>>,
     /// How it picks.
     pub pick: Pick,
@@ -44,6 +57,9 @@ pub struct ClientSpec {
     pub offset: usize,
     /// This client's operation mix (`None`: the recorder's).
     pub mix: Option<Mix>,
+    /// This client's TLS (`None`: the recorder's, [`super::RecorderOptions::tls`]), e.g. a
+    /// client presenting a certificate the members do not trust.
+    pub tls: Option<TlsOptions>,
 }
 
 impl ClientSpec {
@@ -55,6 +71,7 @@ impl ClientSpec {
             pick: Pick::Sticky,
             offset: 0,
             mix: None,
+            tls: None,
         }
     }
 
@@ -65,6 +82,7 @@ impl ClientSpec {
             pick: Pick::RoundRobin,
             offset: 0,
             mix: None,
+            tls: None,
         }
     }
 
@@ -75,12 +93,20 @@ impl ClientSpec {
             pick: Pick::Sticky,
             offset,
             mix: None,
+            tls: None,
         }
     }
 
     /// The same client with its own operation mix (e.g. a read-only client).
     pub fn with_mix(mut self, mix: Mix) -> Self {
         self.mix = Some(mix);
+        self
+    }
+
+    /// The same client with its own TLS options (CA, client identity, domain name) instead of
+    /// the recorder's.
+    pub fn with_tls(mut self, tls: TlsOptions) -> Self {
+        self.tls = Some(tls);
         self
     }
 }
@@ -165,6 +191,39 @@ pub struct Pool {
     current: Option<String>,
 }
 
+/// Why [`Pool::client`] has no connection to hand out: the request it was for was never
+/// sent.
+#[derive(Debug)]
+pub enum NoConnection {
+    /// The client could not be made (e.g. a bad URL, TLS options for an `http://` URL).
+    Connect(etcd_client::Error),
+    /// A new TLS connection's confirming `Status` call failed: the member refused the
+    /// handshake (e.g. the client's certificate), the client refused the member's
+    /// certificate, or the member refused the call.
+    Unconfirmed(etcd_client::Error),
+    /// A new TLS connection's confirming `Status` call got no answer within
+    /// [`CONFIRM_TIMEOUT`].
+    Unanswered,
+}
+
+impl fmt::Display for NoConnection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NoConnection::Connect(e) => f.write_str(&describe(e)),
+            NoConnection::Unconfirmed(e) => write!(
+                f,
+                "not sent: the new connection's confirming Status call failed: {}",
+                describe(e)
+            ),
+            NoConnection::Unanswered => write!(
+                f,
+                "not sent: the new connection's confirming Status call got no answer within \
+                 {CONFIRM_TIMEOUT:?}"
+            ),
+        }
+    }
+}
+
 /// Why no endpoint can be used now.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Unusable {
@@ -175,16 +234,21 @@ pub enum Unusable {
 }
 
 impl Pool {
-    /// The connections of a client made by `spec`; `require_leader` makes the server refuse
-    /// requests (and end watches) while it has no leader, as kube-apiserver's watches ask.
+    /// The connections of a client made by `spec` (over TLS with `spec.tls`, if any);
+    /// `require_leader` makes the server refuse requests (and end watches) while it has no
+    /// leader, as kube-apiserver's watches ask.
     pub fn new(spec: ClientSpec, require_leader: bool) -> Self {
         let next = spec.offset;
+        let mut options = ConnectOptions::new()
+            .with_connect_timeout(CONNECT_TIMEOUT)
+            .with_keep_alive(Duration::from_secs(1), Duration::from_secs(1))
+            .with_require_leader(require_leader);
+        if let Some(tls) = &spec.tls {
+            options = options.with_tls(tls.clone());
+        }
         Pool {
             spec,
-            options: ConnectOptions::new()
-                .with_connect_timeout(CONNECT_TIMEOUT)
-                .with_keep_alive(Duration::from_secs(1), Duration::from_secs(1))
-                .with_require_leader(require_leader),
+            options,
             slots: HashMap::new(),
             next,
             current: None,
@@ -241,13 +305,24 @@ impl Pool {
         Err(Unusable::BackingOff(earliest))
     }
 
-    /// The connection to `endpoint` (made lazily: connecting happens with the first request).
-    pub async fn client(&mut self, endpoint: &str) -> Result<Client, etcd_client::Error> {
+    /// The connection to `endpoint`. Over `http://` it is made lazily (connecting happens
+    /// with the first request); over `https://` a new one is confirmed by a `Status` call
+    /// first (see the module docs). An error means nothing was sent for the caller's request.
+    pub async fn client(&mut self, endpoint: &str) -> Result<Client, NoConnection> {
         let slot = self.slots.entry(endpoint.to_string()).or_default();
         if let Some(client) = &slot.client {
             return Ok(client.clone());
         }
-        let client = Client::connect([endpoint], Some(self.options.clone())).await?;
+        let mut client = Client::connect([endpoint], Some(self.options.clone()))
+            .await
+            .map_err(NoConnection::Connect)?;
+        if endpoint.starts_with("https://") {
+            match tokio::time::timeout(CONFIRM_TIMEOUT, client.status()).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(NoConnection::Unconfirmed(e)),
+                Err(_) => return Err(NoConnection::Unanswered),
+            }
+        }
         slot.client = Some(client.clone());
         Ok(client)
     }

@@ -1,12 +1,13 @@
 //! The end of a run's checks on the cluster: every key read once more linearizably (recorded,
 //! so the last unknown writes are pinned down), and the members' key-value stores compared at
 //! one revision: `HashKV` (etcd 3.3 and later), or for older members a digest of a full
-//! serializable range read at that revision.
+//! serializable range read at that revision. Each request goes over TLS when the recorder has
+//! [`TlsOptions`].
 
 use std::fmt;
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions, GetOptions};
+use etcd_client::{Client, ConnectOptions, GetOptions, TlsOptions};
 use sha2::{Digest, Sha256};
 
 use super::classify::describe;
@@ -88,26 +89,30 @@ impl fmt::Display for HashCheck {
     }
 }
 
-/// A connection to `endpoint` for the end-of-run requests.
-pub async fn connect(endpoint: &str) -> Result<Client, String> {
-    let options = ConnectOptions::new()
+/// A connection to `endpoint` for the end-of-run requests, over TLS with `tls`.
+pub async fn connect(endpoint: &str, tls: Option<&TlsOptions>) -> Result<Client, String> {
+    let mut options = ConnectOptions::new()
         .with_connect_timeout(REQUEST_TIMEOUT)
         .with_timeout(REQUEST_TIMEOUT);
+    if let Some(tls) = tls {
+        options = options.with_tls(tls.clone());
+    }
     Client::connect([endpoint], Some(options))
         .await
         .map_err(|e| describe(&e))
 }
 
-/// Reads every key once through the first of `members` that answers; returns the endpoint
-/// and the highest revision read.
+/// Reads every key once through the first of `members` that answers (over TLS with `tls`);
+/// returns the endpoint and the highest revision read.
 pub async fn final_reads(
     traffic: &Traffic,
     client_id: u64,
     members: &[String],
+    tls: Option<&TlsOptions>,
 ) -> Result<(String, i64), String> {
     let mut errors = Vec::new();
     'members: for endpoint in members {
-        let mut client = match connect(endpoint).await {
+        let mut client = match connect(endpoint, tls).await {
             Ok(client) => client,
             Err(e) => {
                 errors.push(format!("{endpoint}: {e}"));
@@ -132,12 +137,12 @@ pub async fn final_reads(
     ))
 }
 
-/// Compares the members' stores at `revision`.
-pub async fn hashes(members: &[String], revision: i64) -> HashCheck {
+/// Compares the members' stores at `revision` (over TLS with `tls`).
+pub async fn hashes(members: &[String], revision: i64, tls: Option<&TlsOptions>) -> HashCheck {
     let mut method = HashMethod::HashKv;
     let mut results = Vec::new();
     for endpoint in members {
-        let mut hash = member_hash(endpoint, revision, method).await;
+        let mut hash = member_hash(endpoint, revision, method, tls).await;
         // 3.2 has no HashKV: compare range digests, from every member.
         if method == HashMethod::HashKv
             && hash.as_ref().is_err_and(|e| e.starts_with("Unimplemented"))
@@ -147,10 +152,10 @@ pub async fn hashes(members: &[String], revision: i64) -> HashCheck {
             for earlier in members.iter().take_while(|m| *m != endpoint) {
                 results.push(MemberHash {
                     endpoint: earlier.clone(),
-                    hash: member_hash(earlier, revision, method).await,
+                    hash: member_hash(earlier, revision, method, tls).await,
                 });
             }
-            hash = member_hash(endpoint, revision, method).await;
+            hash = member_hash(endpoint, revision, method, tls).await;
         }
         results.push(MemberHash {
             endpoint: endpoint.clone(),
@@ -165,9 +170,14 @@ pub async fn hashes(members: &[String], revision: i64) -> HashCheck {
 }
 
 /// One member's hash at `revision`, waiting (up to [`HASH_TIMEOUT`]) for it to apply it.
-async fn member_hash(endpoint: &str, revision: i64, method: HashMethod) -> Result<String, String> {
+async fn member_hash(
+    endpoint: &str,
+    revision: i64,
+    method: HashMethod,
+    tls: Option<&TlsOptions>,
+) -> Result<String, String> {
     let attempt = || async move {
-        let client = connect(endpoint).await?;
+        let client = connect(endpoint, tls).await?;
         let answer = match method {
             HashMethod::HashKv => client
                 .maintenance_client()

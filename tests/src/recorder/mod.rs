@@ -17,6 +17,21 @@
 //! anyhow::ensure!(report.passed(), "{report}");
 //! ```
 //!
+//! Over mutual TLS the endpoints are `https://IP:2379` and every connection (the clients, the
+//! watches, the first read, the final reads and hashes) uses [`RecorderOptions::tls`]. Members
+//! are dialled by IP, so the options name the domain their certificate is checked against:
+//!
+//! ```ignore
+//! use etcd_client::{Certificate, Identity, TlsOptions};
+//!
+//! let tls = TlsOptions::new()
+//!     .ca_certificate(Certificate::from_pem(ca_pem))
+//!     .identity(Identity::from_pem(client_cert_pem, client_key_pem))
+//!     // Matches the members' `*.example.default.svc` certificate.
+//!     .domain_name("member.example.default.svc");
+//! let options = RecorderOptions::new("tls", recorder::artifacts_dir(), endpoints).with_tls(tls);
+//! ```
+//!
 //! Modules, one job each: [`classify`] (an error's effect: fail or unknown), [`endpoints`]
 //! (where each request goes), [`traffic`] (the clients), [`watch`] (the long watches),
 //! [`log`] (the history file), [`finish`] (final reads and hashes), [`report`], and
@@ -49,8 +64,8 @@ const EPOCH_CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the first read may take (every endpoint tried in turn).
 const FIRST_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
-pub use cluster::LoopbackCluster;
-pub use endpoints::{ClientSpec, Pick, default_clients, feed};
+pub use cluster::{ClusterTls, LoopbackCluster};
+pub use endpoints::{ClientSpec, NoConnection, Pick, default_clients, feed};
 pub use finish::{HashCheck, HashMethod, MemberHash};
 pub use log::HistoryLog;
 pub use report::{Report, Verdict};
@@ -100,6 +115,11 @@ pub struct RecorderOptions {
     pub check_timeout: Duration,
     /// A deliberate break of the history (tests of the checks only).
     pub fault: Option<Fault>,
+    /// TLS for every connection to `https://` endpoints: the clients' (unless a
+    /// [`ClientSpec::tls`] says otherwise), the watches', the first read's and the end's
+    /// (final reads and the stores' hashes). `None`: no TLS options (fine for `http://`; for
+    /// `https://` etcd-client's empty default trusts no CA and sends no certificate).
+    pub tls: Option<etcd_client::TlsOptions>,
 }
 
 impl RecorderOptions {
@@ -127,7 +147,15 @@ impl RecorderOptions {
             max_events: 400_000,
             check_timeout: Duration::from_secs(60),
             fault: None,
+            tls: None,
         }
+    }
+
+    /// The same options with `tls` for every connection (see [`RecorderOptions::tls`]).
+    /// Members dialled by IP need the options' `domain_name` to match their certificate.
+    pub fn with_tls(mut self, tls: etcd_client::TlsOptions) -> Self {
+        self.tls = Some(tls);
+        self
     }
 }
 
@@ -190,10 +218,15 @@ pub struct Recorder {
     report_file: PathBuf,
     check_timeout: Duration,
     started: Instant,
+    tls: Option<etcd_client::TlsOptions>,
 }
 
 /// The first read: the prefix is empty, and the revision the watches start after.
-async fn first_revision(specs: &[ClientSpec], prefix: &str) -> Result<i64, RecorderError> {
+async fn first_revision(
+    specs: &[ClientSpec],
+    prefix: &str,
+    tls: Option<&etcd_client::TlsOptions>,
+) -> Result<i64, RecorderError> {
     let mut endpoints: Vec<String> = specs
         .iter()
         .flat_map(|s| s.endpoints.borrow().clone())
@@ -205,7 +238,7 @@ async fn first_revision(specs: &[ClientSpec], prefix: &str) -> Result<i64, Recor
         let mut last = "no endpoint".to_string();
         for endpoint in endpoints {
             let answer = async {
-                let mut client = finish::connect(endpoint).await?;
+                let mut client = finish::connect(endpoint, tls).await?;
                 client
                     .get(
                         prefix,
@@ -268,13 +301,23 @@ impl Recorder {
             options.max_ops,
             options.max_events,
         )?);
-        let all_specs: Vec<ClientSpec> = options
-            .clients
-            .iter()
-            .chain(&options.watches)
-            .cloned()
-            .collect();
-        let revision = first_revision(&all_specs, &prefix).await?;
+        // Each client and watch speaks TLS with its own options, else the recorder's.
+        let with_tls = |specs: &[ClientSpec]| -> Vec<ClientSpec> {
+            specs
+                .iter()
+                .map(|spec| {
+                    let mut spec = spec.clone();
+                    if spec.tls.is_none() {
+                        spec.tls.clone_from(&options.tls);
+                    }
+                    spec
+                })
+                .collect()
+        };
+        let client_specs = with_tls(&options.clients);
+        let watch_specs = with_tls(&options.watches);
+        let all_specs: Vec<ClientSpec> = client_specs.iter().chain(&watch_specs).cloned().collect();
+        let revision = first_revision(&all_specs, &prefix, options.tls.as_ref()).await?;
         let keys: Vec<String> = (0..options.keys).map(|i| format!("{prefix}k{i}")).collect();
         let traffic = Arc::new(traffic::Traffic::new(
             log.clone(),
@@ -289,8 +332,7 @@ impl Recorder {
         let (pause, paused) = channel::channel(false);
         let shared_watches = Arc::new(watch::Watches::new(log.clone(), prefix.clone()));
         let n = options.clients.len() as u64;
-        let watches = options
-            .watches
+        let watches = watch_specs
             .iter()
             .enumerate()
             .map(|(i, spec)| {
@@ -310,8 +352,7 @@ impl Recorder {
             })
             .collect();
         let interval = Duration::from_secs_f64(options.clients.len() as f64 / options.rate);
-        let clients = options
-            .clients
+        let clients = client_specs
             .iter()
             .enumerate()
             .map(|(i, spec)| {
@@ -341,6 +382,7 @@ impl Recorder {
             report_file,
             check_timeout: options.check_timeout,
             started: Instant::now(),
+            tls: options.tls,
         })
     }
 
@@ -395,14 +437,16 @@ impl Recorder {
 
     /// Ends the run: stops the traffic, reads every key once more through the first of
     /// `members` that answers, lets the watches catch up and closes them, compares the
-    /// members' stores, closes the history and checks it.
+    /// members' stores, closes the history and checks it. The end's connections use
+    /// [`RecorderOptions::tls`].
     pub async fn finish(mut self, members: &[String]) -> Result<Report, RecorderError> {
         let _ = self.stop_traffic.send(true);
         for task in self.clients.drain(..) {
             let _ = task.await;
         }
         let duration = self.started.elapsed();
-        let end = finish::final_reads(&self.traffic, self.final_client, members).await;
+        let tls = self.tls.as_ref();
+        let end = finish::final_reads(&self.traffic, self.final_client, members, tls).await;
         let target = self.traffic.progress().borrow().max_change_revision;
         // The watches get up to the last change (or end), then close.
         let caught_up = Duration::from_secs(5);
@@ -418,7 +462,7 @@ impl Recorder {
             let _ = task.await;
         }
         let (hashes, end_error) = match &end {
-            Ok((_, revision)) => (Some(finish::hashes(members, *revision).await), None),
+            Ok((_, revision)) => (Some(finish::hashes(members, *revision, tls).await), None),
             Err(e) => (None, Some(e.clone())),
         };
         self.log.close()?;

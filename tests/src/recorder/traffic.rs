@@ -12,7 +12,7 @@ use etcd_client::{Client, Compare, CompareOp, GetOptions, Txn, TxnOp};
 use tokio::sync::watch;
 
 use super::classify::{Effect, classify, describe};
-use super::endpoints::{ClientSpec, Pool, Unusable};
+use super::endpoints::{ClientSpec, NoConnection, Pool, Unusable};
 use super::log::{HistoryLog, OpRecord, Record, ResultRecord};
 
 /// The relative weights of the operations.
@@ -498,7 +498,7 @@ async fn send(
         Ok(mut client) => tokio::time::timeout(traffic.timeout, execute(&mut client, &sent))
             .await
             .unwrap_or_else(|_| Err(Outcome::TimedOut)),
-        Err(e) => Err(Outcome::Error(e)),
+        Err(e) => Err(Outcome::NotSent(e)),
     };
     let ret = traffic.log.now();
     match answer {
@@ -581,6 +581,8 @@ async fn send(
                     true,
                 ),
                 Outcome::NoHeader => (Effect::Unknown, "an answer without a header".into(), true),
+                // No connection to send it on.
+                Outcome::NotSent(e) => (Effect::Fail, e.to_string(), true),
                 Outcome::Error(e) => {
                     let effect = match classify(e) {
                         Effect::Fail if is_no_space(e) => traffic.no_space_effect(call, ret),
@@ -625,6 +627,8 @@ enum Outcome {
     TimedOut,
     /// An answer without a response header (no revision to record).
     NoHeader,
+    /// No connection: the request was never sent.
+    NotSent(NoConnection),
     /// The client's error.
     Error(etcd_client::Error),
 }
@@ -763,6 +767,7 @@ pub async fn final_read(
             let error = match &outcome {
                 Outcome::TimedOut => "timed out".to_string(),
                 Outcome::NoHeader => "an answer without a header".to_string(),
+                Outcome::NotSent(e) => e.to_string(),
                 Outcome::Error(e) => describe(e),
             };
             // A get changes nothing: a failed one is recorded as failed.
