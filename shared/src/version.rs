@@ -148,6 +148,12 @@ pub struct LineCapabilities {
     pub upgrade_prerequisite: Option<UpgradePrerequisite>,
     /// The lowest patch of this line without known vulnerabilities, where one is known.
     pub security_minimum: Option<SecurityMinimum>,
+    /// A member serves renewed certificate files to every new TLS handshake, also to clients
+    /// that send no SNI (3.3+; measured on the real binaries by `hack/measure-tls-reload.sh`
+    /// and `tests/tests/etcd_tls_reload.rs`). 3.2 serves them only to clients that send SNI
+    /// (a client dialling an IP keeps the certificate the member started with); no line
+    /// reloads its CA files.
+    pub reloads_certificates: bool,
 }
 
 /// Every release line the operator supports, oldest first. The last is the newest it knows.
@@ -169,6 +175,7 @@ pub const LINES: &[LineCapabilities] = &[
         status_lists_alarms: false,
         upgrade_prerequisite: None,
         security_minimum: None,
+        reloads_certificates: false,
     },
     LineCapabilities {
         major: 3,
@@ -187,6 +194,7 @@ pub const LINES: &[LineCapabilities] = &[
         status_lists_alarms: false,
         upgrade_prerequisite: None,
         security_minimum: None,
+        reloads_certificates: true,
     },
     LineCapabilities {
         major: 3,
@@ -205,6 +213,7 @@ pub const LINES: &[LineCapabilities] = &[
         status_lists_alarms: true,
         upgrade_prerequisite: None,
         security_minimum: None,
+        reloads_certificates: true,
     },
     LineCapabilities {
         major: 3,
@@ -225,6 +234,7 @@ pub const LINES: &[LineCapabilities] = &[
         security_minimum: Some(SecurityMinimum {
             minimum: EtcdVersion::new(3, 5, 33),
         }),
+        reloads_certificates: true,
     },
     LineCapabilities {
         major: 3,
@@ -248,6 +258,7 @@ pub const LINES: &[LineCapabilities] = &[
         security_minimum: Some(SecurityMinimum {
             minimum: EtcdVersion::new(3, 6, 14),
         }),
+        reloads_certificates: true,
     },
     LineCapabilities {
         major: 3,
@@ -271,6 +282,7 @@ pub const LINES: &[LineCapabilities] = &[
         security_minimum: Some(SecurityMinimum {
             minimum: EtcdVersion::new(3, 7, 1),
         }),
+        reloads_certificates: true,
     },
 ];
 

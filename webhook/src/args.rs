@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use etcd_shared::duration::parse_duration;
 pub use etcd_process::listen::ListenAddress;
 pub use etcd_process::logging::LogFormat;
+use etcd_shared::duration::parse_duration;
 use etcd_shared::version::{DEFAULT_REPOSITORY, DEFAULT_VERSION};
 
 /// Default `--max-request-body-size`: 4 MiB. The API server stores objects of up to 1.5 MiB

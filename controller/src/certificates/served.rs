@@ -96,7 +96,8 @@ impl ServerCertVerifier for Recorder {
     }
 }
 
-/// The DER of the certificate the TLS server at `addr` (`IP:PORT`) presents, within
+/// The DER of the certificate the TLS server at `addr` (`IP:PORT`, `[IPv6]:PORT`) presents
+/// to a client that sends no SNI, within
 /// `timeout`. The handshake may fail after the certificate was seen (a server that requires a
 /// client certificate refuses the anonymous client): the certificate counts.
 pub async fn served_certificate(addr: &str, timeout: Duration) -> Result<Vec<u8>, ServedError> {
@@ -111,8 +112,16 @@ pub async fn served_certificate(addr: &str, timeout: Duration) -> Result<Vec<u8>
         .with_custom_certificate_verifier(recorder.clone())
         .with_no_client_auth();
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let name = ServerName::try_from("member.invalid")
-        .map_err(|_| ServedError::Config(rustls::Error::General("server name".into())))?;
+    // Dialled by IP address: rustls sends no SNI, and the certificate seen is the one every
+    // client gets (etcd 3.2 serves a reloaded certificate only to clients that send SNI).
+    let ip: std::net::IpAddr = addr
+        .rsplit_once(':')
+        .map(|(host, _)| host.trim_matches(['[', ']']))
+        .and_then(|host| host.parse().ok())
+        .ok_or_else(|| {
+            ServedError::Config(rustls::Error::General(format!("{addr} is not IP:PORT")))
+        })?;
+    let name = ServerName::IpAddress(ip.into());
     let attempt = async {
         let tcp = TcpStream::connect(addr)
             .await
