@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Builds the pinned Go tools (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
 # etcd + etcdctl at several versions, helm 3 and helm 4, versitygw, fake-gcs-server,
-# prometheus + promtool) from the Go module proxy, etcd 3.2-3.4 from their upstream source
-# archives, and Azurite from the npm registry, into a cache outside the repo, keyed by version.
+# prometheus + promtool, cert-manager's controller and webhook) from the Go module proxy, etcd
+# 3.2-3.4 from their upstream source archives, and Azurite from the npm registry, into a cache
+# outside the repo, keyed by version.
 # Idempotent: a warm cache costs well under a second per tool.
 #
 #   hack/build-tools.sh            build whatever is missing, then print each tool's version
 #   hack/build-tools.sh --check    exit 1 (building nothing) when something is missing
 #   ONLY=helm hack/build-tools.sh  only one group: etcd, etcd-source, kubernetes, helm, s3,
-#                                  abs, gcs, prometheus, porcupine or clientv3
+#                                  abs, gcs, prometheus, node, netpol, porcupine, clientv3 or
+#                                  cert-manager
 #   ONLY=demo hack/build-tools.sh  only what hack/demo.sh runs: Kubernetes, the API server's
 #                                  etcd (also the default member version), the example's etcd
 #                                  and Helm 3
@@ -494,6 +496,64 @@ build_clientv3_load() {
   rm -rf "$out/bin"; mv "$out/bin.tmp" "$out/bin"; touch "$out/.complete"
 }
 
+# cert-manager (the cert_manager suite): its controller and webhook from the module
+# github.com/cert-manager/cert-manager at CERT_MANAGER_VERSION, plus its CRDs. Upstream's
+# cmd/controller and cmd/webhook are separate, untagged Go modules (their go.mod replaces the
+# root module with ../../), which the Go module proxy does not serve; hack/cert-manager/ holds
+# two small mains of ours that start the root module's controllers and webhook server the way
+# they do (see each main.go). The wrapper module's path is under
+# github.com/cert-manager/cert-manager/ because the configuration types and the webhook server
+# are internal packages of that tree. Its only requirement is the root module, so every
+# dependency is at the version cert-manager's own go.mod selects.
+# The CRDs are the module's deploy/crds/*.yaml (controller-gen output, no Helm templating),
+# concatenated in name order into crds.yaml; their specs are those the Helm chart's
+# templates/crd-*.yaml render (checked for v1.21.2: the chart adds labels only).
+# Keyed by version and a hash of hack/cert-manager/**/*.go: an edit of a main rebuilds.
+CERT_MANAGER_MODULE_PATH="github.com/cert-manager/cert-manager/etcd-operator-harness"
+cert_manager_source_sum() { (cd "$here/cert-manager" && export LC_ALL=C && find . -name '*.go' | sort | xargs cat | sha256sum | cut -c1-16); }
+build_cert_manager() {
+  local v="$CERT_MANAGER_VERSION" out="$TOOLS/cert-manager/v$CERT_MANAGER_VERSION" sum
+  sum="$(cert_manager_source_sum)"
+  if [[ -f "$out/.complete" && "$(cat "$out/.source" 2>/dev/null)" != "$sum" && "$mode" != "--check" ]]; then
+    rm -f "$out/.complete"
+  fi
+  need "$out" || return 0
+  local mod="github.com/cert-manager/cert-manager"
+  log "building cert-manager v$v (controller, webhook; hack/cert-manager) and its CRDs; first build about 8 min on a busy 2-core machine with empty Go caches (3 GB of build cache)"
+  local dir work
+  dir="$(module_field Dir "$mod@v$v")"
+  [[ -d "$dir/deploy/crds" ]] || { log "could not download $mod@v$v"; return 1; }
+  work="$(mktemp -d)"
+  # (No `set -e` here: it does not apply in a subshell whose status `||` tests; each step
+  # exits itself.)
+  (
+    cp -r "$here/cert-manager/controller" "$here/cert-manager/webhook" "$work/" && cd "$work" || exit 1
+    go mod init "$CERT_MANAGER_MODULE_PATH" >/dev/null 2>&1 || exit 1
+    go mod edit -go="$(awk '$1 == "go" { print $2; exit }' "$dir/go.mod")" || exit 1
+    go get "$mod@v$v" >/dev/null 2>&1 || go get "$mod@v$v" || exit 1
+    go mod tidy >/dev/null || { log "go mod tidy failed"; exit 1; }
+    local pkg="$mod/pkg/util"
+    mkdir -p "$out/bin.tmp"
+    go build -v -trimpath -ldflags "-s -w -X $pkg.AppVersion=v$v -X $pkg.AppGitCommit=v$v" \
+      -o "$out/bin.tmp/" ./controller ./webhook 2>&1 | tee build.log | progress "cert-manager v$v"
+    # (-v prints one package path a line; the compiler's errors are the other lines.)
+    [[ "${PIPESTATUS[0]}" == 0 ]] || { grep -E '^#|\.go:[0-9]+' build.log >&2; exit 1; }
+    local b
+    for b in controller webhook; do
+      "$out/bin.tmp/$b" --version | grep "^v$v$" >/dev/null || { log "cert-manager $b: the binary does not report v$v"; exit 1; }
+    done
+    local f
+    : > "$out/bin.tmp/crds.yaml"
+    for f in $(cd "$dir/deploy/crds" && LC_ALL=C ls ./*.yaml); do
+      { printf -- '---\n# %s from %s@v%s\n' "${f#./}" "$mod" "$v"; sed '/^---$/d' "$dir/deploy/crds/$f"; } >> "$out/bin.tmp/crds.yaml" || exit 1
+    done
+    [[ "$(grep -c '^kind: CustomResourceDefinition$' "$out/bin.tmp/crds.yaml")" == 6 ]] || { log "cert-manager v$v: expected 6 CRDs in deploy/crds"; exit 1; }
+  ) || { rm -rf "$work" "$out/bin.tmp"; log "cert-manager v$v build failed"; return 1; }
+  rm -rf "$work" "$out/bin" "$out/crds.yaml"
+  mv "$out/bin.tmp/crds.yaml" "$out/crds.yaml"; mv "$out/bin.tmp" "$out/bin"
+  echo "$sum" > "$out/.source"; touch "$out/.complete"
+}
+
 # Both majors the chart supports: Helm 3 (HELM_VERSION) and Helm 4 (HELM4_VERSION).
 build_helm() {
   build_helm_major 3 "$HELM_VERSION"
@@ -523,6 +583,7 @@ case "$only" in all|node) build_node; build_coredns ;; esac
 case "$only" in all|node|netpol) build_netpol ;; esac
 case "$only" in all|porcupine) fetch_porcupine ;; esac
 case "$only" in all|clientv3) build_clientv3_load ;; esac
+case "$only" in all|cert-manager) build_cert_manager ;; esac
 
 if [[ "$mode" == "--check" ]]; then exit "$missing"; fi
 log "tools in $TOOLS:"
@@ -544,3 +605,4 @@ show "$TOOLS/coredns/v$COREDNS_VERSION/bin/coredns" -version
 [[ -x "$TOOLS/kube-network-policies/v$KUBE_NETWORK_POLICIES_VERSION/bin/kube-network-policies" ]] && log "kube-network-policies v$KUBE_NETWORK_POLICIES_VERSION" || log "not built: kube-network-policies"
 [[ -f "$TOOLS/porcupine/v$PORCUPINE_VERSION/.complete" ]] && log "porcupine v$PORCUPINE_VERSION test data" || log "not fetched: porcupine"
 [[ -f "$(clientv3_load_dir)/.complete" ]] && log "clientv3-load $(basename "$(clientv3_load_dir)")" || log "not built: clientv3-load"
+show "$TOOLS/cert-manager/v$CERT_MANAGER_VERSION/bin/controller" --version

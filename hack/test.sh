@@ -26,7 +26,7 @@ SERIAL=(safety_nodes robustness nodes real_node_chart real_node network_policies
 ORDER=(day2 lifecycle backup_restore coreos_takeover safety recovery clients failpoints
   prometheus chart_install chart_rbac installed backup_pvc leader_election chart_render
   etcd_lines kubelet reconcile etcd_tls server control_plane recorder object_stores
-  on_apiserver clientv3 coreos_clients snapshots fuzz etcd_tls_reload managed_tls)
+  on_apiserver clientv3 coreos_clients snapshots fuzz etcd_tls_reload managed_tls cert_manager)
 
 log() { printf '[test %4ds] %s\n' "$((SECONDS - start))" "$*"; }
 

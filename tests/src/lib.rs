@@ -17,6 +17,8 @@
 //! - [`helm`]: the one helm runner (Helm 3 and Helm 4, [`HelmMajor`]).
 //! - [`s3`], [`azurite`], [`gcs`]: real object store servers for the backup tests (versitygw,
 //!   Azurite, fake-gcs-server).
+//! - [`cert_manager`]: real cert-manager (controller and webhook processes, its CRDs, its
+//!   webhook registered with the API server), started on demand ([`cert_manager::shared`]).
 //! - [`prometheus`]: a real Prometheus discovering targets through the API server as the
 //!   Prometheus Operator configures it, its HTTP API, and promtool.
 //! - [`chart`]: what the chart suites share: rendered manifests and checks of them.
@@ -29,6 +31,7 @@
 #![warn(missing_docs)]
 
 pub mod azurite;
+pub mod cert_manager;
 pub mod chart;
 pub mod clientv3;
 pub mod cluster_dns;
