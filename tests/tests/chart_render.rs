@@ -106,6 +106,7 @@ async fn chart_renders_with_defaults(ctx: TestContext, major: HelmMajor) -> anyh
         ("ClusterRoleBinding", 1),
         ("Deployment", 2),
         ("MutatingWebhookConfiguration", 1),
+        ("NetworkPolicy", 2),
         ("PodDisruptionBudget", 1),
         ("Role", 1),
         ("RoleBinding", 1),
@@ -119,6 +120,23 @@ async fn chart_renders_with_defaults(ctx: TestContext, major: HelmMajor) -> anyh
     .collect();
     ensure!(m.kinds() == expected, "rendered kinds: {:?}", m.kinds());
     check_labels(&m, release)?;
+    // The chart's own pods admit only what they serve: the webhook port from anywhere (the
+    // API server), metrics (no monitoring namespace set: from anywhere); nothing else.
+    let webhook_policy = m.get("NetworkPolicy", &format!("{full}-webhook"))?;
+    ensure!(
+        webhook_policy.pointer("/spec/ingress/0/ports/0/port") == Some(&json!(9443))
+            && webhook_policy.pointer("/spec/ingress/0/from").is_none()
+            && webhook_policy.pointer("/spec/ingress/1/ports/0/port") == Some(&json!(8080)),
+        "webhook policy: {webhook_policy}"
+    );
+    ensure!(
+        webhook_policy.pointer("/spec/ingress/2").is_none()
+            && webhook_policy
+                .pointer("/spec/policyTypes/0")
+                .and_then(|v| v.as_str())
+                == Some("Ingress"),
+        "webhook policy: {webhook_policy}"
+    );
     for doc in &m.0 {
         let cluster_scoped = matches!(
             str_at(doc, "/kind"),
