@@ -587,14 +587,17 @@ fn which(program: &str) -> anyhow::Result<PathBuf> {
         })
 }
 
-/// Adds `ip/32` to the pod network's interface (once).
+/// Adds `ip/32` to the pod network's interface (once: a later node of the same suite finds it;
+/// iproute2 says "File exists", or the kernel's "Address already assigned").
 fn add_address(ip: Ipv4Addr) -> anyhow::Result<()> {
     let out = Command::new("ip")
         .args(["addr", "add", &format!("{ip}/32"), "dev", POD_INTERFACE])
         .output()?;
     let said = String::from_utf8_lossy(&out.stderr);
     ensure!(
-        out.status.success() || said.contains("File exists"),
+        out.status.success()
+            || said.contains("File exists")
+            || said.contains("Address already assigned"),
         "ip addr add {ip}: {said}"
     );
     Ok(())
