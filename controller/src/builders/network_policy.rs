@@ -1,6 +1,6 @@
 //! The NetworkPolicy of a cluster's members (`spec.network`): the peer port admits only the
 //! cluster's own members, the client port the pods `clientSelectors` names (any pod when
-//! unset) and the operator, the metrics port the monitoring namespace (anywhere when none is
+//! unset), the operator's namespace and its PVC backup pods, the metrics port the monitoring namespace (anywhere when none is
 //! configured). Traffic from the members' own nodes (kubelet probes) is always admitted by
 //! NetworkPolicy's semantics.
 
@@ -72,6 +72,21 @@ pub fn network_policy(view: &ClusterView, access: &NetworkAccess) -> Option<Netw
         (Some(operator), false) => {
             let mut peers = view.network.client_selectors.clone();
             peers.push(namespace_peer(operator));
+            // The operator's own backup pods (PVC backups) run in the cluster's namespace and
+            // stream the snapshot from the client port.
+            peers.push(NetworkPolicyPeer {
+                pod_selector: Some(LabelSelector {
+                    match_labels: Some(BTreeMap::from([
+                        (
+                            names::LABEL_MANAGED_BY.to_string(),
+                            names::MANAGED_BY.to_string(),
+                        ),
+                        (names::LABEL_COMPONENT.to_string(), "backup".to_string()),
+                    ])),
+                    ..LabelSelector::default()
+                }),
+                ..NetworkPolicyPeer::default()
+            });
             if metrics_on_client_port && let Some(monitoring) = &access.monitoring_namespace {
                 peers.push(namespace_peer(monitoring));
             }
@@ -177,9 +192,19 @@ mod tests {
         let rules = rules(&policy);
         assert_eq!(rules.len(), 2, "3.2 serves metrics on the client port");
         let from = rules[1].from.as_ref().expect("client sources");
-        assert_eq!(from.len(), 3);
+        assert_eq!(from.len(), 4);
         assert_eq!(from[1], namespace_peer("etcd-operator"));
-        assert_eq!(from[2], namespace_peer("monitoring"));
+        let backup = from[2]
+            .pod_selector
+            .as_ref()
+            .and_then(|s| s.match_labels.clone())
+            .expect("the backup pods' selector");
+        assert_eq!(
+            backup.get(names::LABEL_COMPONENT).map(String::as_str),
+            Some("backup"),
+            "the operator's PVC backup pods reach the client port"
+        );
+        assert_eq!(from[3], namespace_peer("monitoring"));
     }
 
     #[test]
