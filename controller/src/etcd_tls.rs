@@ -54,6 +54,19 @@ use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tonic::transport::{Endpoint, Uri};
 
+/// Which keys of a client certificate Secret (or of the directory it is mounted in) to read:
+/// CoreOS' client layout (`etcd-client.crt`, `etcd-client.key`, `etcd-client-ca.crt`), or,
+/// when that has no certificate and `tls.crt` is there, `kubernetes.io/tls` (`tls.crt`,
+/// `tls.key`, `ca.crt`) as cert-manager writes it. `has` says whether a key exists.
+pub fn client_keys(has: impl Fn(&str) -> bool) -> [&'static str; 3] {
+    let coreos = etcd_shared::tls::CertKind::Operator.coreos_keys();
+    if !has(coreos[0]) && has(etcd_shared::tls::KUBERNETES_TLS_KEYS[0]) {
+        etcd_shared::tls::KUBERNETES_TLS_KEYS
+    } else {
+        coreos
+    }
+}
+
 /// Why TLS material could not be loaded, or a member could not be reached over TLS.
 #[derive(Debug, thiserror::Error)]
 pub enum EtcdTlsError {

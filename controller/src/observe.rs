@@ -379,7 +379,7 @@ async fn operator_tls(
 }
 
 /// Client TLS for the members from a Secret in CoreOS' client layout (etcd-client.crt,
-/// etcd-client.key, etcd-client-ca.crt), verifying the members' certificates against
+/// etcd-client.key, etcd-client-ca.crt) or `kubernetes.io/tls` (cert-manager's), verifying the members' certificates against
 /// `server_name`, and a hash identifying the material (pooled connections are reused only
 /// with the material they were made with).
 pub async fn secret_tls(
@@ -406,11 +406,8 @@ pub async fn secret_tls(
                 reason: format!("has no key {key}"),
             })
     };
-    let (cert, key, ca) = (
-        get("etcd-client.crt")?,
-        get("etcd-client.key")?,
-        get("etcd-client-ca.crt")?,
-    );
+    let [cert_key, key_key, ca_key] = crate::etcd_tls::client_keys(|k| data.contains_key(k));
+    let (cert, key, ca) = (get(cert_key)?, get(key_key)?, get(ca_key)?);
     // Members are dialled by IP; their certificates name the member DNS names.
     let tls = MemberTls::new(&ca, &cert, &key, server_name).map_err(|e| Error::OperatorTls {
         secret: secret_name.to_string(),

@@ -744,12 +744,35 @@ pub fn observation_failed(
     previous: Option<&EtcdClusterStatus>,
     now: Timestamp,
 ) -> EtcdClusterStatus {
-    let generation = view.generation;
     let reason = match error {
         crate::error::Error::OperatorTls { .. } => "OperatorTLSSecretInvalid",
         _ => "ObservationFailed",
     };
     let message = format!("the operator cannot observe the cluster: {error}");
+    blind(reason, message, view, previous, now)
+}
+
+/// The status of a cluster whose certificates the operator cannot issue (its own CA's, or
+/// cert-manager's Certificates refused): as [`observation_failed`], reason
+/// `CertificatesFailed`.
+pub fn certificates_failed(
+    error: &crate::error::Error,
+    view: &ClusterView,
+    previous: Option<&EtcdClusterStatus>,
+    now: Timestamp,
+) -> EtcdClusterStatus {
+    let message = format!("the operator cannot keep the cluster's certificates: {error}");
+    blind("CertificatesFailed", message, view, previous, now)
+}
+
+fn blind(
+    reason: &str,
+    message: String,
+    view: &ClusterView,
+    previous: Option<&EtcdClusterStatus>,
+    now: Timestamp,
+) -> EtcdClusterStatus {
+    let generation = view.generation;
     let mut status = previous.cloned().unwrap_or_default();
     let at = Stamp::new(generation, now);
     let mut available = at.condition(AVAILABLE, false, reason, message.clone());

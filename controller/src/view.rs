@@ -34,6 +34,11 @@ pub struct TlsMode {
     /// The lifetimes of the certificates the operator issues itself
     /// (`spec.TLS.operatorManaged`); the three Secrets above are then the operator's own.
     pub issuing: Option<etcd_shared::tls::IssuingSettings>,
+    /// `spec.TLS.certManager`: cert-manager issues the three Secrets above (Certificates of
+    /// the same names).
+    pub cert_manager: Option<etcd_shared::types::CertManagerTls>,
+    /// How the three Secrets name their keys.
+    pub layout: etcd_shared::tls::SecretLayout,
 }
 
 /// A validated, defaulted `EtcdCluster`.
@@ -247,8 +252,9 @@ impl ClusterView {
     }
 }
 
-/// The TLS secrets of a cluster: the user's (`static`), or the operator's own Secrets of
-/// `operatorManaged` (NAME-peer-tls, NAME-server-tls, NAME-operator-tls, in CoreOS' layout).
+/// The TLS secrets of a cluster: the user's (`static`), the operator's own Secrets of
+/// `operatorManaged` (NAME-peer-tls, NAME-server-tls, NAME-operator-tls, in CoreOS' layout), or
+/// cert-manager's of `certManager` (the same names, `kubernetes.io/tls` layout).
 fn tls_mode(
     name: &str,
     policy: Option<&etcd_shared::types::TlsPolicy>,
@@ -265,24 +271,28 @@ fn tls_mode(
             peer_secret: st.member.as_ref().and_then(|m| m.peer_secret.clone()),
             server_secret: st.member.as_ref().and_then(|m| m.server_secret.clone()),
             operator_secret: st.operator_secret.clone(),
-            issuing: None,
+            ..TlsMode::default()
         }),
         Some(TlsSource::OperatorManaged(om)) => {
-            let issuing = om.settings().map_err(|e| {
-                refused("tls-duration", "spec.TLS.operatorManaged", e.to_string())
-            })?;
+            let issuing = om
+                .settings()
+                .map_err(|e| refused("tls-duration", "spec.TLS.operatorManaged", e.to_string()))?;
             Ok(TlsMode {
                 peer_secret: Some(CertKind::Peer.secret_name(name)),
                 server_secret: Some(CertKind::Server.secret_name(name)),
                 operator_secret: Some(CertKind::Operator.secret_name(name)),
                 issuing: Some(issuing),
+                ..TlsMode::default()
             })
         }
-        Some(TlsSource::CertManager(_)) => Err(refused(
-            "tls-cert-manager",
-            "spec.TLS.certManager",
-            "certificates from cert-manager are not issued by this controller version yet: use operatorManaged or static".into(),
-        )),
+        Some(TlsSource::CertManager(cm)) => Ok(TlsMode {
+            peer_secret: Some(CertKind::Peer.secret_name(name)),
+            server_secret: Some(CertKind::Server.secret_name(name)),
+            operator_secret: Some(CertKind::Operator.secret_name(name)),
+            cert_manager: Some(cm.clone()),
+            layout: etcd_shared::tls::SecretLayout::KubernetesTls,
+            ..TlsMode::default()
+        }),
     }
 }
 

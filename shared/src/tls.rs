@@ -200,6 +200,29 @@ impl CertManagerTls {
     }
 }
 
+/// How a certificate Secret names its keys.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SecretLayout {
+    /// CoreOS' (`static`, `operatorManaged`): `peer.crt`, `server.key`, `etcd-client-ca.crt`...
+    #[default]
+    CoreOs,
+    /// `kubernetes.io/tls` as cert-manager writes it: `tls.crt`, `tls.key`, `ca.crt`.
+    KubernetesTls,
+}
+
+/// The keys of a `kubernetes.io/tls` Secret: certificate, key, CA.
+pub const KUBERNETES_TLS_KEYS: [&str; 3] = ["tls.crt", "tls.key", "ca.crt"];
+
+impl SecretLayout {
+    /// The keys (certificate, key, CA bundle) of a Secret of `kind` in this layout.
+    pub fn keys(self, kind: CertKind) -> [&'static str; 3] {
+        match self {
+            SecretLayout::CoreOs => kind.coreos_keys(),
+            SecretLayout::KubernetesTls => KUBERNETES_TLS_KEYS,
+        }
+    }
+}
+
 /// The certificates a TLS cluster needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum CertKind {
@@ -243,11 +266,20 @@ impl CertKind {
         }
     }
 
-    /// The subject common name.
-    pub fn common_name(self, cluster: &str, namespace: &str) -> String {
+    /// The subject common name: the cluster's name for the members' certificates (X.509 caps
+    /// a common name at 64 bytes, and cert-manager refuses longer ones: `NAME.NAMESPACE.svc`
+    /// does not always fit; clients check the DNS names anyway), `etcd-operator` for the
+    /// operator's.
+    pub fn common_name(self, cluster: &str, _namespace: &str) -> String {
         match self {
             CertKind::Operator => "etcd-operator".to_string(),
-            _ => format!("{cluster}.{namespace}.svc"),
+            _ => {
+                let mut end = cluster.len().min(64);
+                while !cluster.is_char_boundary(end) {
+                    end -= 1;
+                }
+                cluster[..end].to_string()
+            }
         }
     }
 

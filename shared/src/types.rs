@@ -318,7 +318,7 @@ pub struct OperatorManagedTls {
 }
 
 /// Certificates from cert-manager.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CertManagerTls {
     /// The Issuer (in the cluster's namespace) or ClusterIssuer that signs the certificates.
@@ -336,7 +336,7 @@ pub struct CertManagerTls {
 }
 
 /// A reference to a cert-manager issuer.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct IssuerRef {
     /// The issuer's name.

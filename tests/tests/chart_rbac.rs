@@ -205,6 +205,9 @@ fn needed(scope: &Scope) -> Vec<Question> {
     for verb in ["get", "create", "patch", "delete"] {
         q.push(ask(verb, "networkpolicies.networking.k8s.io", scope, true));
     }
+    for verb in ["get", "create", "patch"] {
+        q.push(ask(verb, "certificates.cert-manager.io", scope, true));
+    }
     // Reads the user's Secrets; writes the CA and certificates of operatorManaged TLS.
     for verb in ["get", "create", "patch"] {
         q.push(ask(verb, "secrets", scope, true));

@@ -66,6 +66,16 @@ fn main() -> std::process::ExitCode {
             certificates_expired_while_the_operator_was_down_are_renewed,
         )
         .with_timeout(long),
+        etcd_tests::Test::new(
+            "cert_manager_tls_is_mutual_on_3_6_and_the_users_3_2",
+            cert_manager_tls_is_mutual_on_3_6_and_the_users_3_2,
+        )
+        .with_timeout(long),
+        etcd_tests::Test::new(
+            "a_cert_manager_renewal_reaches_the_members_without_a_restart",
+            a_cert_manager_renewal_reaches_the_members_without_a_restart,
+        )
+        .with_timeout(long),
     ])
 }
 
@@ -97,6 +107,20 @@ fn key_of(secret: &Secret, key: &str) -> anyhow::Result<String> {
     Ok(String::from_utf8(bytes.0.clone())?)
 }
 
+/// The keys of a certificate Secret of `kind`: `kubernetes.io/tls` (cert-manager's) when it has
+/// `tls.crt`, else CoreOS' (the operator's own).
+fn keys_of(secret: &Secret, kind: CertKind) -> [&'static str; 3] {
+    let tls = secret
+        .data
+        .as_ref()
+        .is_some_and(|d| d.contains_key("tls.crt"));
+    if tls {
+        etcd_shared::tls::KUBERNETES_TLS_KEYS
+    } else {
+        kind.coreos_keys()
+    }
+}
+
 /// The DER of the first certificate of a PEM text.
 fn der_of(pem: &str) -> anyhow::Result<Vec<u8>> {
     let (_, parsed) = parse_x509_pem(pem.as_bytes()).context("not PEM")?;
@@ -110,7 +134,7 @@ async fn operator_access(ctx: &TestContext, name: &str) -> anyhow::Result<Access
         .get(&CertKind::Operator.secret_name(name))
         .await
         .context("the operator's certificate Secret")?;
-    let [cert, key, ca] = CertKind::Operator.coreos_keys();
+    let [cert, key, ca] = keys_of(&operator, CertKind::Operator);
     let client = etcd_tests::IssuedCert {
         cert_pem: key_of(&operator, cert)?,
         key_pem: key_of(&operator, key)?,
@@ -132,7 +156,7 @@ async fn recorder_tls(ctx: &TestContext, name: &str) -> anyhow::Result<etcd_clie
         .get(&CertKind::Operator.secret_name(name))
         .await
         .context("the operator's certificate Secret")?;
-    let [cert, key, ca] = CertKind::Operator.coreos_keys();
+    let [cert, key, ca] = keys_of(&operator, CertKind::Operator);
     Ok(etcd_client::TlsOptions::new()
         .ca_certificate(etcd_client::Certificate::from_pem(key_of(&operator, ca)?))
         .identity(etcd_client::Identity::from_pem(
@@ -174,7 +198,7 @@ async fn served(ctx: &TestContext, name: &str) -> anyhow::Result<BTreeMap<String
 async fn held(ctx: &TestContext, name: &str, kind: CertKind) -> anyhow::Result<Vec<u8>> {
     let secrets: Api<Secret> = ctx.api();
     let secret = secrets.get(&kind.secret_name(name)).await?;
-    der_of(&key_of(&secret, kind.coreos_keys()[0])?)
+    der_of(&key_of(&secret, keys_of(&secret, kind)[0])?)
 }
 
 /// Waits until every member serves the server certificate its Secret holds.
@@ -219,9 +243,11 @@ async fn check_mutual_tls(ctx: &TestContext, name: &str) -> anyhow::Result<()> {
         );
     }
     // What the members serve is the Secret's certificate, issued by the cluster's CA.
+    // The CA the operator's own Secret trusts (the operator's CA, or cert-manager's issuer's).
     let secrets: Api<Secret> = ctx.api();
-    let ca = secrets.get(&names::ca_secret_name(name)).await?;
-    let ca_der = der_of(&key_of(&ca, "ca.crt")?)?;
+    let operator = secrets.get(&CertKind::Operator.secret_name(name)).await?;
+    let ca_pem = key_of(&operator, keys_of(&operator, CertKind::Operator)[2])?;
+    let ca_der = der_of(&ca_pem)?;
     let (_, ca_x509) = x509_parser::parse_x509_certificate(&ca_der)?;
     let want = held(ctx, name, CertKind::Server).await?;
     for (member, der) in served(ctx, name).await? {
@@ -243,7 +269,7 @@ async fn check_mutual_tls(ctx: &TestContext, name: &str) -> anyhow::Result<()> {
         .with_timeout(support::ETCD_TIMEOUT)
         .with_tls(
             etcd_client::TlsOptions::new()
-                .ca_certificate(etcd_client::Certificate::from_pem(key_of(&ca, "ca.crt")?))
+                .ca_certificate(etcd_client::Certificate::from_pem(ca_pem.clone()))
                 .domain_name(format!("member.{name}.{}.svc", ctx.ns())),
         );
     let refused = match etcd_client::Client::connect(urls.clone(), Some(anonymous)).await {
@@ -276,12 +302,12 @@ async fn create_managed(
     wait_until(
         &ctx.api(),
         name,
-        "3 healthy voters over operator-managed TLS",
+        "3 healthy voters over mutual TLS",
         |c| settled(c, 3, version),
     )
     .await?;
     duration(
-        &format!("{name}: 3 members Available over operator-managed TLS"),
+        &format!("{name}: 3 members Available over mutual TLS"),
         started,
     );
     Ok(())
@@ -509,6 +535,157 @@ async fn certificates_expired_while_the_operator_was_down_are_renewed(
     println!(
         "expired: {} operations, {} failed (refused while the certificates were expired), {} unknown, longest without an ok write {:?} ms",
         report.ops, report.failed, report.unknown, report.longest_without_write_ms
+    );
+    Ok(())
+}
+
+/// Real cert-manager (the harness's, one per suite) with a CA Issuer `etcd-ca` in the test's
+/// namespace: a SelfSigned Issuer, the CA Certificate it signs, the CA Issuer on it.
+async fn ca_issuer(ctx: &TestContext) -> anyhow::Result<()> {
+    use etcd_tests::cert_manager::{CmKind, is_issued, is_ready};
+    let cm = etcd_tests::cert_manager::shared(ctx.control_plane()).await?;
+    println!("cert-manager {} ready", cm.version());
+    let apply = |kind: CmKind, object: serde_json::Value| async move {
+        let object: kube::api::DynamicObject = serde_json::from_value(object)?;
+        let name = object.metadata.name.clone().context("no name")?;
+        kind.api(ctx.client(), Some(ctx.ns()))
+            .patch(
+                &name,
+                &PatchParams::apply("managed-tls").force(),
+                &Patch::Apply(&object),
+            )
+            .await
+            .with_context(|| format!("applying {kind:?} {name}"))?;
+        anyhow::Ok(())
+    };
+    let ready = |kind: CmKind, name: &'static str| async move {
+        let api = kind.api(ctx.client(), Some(ctx.ns()));
+        poll_until(&format!("{kind:?} {name} Ready"), WAIT, || async {
+            let object = api.get(name).await?;
+            let done = match kind {
+                CmKind::Certificate => is_issued(&object),
+                _ => is_ready(&object),
+            };
+            anyhow::Ok(done.then_some(()))
+        })
+        .await?;
+        anyhow::Ok(())
+    };
+    apply(
+        CmKind::Issuer,
+        serde_json::json!({
+            "apiVersion": "cert-manager.io/v1", "kind": "Issuer",
+            "metadata": {"name": "selfsigned"}, "spec": {"selfSigned": {}},
+        }),
+    )
+    .await?;
+    apply(
+        CmKind::Certificate,
+        serde_json::json!({
+            "apiVersion": "cert-manager.io/v1", "kind": "Certificate",
+            "metadata": {"name": "etcd-ca"},
+            "spec": {
+                "isCA": true, "commonName": "etcd CA", "secretName": "etcd-ca",
+                "duration": "2160h", "privateKey": {"algorithm": "ECDSA", "size": 256},
+                "issuerRef": {"name": "selfsigned", "kind": "Issuer", "group": "cert-manager.io"},
+            },
+        }),
+    )
+    .await?;
+    ready(CmKind::Certificate, "etcd-ca").await?;
+    apply(
+        CmKind::Issuer,
+        serde_json::json!({
+            "apiVersion": "cert-manager.io/v1", "kind": "Issuer",
+            "metadata": {"name": "etcd-ca"}, "spec": {"ca": {"secretName": "etcd-ca"}},
+        }),
+    )
+    .await?;
+    ready(CmKind::Issuer, "etcd-ca").await
+}
+
+/// A cluster manifest with `TLS: certManager` from the Issuer `etcd-ca` (and `extra` lines).
+fn cert_manager_yaml(name: &str, size: usize, version: &str, extra: &str) -> String {
+    let extra: String = extra.lines().map(|l| format!("      {l}\n")).collect();
+    format!(
+        "{}  TLS:\n    certManager:\n      issuerRef:\n        name: etcd-ca\n{extra}",
+        cluster_yaml(name, size, Some(version))
+    )
+}
+
+/// `certManager` with a CA Issuer: 3 members of 3.6 and of the users' 3.2.13 run with mutual
+/// TLS from cert-manager's certificates (Secrets in `kubernetes.io/tls` layout, mounted under
+/// CoreOS' file names; the operator dials with its own from cert-manager).
+async fn cert_manager_tls_is_mutual_on_3_6_and_the_users_3_2(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    install(&ctx).await?;
+    ca_issuer(&ctx).await?;
+    let _controller = Controller::start(&ctx)?;
+    let version = support::pinned_etcd("3.6")?;
+    for (name, version) in [("cm36", version.as_str()), ("cm32", "3.2.13")] {
+        create_managed(
+            &ctx,
+            name,
+            &cert_manager_yaml(name, 3, version, ""),
+            version,
+        )
+        .await?;
+        check_mutual_tls(&ctx, name).await?;
+    }
+    Ok(())
+}
+
+/// A cert-manager certificate of 1h renewed 20 s after it was issued (`renewBefore: 59m40s`)
+/// reaches every member without a restart, under recorded traffic over mutual TLS.
+async fn a_cert_manager_renewal_reaches_the_members_without_a_restart(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    const NAME: &str = "cmrenewed";
+    install(&ctx).await?;
+    ca_issuer(&ctx).await?;
+    let _controller = Controller::start(&ctx)?;
+    let version = support::pinned_etcd("3.6")?;
+    let yaml = cert_manager_yaml(NAME, 3, &version, "duration: 1h\nrenewBefore: 59m40s");
+    create_managed(&ctx, NAME, &yaml, &version).await?;
+    wait_served(&ctx, NAME, "every member serving its first certificate").await?;
+    let first = held(&ctx, NAME, CertKind::Server).await?;
+    let before = containers(&ctx, NAME).await?;
+    let recording = Recording::start_tls(
+        &ctx,
+        NAME,
+        "cert-manager-renewal",
+        recorder_tls(&ctx, NAME).await?,
+    )
+    .await?;
+    let started = Instant::now();
+    poll_until(
+        "cert-manager renewed the server certificate",
+        WAIT * 2,
+        || async {
+            let now = held(&ctx, NAME, CertKind::Server).await?;
+            anyhow::Ok((now != first).then_some(()))
+        },
+    )
+    .await?;
+    duration("cert-manager: the server certificate renewed", started);
+    wait_served(&ctx, NAME, "every member serving cert-manager's renewal").await?;
+    duration("cert-manager: every member serves the renewal", started);
+    recording.ok_writes(20).await?;
+    ensure!(
+        containers(&ctx, NAME).await? == before,
+        "a member restarted for the renewal"
+    );
+    let report = recording.finish(&ctx, NAME, 3).await?;
+    println!(
+        "cert-manager renewal: {} operations, {} failed, {} unknown, no restart",
+        report.ops, report.failed, report.unknown
+    );
+    ensure!(
+        report.failed == 0 && report.unknown == 0,
+        "requests failed during the renewal: {} failed, {} unknown",
+        report.failed,
+        report.unknown
     );
     Ok(())
 }

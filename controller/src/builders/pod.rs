@@ -98,7 +98,12 @@ pub fn member_pod(view: &ClusterView, plan: &MemberPlan) -> Pod {
             MemberFlag::PeerClientCertAuth.arg(true),
         ]);
         mounts.push(read_only_mount("peer-tls", PEER_TLS_DIR));
-        volumes.push(secret_volume("peer-tls", secret, 0o400));
+        volumes.push(tls_volume(
+            "peer-tls",
+            secret,
+            view.tls.layout,
+            etcd_shared::tls::CertKind::Peer,
+        ));
     }
     if let Some(secret) = &view.tls.server_secret {
         args.extend([
@@ -108,7 +113,12 @@ pub fn member_pod(view: &ClusterView, plan: &MemberPlan) -> Pod {
             MemberFlag::ClientCertAuth.arg(true),
         ]);
         mounts.push(read_only_mount("server-tls", SERVER_TLS_DIR));
-        volumes.push(secret_volume("server-tls", secret, 0o400));
+        volumes.push(tls_volume(
+            "server-tls",
+            secret,
+            view.tls.layout,
+            etcd_shared::tls::CertKind::Server,
+        ));
     }
 
     // The container's own variables, from the one list the admission rules reserve.
@@ -378,6 +388,35 @@ pub(super) fn secret_volume(name: &str, secret: &str, mode: i32) -> Volume {
         }),
         ..Volume::default()
     }
+}
+
+/// A volume of the certificate Secret `secret` of `kind`, its files named in CoreOS' layout
+/// whatever the Secret's (`kubernetes.io/tls` keys are mapped: `tls.crt` -> `peer.crt`, ...),
+/// readable by the owner only.
+fn tls_volume(
+    name: &str,
+    secret: &str,
+    layout: etcd_shared::tls::SecretLayout,
+    kind: etcd_shared::tls::CertKind,
+) -> Volume {
+    let mut volume = secret_volume(name, secret, 0o400);
+    if layout != etcd_shared::tls::SecretLayout::CoreOs
+        && let Some(source) = volume.secret.as_mut()
+    {
+        source.items = Some(
+            layout
+                .keys(kind)
+                .iter()
+                .zip(kind.coreos_keys())
+                .map(|(key, path)| k8s_openapi::api::core::v1::KeyToPath {
+                    key: (*key).to_string(),
+                    path: path.to_string(),
+                    mode: None,
+                })
+                .collect(),
+        );
+    }
+    volume
 }
 
 /// A read-only mount of volume `name` at `path`.

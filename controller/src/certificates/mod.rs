@@ -1,6 +1,7 @@
 //! The certificates of `spec.TLS.operatorManaged`: the operator keeps a CA per cluster and
 //! issues, renews and reissues the members' peer and server certificates and its own client
-//! certificate, in the Secrets the static TLS plumbing already mounts and reads.
+//! certificate, in the Secrets the static TLS plumbing already mounts and reads; and the
+//! cert-manager Certificates of `spec.TLS.certManager` ([`cert_manager`]).
 //!
 //! - [`plan`]: pure decisions (keep until the renewal time, or issue, and why);
 //! - [`inspect`]: what the Secrets hold;
@@ -11,6 +12,7 @@
 //! volume's files and etcd loads its certificate files for each new TLS handshake.
 
 pub mod apply;
+pub mod cert_manager;
 pub mod inspect;
 pub mod issue;
 pub mod plan;

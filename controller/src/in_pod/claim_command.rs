@@ -148,7 +148,8 @@ pub async fn run(command: BackupCommand) -> (PodReport, bool) {
 }
 
 /// The operator's client TLS from the files of its Secret in `dir` (etcd-client.crt,
-/// etcd-client.key, etcd-client-ca.crt), verifying members as `server_name`.
+/// etcd-client.key, etcd-client-ca.crt, or cert-manager's tls.crt, tls.key, ca.crt), verifying
+/// members as `server_name`.
 pub(crate) fn member_tls(dir: &Path, server_name: &str) -> Result<MemberTls, CommandError> {
     let tls_error = |reason: String| CommandError::Tls {
         dir: dir.to_path_buf(),
@@ -156,11 +157,8 @@ pub(crate) fn member_tls(dir: &Path, server_name: &str) -> Result<MemberTls, Com
     };
     let read =
         |name: &str| std::fs::read(dir.join(name)).map_err(|e| tls_error(format!("{name}: {e}")));
-    let (cert, key, ca) = (
-        read("etcd-client.crt")?,
-        read("etcd-client.key")?,
-        read("etcd-client-ca.crt")?,
-    );
+    let [cert_key, key_key, ca_key] = crate::etcd_tls::client_keys(|k| dir.join(k).exists());
+    let (cert, key, ca) = (read(cert_key)?, read(key_key)?, read(ca_key)?);
     MemberTls::new(&ca, &cert, &key, server_name).map_err(|e| tls_error(e.to_string()))
 }
 

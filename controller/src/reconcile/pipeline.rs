@@ -71,11 +71,31 @@ pub async fn reconcile(
 
     // The operator's own certificates first: the members' pods mount them and the operator
     // dials the members with its client certificate.
-    let certificates = match view.tls.issuing {
-        Some(settings) => {
-            Some(ensure_certificates(ctx, recorder, cluster, &view, &settings).await?)
+    // A failure here is reported in the status (the members cannot get their certificates),
+    // then retried with backoff.
+    let certificates = async {
+        let issued = match view.tls.issuing {
+            Some(settings) => {
+                Some(ensure_certificates(ctx, recorder, cluster, &view, &settings).await?)
+            }
+            None => None,
+        };
+        if let Some(tls) = &view.tls.cert_manager {
+            crate::certificates::cert_manager::keep_certificates(&ctx.client, &view, tls).await?;
         }
-        None => None,
+        Ok::<_, Error>(issued)
+    }
+    .await;
+    let certificates = match certificates {
+        Ok(c) => c,
+        Err(e) => {
+            warn!(%name, %namespace, error = %e, "cannot keep the cluster's certificates");
+            let new = status::certificates_failed(&e, &view, previous, Timestamp::now());
+            if let Err(write) = write_status(&api, &name, &new, previous).await {
+                warn!(%name, %namespace, error = %write, "cannot write the status either");
+            }
+            return Err(e);
+        }
     };
 
     // While member pods of CoreOS' operator run, the Services keep CoreOS' selector (read from

@@ -783,10 +783,9 @@ fn tls_rules() {
         None,
         "spec.TLS: names more than one source of certificates",
     );
-    assert_refused(
+    warnings(
         &tls("  certManager:\n    issuerRef:\n      name: ca\n      kind: ClusterIssuer"),
         None,
-        "spec.TLS.certManager: is not issued by this operator version yet",
     );
     assert_refused(
         &tls("  certManager:\n    issuerRef:\n      name: ca\n      kind: Vault"),

@@ -33,14 +33,7 @@ pub(crate) fn check(cluster: &EtcdCluster, report: &mut Report) {
                 report.refuse("tls-duration", field("operatorManaged", &e), message(&e));
             }
         }
-        Some(TlsSource::CertManager(cm)) => {
-            check_cert_manager(cm, report);
-            report.refuse(
-                "tls-cert-manager",
-                "spec.TLS.certManager",
-                "is not issued by this operator version yet: use operatorManaged (the operator's own CA, renewed by it) or static",
-            );
-        }
+        Some(TlsSource::CertManager(cm)) => check_cert_manager(cm, report),
     }
 }
 
