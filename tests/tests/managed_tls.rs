@@ -299,12 +299,9 @@ async fn create_managed(
 ) -> anyhow::Result<()> {
     let started = Instant::now();
     create_cluster(ctx, yaml).await?;
-    wait_until(
-        &ctx.api(),
-        name,
-        "3 healthy voters over mutual TLS",
-        |c| settled(c, 3, version),
-    )
+    wait_until(&ctx.api(), name, "3 healthy voters over mutual TLS", |c| {
+        settled(c, 3, version)
+    })
     .await?;
     duration(
         &format!("{name}: 3 members Available over mutual TLS"),
