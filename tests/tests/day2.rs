@@ -365,28 +365,61 @@ async fn data_over_the_quota_is_said_not_looped_on(ctx: TestContext) -> anyhow::
     let puts = fill(&mut client, |n| format!("fill/{n:03}")).await?;
     let full_at = Instant::now();
     let api: Api<EtcdCluster> = ctx.api();
-    let message = degraded_for(&api, "over", "SpaceExhausted").await?;
-    duration("over: SpaceExhausted reported", full_at);
-    println!("over: {puts} distinct keys: {message}");
-    ensure!(
-        message.contains("raise ETCD_QUOTA_BACKEND_BYTES") && message.contains("in use"),
-        "{message}"
-    );
-    // Several reconciles later: still one compaction, no defragmentation.
+    // Where etcd raises NOSPACE depends on its file's free pages, which vary with how its
+    // commits fell (under load: fewer keys). With the data at 90% of the quota or more the
+    // operator says so (SpaceExhausted) and defragments nothing; below, one defragmentation of
+    // each member makes room and the alarm is disarmed. Either way, once.
+    let said = wait_until(&api, "over", "SpaceExhausted, or the alarm healed", |c| {
+        c.status.as_ref().is_some_and(|s| {
+            s.reason.as_deref() == Some("SpaceExhausted")
+                || (s
+                    .maintenance
+                    .as_ref()
+                    .is_some_and(|m| m.compaction.is_none())
+                    && s.phase == Some(etcd_shared::types::ClusterPhase::Running)
+                    && controller.counter("etcd_controller_alarm_heals_total", "alarm", "NOSPACE")
+                        >= 1)
+        })
+    })
+    .await?;
+    let exhausted =
+        said.status.as_ref().and_then(|s| s.reason.as_deref()) == Some("SpaceExhausted");
+    if exhausted {
+        let message = degraded_for(&api, "over", "SpaceExhausted").await?;
+        duration("over: SpaceExhausted reported", full_at);
+        println!("over: {puts} distinct keys: {message}");
+        ensure!(
+            message.contains("raise ETCD_QUOTA_BACKEND_BYTES") && message.contains("in use"),
+            "{message}"
+        );
+    } else {
+        duration("over: below 90% in use: healed by defragmentation", full_at);
+        println!(
+            "over: {puts} distinct keys filled the file, under 90% of the quota in use: healed"
+        );
+    }
+    // Several reconciles later: still one compaction; no defragmentation when it cannot help,
+    // one per member when it could.
     let reconciles = controller.reconciles();
     poll_until("five more reconciles", WAIT, || {
         let done = controller.reconciles() >= reconciles + 5;
         async move { anyhow::Ok(done.then_some(())) }
     })
     .await?;
-    ensure!(
-        controller.counter(
-            "etcd_controller_defragmentations_total",
-            "reason",
-            "nospace"
-        ) == 0,
-        "defragmented although it cannot help"
+    let defragmented = controller.counter(
+        "etcd_controller_defragmentations_total",
+        "reason",
+        "nospace",
     );
+    if exhausted {
+        ensure!(defragmented == 0, "defragmented although it cannot help");
+    } else {
+        ensure!(
+            defragmented == 3,
+            "{defragmented} defragmentations to heal one alarm on 3 members"
+        );
+        until_a_write_is_accepted(&client, "a write accepted after the healing").await?;
+    }
     ensure!(
         event_count(&ctx, "Compacted").await? == 1,
         "compacted more than once"
