@@ -1209,6 +1209,7 @@ async fn nothing_is_decided_before_every_cache_has_synced(ctx: TestContext) -> a
             ),
             rule("events.k8s.io", &["events"], &all),
             rule("policy", &["poddisruptionbudgets"], &all),
+            rule("networking.k8s.io", &["networkpolicies"], &all),
         ],
     )
     .await?;

