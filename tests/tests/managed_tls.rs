@@ -129,23 +129,9 @@ fn der_of(pem: &str) -> anyhow::Result<Vec<u8>> {
 
 /// The client access of the operator's own certificate (what the operator dials with).
 async fn operator_access(ctx: &TestContext, name: &str) -> anyhow::Result<Access> {
-    let secrets: Api<Secret> = ctx.api();
-    let operator = secrets
-        .get(&CertKind::Operator.secret_name(name))
-        .await
-        .context("the operator's certificate Secret")?;
-    let [cert, key, ca] = keys_of(&operator, CertKind::Operator);
-    let client = etcd_tests::IssuedCert {
-        cert_pem: key_of(&operator, cert)?,
-        key_pem: key_of(&operator, key)?,
-        cert_der: Vec::new(),
-        key_der: Vec::new(),
-    };
-    Ok(Access::tls(
-        &key_of(&operator, ca)?,
-        &client,
-        &format!("member.{name}.{}.svc", ctx.ns()),
-    ))
+    Ok(Access::Tls {
+        tls: recorder_tls(ctx, name).await?,
+    })
 }
 
 /// The recorder's TLS options: the operator's certificate, members checked as
@@ -368,35 +354,38 @@ async fn a_renewed_certificate_reaches_the_members_without_a_restart(
     let version = support::pinned_etcd("3.6")?;
     let yaml = managed_yaml(NAME, 3, &version, "duration: 5m\nrenewBefore: 4m30s");
     create_managed(&ctx, NAME, &yaml, &version).await?;
-    wait_served(&ctx, NAME, "every member serving its first certificate").await?;
-    let first = held(&ctx, NAME, CertKind::Server).await?;
-    let before = containers(&ctx, NAME).await?;
-    let recording =
-        Recording::start_tls(&ctx, NAME, "tls-renewal", recorder_tls(&ctx, NAME).await?).await?;
+    renewal_reaches_every_member(&ctx, NAME, "tls-renewal").await
+}
 
+/// Under recorded traffic over mutual TLS: waits for the server certificate of cluster `name`
+/// to be renewed and served by every member, then checks no member restarted and the history
+/// (run `run`) holds no failed or unknown request.
+async fn renewal_reaches_every_member(
+    ctx: &TestContext,
+    name: &str,
+    run: &str,
+) -> anyhow::Result<()> {
+    wait_served(ctx, name, "every member serving its first certificate").await?;
+    let first = held(ctx, name, CertKind::Server).await?;
+    let before = containers(ctx, name).await?;
+    let recording = Recording::start_tls(ctx, name, run, recorder_tls(ctx, name).await?).await?;
     let started = Instant::now();
     poll_until("the server certificate renewed", WAIT * 2, || async {
-        let now = held(&ctx, NAME, CertKind::Server).await?;
+        let now = held(ctx, name, CertKind::Server).await?;
         anyhow::Ok((now != first).then_some(()))
     })
     .await?;
-    duration(
-        "renewed: the operator renewed the server certificate",
-        started,
-    );
-    wait_served(&ctx, NAME, "every member serving the renewed certificate").await?;
-    duration(
-        "renewed: every member serves the renewed certificate",
-        started,
-    );
+    duration(&format!("{run}: the server certificate renewed"), started);
+    wait_served(ctx, name, "every member serving the renewed certificate").await?;
+    duration(&format!("{run}: every member serves the renewal"), started);
     recording.ok_writes(20).await?;
     ensure!(
-        containers(&ctx, NAME).await? == before,
+        containers(ctx, name).await? == before,
         "a member restarted for the renewal"
     );
-    let report = recording.finish(&ctx, NAME, 3).await?;
+    let report = recording.finish(ctx, name, 3).await?;
     println!(
-        "renewed: {} operations, {} failed, {} unknown, longest without an ok write {:?} ms, no restart",
+        "{run}: {} operations, {} failed, {} unknown, longest without an ok write {:?} ms, no restart",
         report.ops, report.failed, report.unknown, report.longest_without_write_ms
     );
     ensure!(
@@ -645,44 +634,5 @@ async fn a_cert_manager_renewal_reaches_the_members_without_a_restart(
     let version = support::pinned_etcd("3.6")?;
     let yaml = cert_manager_yaml(NAME, 3, &version, "duration: 1h\nrenewBefore: 59m40s");
     create_managed(&ctx, NAME, &yaml, &version).await?;
-    wait_served(&ctx, NAME, "every member serving its first certificate").await?;
-    let first = held(&ctx, NAME, CertKind::Server).await?;
-    let before = containers(&ctx, NAME).await?;
-    let recording = Recording::start_tls(
-        &ctx,
-        NAME,
-        "cert-manager-renewal",
-        recorder_tls(&ctx, NAME).await?,
-    )
-    .await?;
-    let started = Instant::now();
-    poll_until(
-        "cert-manager renewed the server certificate",
-        WAIT * 2,
-        || async {
-            let now = held(&ctx, NAME, CertKind::Server).await?;
-            anyhow::Ok((now != first).then_some(()))
-        },
-    )
-    .await?;
-    duration("cert-manager: the server certificate renewed", started);
-    wait_served(&ctx, NAME, "every member serving cert-manager's renewal").await?;
-    duration("cert-manager: every member serves the renewal", started);
-    recording.ok_writes(20).await?;
-    ensure!(
-        containers(&ctx, NAME).await? == before,
-        "a member restarted for the renewal"
-    );
-    let report = recording.finish(&ctx, NAME, 3).await?;
-    println!(
-        "cert-manager renewal: {} operations, {} failed, {} unknown, no restart",
-        report.ops, report.failed, report.unknown
-    );
-    ensure!(
-        report.failed == 0 && report.unknown == 0,
-        "requests failed during the renewal: {} failed, {} unknown",
-        report.failed,
-        report.unknown
-    );
-    Ok(())
+    renewal_reaches_every_member(&ctx, NAME, "cert-manager-renewal").await
 }
