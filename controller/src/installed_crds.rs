@@ -2,8 +2,8 @@
 //! `etcdclusters` (and their backup and restore operators `etcdbackups` and `etcdrestores`)
 //! themselves, with no schema and no status subresource, and `helm install` skips a chart's
 //! `crds/` when the CRD exists. Under such a CRD every status write fails; the controller says
-//! so in its log and its `/readyz` until the CRD is replaced (README, "Taking over from CoreOS'
-//! operator"). Read from the API discovery document, which every authenticated client may read
+//! so in its log and its `/readyz` until the CRD is replaced (docs/migrating-from-coreos.md,
+//! "Taking over"). Read from the API discovery document, which every authenticated client may read
 //! (no RBAC on CRDs needed, also in namespace mode).
 
 use std::time::Duration;

@@ -85,8 +85,9 @@ pub struct Args {
     /// Memory the admission requests in flight may reserve together, bytes or with a Ki/Mi
     /// suffix (a quarter of it for bodies up to 64 KiB). A request reserves the most its body
     /// can cost before reading it, then 4 bytes per body byte, 300 per JSON value and 64 KiB
-    /// (measured peaks: see the README); one that cannot get its share within 1 s is answered
-    /// 429 with Retry-After. One request of the largest size is always admitted alone.
+    /// (measured peaks: docs/development/benchmarks.md); one that cannot get its share within
+    /// 1 s is answered 429 with Retry-After. One request of the largest size is always
+    /// admitted alone.
     #[arg(long, env = "ETCD_WEBHOOK_MAX_IN_FLIGHT_MEMORY", value_name = "BYTES", default_value = "48Mi", value_parser = parse_size)]
     pub max_in_flight_memory: usize,
 

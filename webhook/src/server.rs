@@ -310,7 +310,7 @@ pub async fn start(args: &Args, shutdown: Shutdown) -> Result<RunningServer, Ser
 /// HTTP/1 request's head, and for HTTP/2 [`HTTP2_MAX_CONCURRENT_STREAMS`] streams of
 /// [`HTTP2_MAX_HEADER_LIST_BYTES`] of headers, [`HTTP2_WINDOW_BYTES`] of bodies and
 /// [`HTTP2_MAX_SEND_BUF_BYTES`] of each answer. With the connection cap this bounds the
-/// memory of connections outside the in-flight budget (the README's figures).
+/// memory of connections outside the in-flight budget (figures: docs/development/benchmarks.md).
 pub fn bound_connection_buffers(
     builder: &mut hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>,
 ) {

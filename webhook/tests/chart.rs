@@ -18,8 +18,8 @@ use etcd_webhook::Args;
 use serde_json::Value;
 
 /// What `cargo bench -p etcd-webhook --bench memory` measured (release build, the chart's
-/// `GLIBC_TUNABLES`; the README's "Memory, connections and shutdown" has the tables), MiB and
-/// KiB. The process at rest, with no connection open.
+/// `GLIBC_TUNABLES`; docs/development/benchmarks.md, "Webhook memory and connections", has the
+/// tables), MiB and KiB. The process at rest, with no connection open.
 const IDLE_MIB: f64 = 8.3;
 /// One admission connection at its worst: an HTTP/2 connection open (29 KiB) holding the most
 /// streams it may, each with the largest header list and its share of the window of unread
