@@ -304,6 +304,10 @@ fn pod_state(
             .find(|c| c.type_ == names::CONDITION_SERVING)
             .and_then(|c| c.last_transition_time.as_ref())
             .map(|t| since(t.0)),
+        tls: crate::planner::TlsStamp {
+            trust: annotation(names::ANNOTATION_TLS_TRUST).map(str::to_string),
+            leaves: annotation(names::ANNOTATION_TLS_LEAVES).map(str::to_string),
+        },
     })
 }
 
@@ -426,7 +430,8 @@ fn member_name(view: &ClusterView, m: &ListedMember) -> String {
         .unwrap_or_else(|| format!("unknown-{:x}", m.id))
 }
 
-/// What the cluster's status recorded that the observation needs.
+/// What the observation needs from before it: the cluster's status's records, and the TLS
+/// files the certificates stage left in the Secrets.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Recorded<'a> {
     /// The status records a member list read before: the cluster exists (or existed).
@@ -442,6 +447,8 @@ pub struct Recorded<'a> {
     pub coreos_members: &'a [String],
     /// The pods CoreOS' operator made after this operator took over, as the status listed.
     pub another_operator_pods: &'a [String],
+    /// The operator-managed TLS files as the certificates stage left them.
+    pub tls: Option<&'a crate::planner::TlsFiles>,
 }
 
 /// Reads the pods, claims and etcd members of a cluster.
@@ -641,6 +648,7 @@ pub async fn observe(
             .and_then(|pdb| pdb.disruptions_allowed()),
         another_operator: Vec::new(),
         in_service: None,
+        tls: recorded.tls.cloned(),
     };
     if model.pods.iter().any(|p| p.serving == Some(false)) {
         model.in_service = in_service(client, view).await;

@@ -58,6 +58,9 @@ pub fn describe(step: &Step) -> String {
             RemovalReason::Adopted => format!(
                 "remove member {name} of CoreOS' operator (this operator's members hold its data); its pod is deleted once it is out of the member list"
             ),
+            RemovalReason::Rollout => format!(
+                "remove member {name}, made with TLS files it must no longer use (a member made with the current ones took its place)"
+            ),
         },
         Step::RestartBootstrap(name) => format!(
             "start the cluster over: the first member {name} never became ready; its pod and data claim are deleted and a new first member is created"
@@ -108,6 +111,9 @@ pub fn describe(step: &Step) -> String {
             }
             Handover::Removal => format!(
                 "hand leadership from {from} to {to} before removing {from}, the last member of CoreOS' operator"
+            ),
+            Handover::Rollout => format!(
+                "hand leadership from {from} to {to} before removing {from}, made with TLS files it must no longer use"
             ),
         },
         Step::Wait(Waiting::MemberStarting(n)) => format!("wait for member {n} to start"),
@@ -370,6 +376,8 @@ fn phase(obs: &Observed, step: &Step, previous: Option<ClusterPhase>) -> Cluster
         Step::Done => ClusterPhase::Running,
         // Adopting CoreOS' members: members are added, then removed.
         _ if !obs.coreos_members().is_empty() => ClusterPhase::Scaling,
+        // Replacing members made with TLS files they must no longer use: added, then removed.
+        _ if crate::planner::rollout::in_progress(obs) => ClusterPhase::Upgrading,
         _ if creating => ClusterPhase::Creating,
         // Moving clients off or onto a member is part of whatever takes it down.
         Step::SetServing { .. } | Step::Wait(Waiting::LeavingService(_)) => previous
@@ -390,6 +398,7 @@ fn phase(obs: &Observed, step: &Step, previous: Option<ClusterPhase>) -> Cluster
         Step::RemoveMember { reason, .. } => match reason {
             RemovalReason::Replace | RemovalReason::StuckTerminating => ClusterPhase::Recovering,
             RemovalReason::ScaleDown | RemovalReason::Adopted => ClusterPhase::Scaling,
+            RemovalReason::Rollout => ClusterPhase::Upgrading,
         },
         Step::Wait(Waiting::Unhealthy(_)) => ClusterPhase::Degraded,
         _ => ClusterPhase::Scaling,
@@ -563,6 +572,9 @@ pub fn compute(
         _ if !obs.coreos_members().is_empty() && !matches!(step, Step::Blocked(_)) => {
             "AdoptingCoreOSMembers"
         }
+        _ if crate::planner::rollout::in_progress(obs) && !matches!(step, Step::Blocked(_)) => {
+            "ReplacingForCertificates"
+        }
         Step::Bootstrap(_) => "Bootstrapping",
         Step::AddMember { .. } | Step::PromoteLearner { .. } | Step::CreatePod(_) => "ScalingUp",
         Step::DeletePod(_) | Step::DeleteClaim(_) => "ScalingDown",
@@ -570,6 +582,7 @@ pub fn compute(
             RemovalReason::ScaleDown => "ScalingDown",
             RemovalReason::Replace | RemovalReason::StuckTerminating => "ReplacingMember",
             RemovalReason::Adopted => "AdoptingCoreOSMembers",
+            RemovalReason::Rollout => "ReplacingForCertificates",
         },
         Step::RestartBootstrap(_) => "Bootstrapping",
         Step::StartRecovery { .. } | Step::FinishRecovery => "Recovering",

@@ -67,6 +67,19 @@ pub const ANNOTATION_RESTORE_SEED: &str = "etcd.database.coreos.com/restore-seed
 /// once it acts on it.
 pub const ANNOTATION_RECOVER: &str = "etcd.database.coreos.com/recover";
 
+/// Annotation of a member pod of an operator-managed TLS cluster: a fingerprint of the CA
+/// certificates its trust files held when it was made. etcd reads its trusted CA files once,
+/// at start: a member whose fingerprint is not the current bundle's is replaced (issue 34).
+pub const ANNOTATION_TLS_TRUST: &str = "etcd.database.coreos.com/tls-trust";
+/// Annotation of a member pod of an operator-managed TLS cluster: a fingerprint of the peer
+/// and server certificates it was made with. A line that does not reload its certificate
+/// files (3.2) serves those until it restarts: such a member is replaced when they change.
+pub const ANNOTATION_TLS_LEAVES: &str = "etcd.database.coreos.com/tls-leaves";
+/// Annotation on an EtcdCluster with `spec.TLS.operatorManaged`: a new value (any word)
+/// starts a rotation of the cluster's CA now (a compromised key, a policy), as the CA's own
+/// renewal time does.
+pub const ANNOTATION_ROTATE_CA: &str = "etcd.database.coreos.com/rotate-ca";
+
 /// The readiness gate of a member pod (issue 33): the operator sets this pod condition False
 /// before it takes the member down on purpose (a restart, a removal, a defragmentation), so the
 /// client Service drops it first, and True once the member serves again.

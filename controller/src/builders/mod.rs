@@ -16,6 +16,6 @@ pub use claim::data_claim;
 pub use network_policy::{NetworkAccess, network_policy, wants_network_policy};
 pub use operator_image::{OperatorImage, with_pull_secrets};
 pub use pdb::{disruption_budget, disruption_budget_for};
-pub use pod::member_pod;
+pub use pod::{member_pod, stamp_tls_files};
 pub use seed::seed_member;
 pub use services::{client_service, member_selector, peer_service};

@@ -30,6 +30,24 @@ const SERVER_TLS_DIR: &str = "/etc/etcd/server-tls";
 /// The etcd binary in the official images.
 pub const ETCD_BINARY: &str = "/usr/local/bin/etcd";
 
+/// Records on a member pod the TLS files it is made with (the kubelet mounts the Secrets as
+/// they are when it starts the pod, which is after this): what
+/// [`crate::planner::rollout`] compares with the files the Secrets hold later.
+pub fn stamp_tls_files(pod: &mut Pod, stamp: &crate::planner::TlsStamp) {
+    let annotations = pod
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default);
+    for (key, value) in [
+        (names::ANNOTATION_TLS_TRUST, &stamp.trust),
+        (names::ANNOTATION_TLS_LEAVES, &stamp.leaves),
+    ] {
+        if let Some(value) = value {
+            annotations.insert(key.to_string(), value.clone());
+        }
+    }
+}
+
 /// The pod of a member.
 pub fn member_pod(view: &ClusterView, plan: &MemberPlan) -> Pod {
     let caps = plan.version.capabilities().unwrap_or(view.capabilities);

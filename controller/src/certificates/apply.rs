@@ -14,14 +14,17 @@ use time::OffsetDateTime;
 use etcd_shared::names;
 use etcd_shared::tls::{CertKind, IssuingSettings};
 
-use super::inspect::{self, CA_CERT, CA_GENERATION, CA_KEY, HeldCa};
+use super::inspect::{
+    self, CA_CERT, CA_GENERATION, CA_KEY, CA_ROTATED_FOR, HeldCa, NEXT_CERT, NEXT_KEY,
+    PREVIOUS_CERT,
+};
 use super::issue::{self, CaName, Pem};
 use super::plan::{self, Decision, Held, Reason};
+use super::rotation::{self, CaMove, CaPhase, RotationFacts};
+use super::served::served_certificate;
 use crate::error::{Error, FIELD_MANAGER};
+use crate::planner::{TlsFiles, TlsStamp};
 use crate::view::ClusterView;
-
-/// How often a cluster whose CA is due for replacement is reminded of it.
-const CA_REMINDER: Duration = Duration::from_secs(3600);
 
 /// One certificate issued by a call of [`ensure`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +60,10 @@ pub struct Outcome {
     pub next_check: Option<Duration>,
     /// Something a person must do, in words (the CA cannot be replaced safely by itself).
     pub attention: Option<String>,
+    /// A step of a CA rotation taken, in words.
+    pub rotation: Option<String>,
+    /// The TLS files the Secrets now hold, for the member pods made from now on.
+    pub files: Option<TlsFiles>,
 }
 
 fn secret_data(pairs: &[(&str, &str)]) -> BTreeMap<String, ByteString> {
@@ -108,16 +115,42 @@ async fn get(api: &Api<Secret>, name: &str) -> Result<Option<Secret>, Error> {
         .map_err(Error::kube(format!("get secret {name}")))
 }
 
+/// A member pod as the CA rotation needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodFiles {
+    /// Pod (member) name.
+    pub name: String,
+    /// Its IP, where the served certificates are read.
+    pub ip: Option<String>,
+    /// The trust bundle's fingerprint it was made with
+    /// ([`etcd_shared::names::ANNOTATION_TLS_TRUST`]).
+    pub trust: Option<String>,
+}
+
+/// What [`ensure`] needs of the cluster's members and its metadata.
+#[derive(Debug, Clone, Default)]
+pub struct MemberFiles<'a> {
+    /// The member pods (terminating ones too: their etcd may still run).
+    pub pods: Vec<PodFiles>,
+    /// The members the status lists: each must have a pod made with the current bundle
+    /// before the CA moves on (a member whose pod is gone from the API may still run).
+    pub listed: &'a [String],
+    /// The value of the cluster's [`etcd_shared::names::ANNOTATION_ROTATE_CA`].
+    pub rotate: Option<&'a str>,
+}
+
 /// Makes sure the cluster's CA and its peer, server and operator certificates exist, are
 /// signed by the CA and carry the names the members need, and are renewed `renewBefore` ahead
 /// of their end (also when they expired while the operator was down). A CA that is missing or
 /// expired is replaced only when no certificate it signed is still valid (a new CA beside valid
 /// old certificates would cut members that trust only the old one from their peers); a CA due
-/// for replacement is reported, not replaced.
+/// for replacement, or one a rotation is asked for, is rotated ([`super::rotation`]), one move
+/// per call, on what `members` run with.
 pub async fn ensure(
     client: &kube::Client,
     view: &ClusterView,
     settings: &IssuingSettings,
+    members: &MemberFiles<'_>,
 ) -> Result<Outcome, Error> {
     let api: Api<Secret> = Api::namespaced(client.clone(), &view.namespace);
     let now = OffsetDateTime::now_utc();
@@ -131,18 +164,17 @@ pub async fn ensure(
         leaves.push((kind, get(&api, &kind.secret_name(&view.name)).await?));
     }
     let generation = held_ca.as_ref().map_or(0, |c| c.name.generation);
-    let ca = match (plan::decide_ca(&ca_held, now_s, settings), held_ca) {
+    let mut rotation =
+        inspect::rotation(ca_secret.as_ref(), &view.name, &view.namespace, generation);
+    let mut due = false;
+    let mut ca = match (plan::decide_ca(&ca_held, now_s, settings), held_ca) {
         (Decision::Keep(after), Some(ca)) => {
             out.next_check = Some(after);
             ca
         }
         (Decision::Issue(Reason::Due), Some(ca)) => {
-            out.attention = Some(format!(
-                "the cluster's CA ({}) is in the last third of its life; replacing it with members trusting both is not automated yet: delete the Secret {ca_secret_name} and every {}-*-tls Secret to start over from a new CA (members restart to trust it)",
-                ca.name.common_name(),
-                view.name
-            ));
-            out.next_check = Some(CA_REMINDER);
+            due = true;
+            out.next_check = Some(CA_RECHECK);
             ca
         }
         _ => {
@@ -157,48 +189,114 @@ pub async fn ensure(
                 ));
                 return Ok(out);
             }
-            let name = CaName {
-                cluster: view.name.clone(),
-                namespace: view.namespace.clone(),
-                generation: generation + 1,
-            };
-            let pem = issue::new_ca(&name, now, settings.ca_duration).map_err(issue_error)?;
             let reason = match ca_held {
                 Held::Missing => Reason::Missing,
                 Held::Unreadable(_) => Reason::Unreadable,
                 Held::Present(_) => Reason::Expired,
             };
-            write(
-                &api,
-                view,
-                &ca_secret_name,
-                secret_data(&[(CA_CERT, &pem.cert), (CA_KEY, &pem.key)]),
-                BTreeMap::from([(CA_GENERATION.to_string(), name.generation.to_string())]),
-            )
-            .await?;
-            let end = now_s + secs(settings.ca_duration);
+            let ca = new_ca(view, generation + 1, now, settings)?;
+            rotation = inspect::HeldRotation {
+                rotated_for: members.rotate.map(str::to_string),
+                ..Default::default()
+            };
+            write_ca(&api, view, &ca, &rotation).await?;
             out.issued.push(Issued {
                 what: "ca",
                 reason,
-                not_after: end,
+                not_after: now_s + secs(settings.ca_duration),
             });
-            HeldCa {
-                subject: format!("O=etcd-operator, CN={}", name.common_name()),
-                name,
-                pem,
-                held: Held::Missing,
-            }
+            ca
         }
     };
+
+    // The rotation's next move, on what the members run with.
+    let bundle = rotation.bundle(&ca);
+    let trust = rotation::fingerprint([bundle.as_str()]);
+    let members_trust_bundle = !members.pods.is_empty()
+        && members
+            .pods
+            .iter()
+            .all(|p| p.trust.as_deref() == Some(trust.as_str()))
+        && members
+            .listed
+            .iter()
+            .all(|name| members.pods.iter().any(|p| &p.name == name));
+    let phase = rotation.phase();
+    let members_serve_leaves = phase == CaPhase::LeavesMoved
+        && members_trust_bundle
+        && serve_current_leaves(view, &leaves, &ca, &bundle, members).await;
+    let requested = members.rotate.is_some() && members.rotate != rotation.rotated_for.as_deref();
+    let facts = RotationFacts {
+        phase,
+        wanted: due || requested,
+        members_trust_bundle,
+        members_serve_leaves,
+    };
+    match rotation::next_move(facts) {
+        CaMove::Stay => {
+            if phase != CaPhase::Steady {
+                out.next_check = Some(CA_RECHECK);
+            }
+        }
+        CaMove::Start => {
+            let next = new_ca(view, ca.name.generation + 1, now, settings)?;
+            rotation = inspect::HeldRotation {
+                next: Some(next),
+                previous: None,
+                rotated_for: members.rotate.map(str::to_string).or(rotation.rotated_for),
+            };
+            write_ca(&api, view, &ca, &rotation).await?;
+            out.issued.push(Issued {
+                what: "ca",
+                reason: Reason::Rotation,
+                not_after: now_s + secs(settings.ca_duration),
+            });
+            out.rotation = Some(format!(
+                "CA rotation started ({}): {} is trusted beside {}; members are replaced one at a time to trust both",
+                if requested {
+                    "asked for"
+                } else {
+                    "the CA is due"
+                },
+                generation_name(ca.name.generation + 1),
+                generation_name(ca.name.generation)
+            ));
+            out.next_check = Some(CA_RECHECK);
+        }
+        CaMove::Promote => {
+            let old = ca.pem.cert.clone();
+            if let Some(next) = rotation.next.take() {
+                ca = next;
+            }
+            rotation.previous = Some(old);
+            write_ca(&api, view, &ca, &rotation).await?;
+            out.rotation = Some(format!(
+                "CA rotation: every member trusts both CAs; {} signs the certificates from now on",
+                generation_name(ca.name.generation)
+            ));
+            out.next_check = Some(CA_RECHECK);
+        }
+        CaMove::Retire => {
+            rotation.previous = None;
+            write_ca(&api, view, &ca, &rotation).await?;
+            out.rotation = Some(format!(
+                "CA rotation: every member serves certificates of {}; the previous CA is no longer trusted (members are replaced once more to forget it)",
+                generation_name(ca.name.generation)
+            ));
+        }
+    }
+    let bundle = rotation.bundle(&ca);
+
     let ca_end = inspect::not_after(&ca.held).unwrap_or_else(|| now_s + secs(settings.ca_duration));
     out.expiries.push(Expiry {
         what: "ca",
         not_after: ca_end,
         renew_at: ca_end - secs(settings.ca_renew_before()),
     });
+    let mut served = Vec::new();
     for (kind, secret) in &leaves {
         let wanted = kind.dns_names(&view.name, &view.namespace, view.domain.as_deref());
-        let held = inspect::leaf(*kind, secret.as_ref(), &ca, &wanted);
+        let held = inspect::leaf(*kind, secret.as_ref(), &ca, &bundle, &wanted);
         match plan::decide(&held, now_s, settings.renew_before) {
             Decision::Keep(after) => {
                 out.next_check = Some(out.next_check.map_or(after, |n| n.min(after)));
@@ -208,6 +306,9 @@ pub async fn ensure(
                     not_after: end,
                     renew_at: end - secs(settings.renew_before),
                 });
+                if let Some(cert) = inspect::leaf_cert(*kind, secret.as_ref()) {
+                    served.push((*kind, cert));
+                }
             }
             Decision::Issue(reason) => {
                 let pem = issue::issue_leaf(
@@ -221,7 +322,7 @@ pub async fn ensure(
                     settings.duration,
                 )
                 .map_err(issue_error)?;
-                write_leaf(&api, view, *kind, &pem, &ca).await?;
+                write_leaf(&api, view, *kind, &pem, &bundle).await?;
                 let end = now_s + secs(settings.duration);
                 out.issued.push(Issued {
                     what: kind.as_str(),
@@ -235,10 +336,143 @@ pub async fn ensure(
                 });
                 let after = settings.duration.saturating_sub(settings.renew_before);
                 out.next_check = Some(out.next_check.map_or(after, |n| n.min(after)));
+                served.push((*kind, pem.cert));
             }
         }
     }
+    let leaves_fp = rotation::fingerprint(
+        served
+            .iter()
+            .filter(|(k, _)| matches!(k, CertKind::Peer | CertKind::Server))
+            .map(|(_, c)| c.as_str()),
+    );
+    out.files = Some(TlsFiles {
+        current: TlsStamp {
+            trust: Some(rotation::fingerprint([bundle.as_str()])),
+            leaves: Some(leaves_fp),
+        },
+        rotating: rotation.phase() != CaPhase::Steady,
+    });
     Ok(out)
+}
+
+/// How often a CA rotation in progress (or a CA due for one) is looked at.
+const CA_RECHECK: Duration = Duration::from_secs(10);
+
+/// How long reading a member's served certificate may take.
+const SERVED_TIMEOUT: Duration = Duration::from_secs(3);
+
+fn generation_name(generation: u64) -> String {
+    format!("CA #{generation}")
+}
+
+fn new_ca(
+    view: &ClusterView,
+    generation: u64,
+    now: OffsetDateTime,
+    settings: &IssuingSettings,
+) -> Result<HeldCa, Error> {
+    let name = CaName {
+        cluster: view.name.clone(),
+        namespace: view.namespace.clone(),
+        generation,
+    };
+    let pem = issue::new_ca(&name, now, settings.ca_duration).map_err(issue_error)?;
+    let now_s = now.unix_timestamp();
+    Ok(HeldCa {
+        subject: format!("O=etcd-operator, CN={}", name.common_name()),
+        name,
+        pem,
+        held: Held::Present(plan::CertFacts {
+            not_before: now_s,
+            not_after: now_s + secs(settings.ca_duration),
+            current: true,
+            names_match: true,
+        }),
+    })
+}
+
+/// Writes the CA Secret: the CA that signs, and the rotation's next or previous CA.
+async fn write_ca(
+    api: &Api<Secret>,
+    view: &ClusterView,
+    ca: &HeldCa,
+    rotation: &inspect::HeldRotation,
+) -> Result<(), Error> {
+    let mut pairs = vec![
+        (CA_CERT, ca.pem.cert.as_str()),
+        (CA_KEY, ca.pem.key.as_str()),
+    ];
+    if let Some(next) = &rotation.next {
+        pairs.push((NEXT_CERT, next.pem.cert.as_str()));
+        pairs.push((NEXT_KEY, next.pem.key.as_str()));
+    }
+    if let Some(previous) = &rotation.previous {
+        pairs.push((PREVIOUS_CERT, previous.as_str()));
+    }
+    let mut annotations =
+        BTreeMap::from([(CA_GENERATION.to_string(), ca.name.generation.to_string())]);
+    if let Some(token) = &rotation.rotated_for {
+        annotations.insert(CA_ROTATED_FOR.to_string(), token.clone());
+    }
+    write(
+        api,
+        view,
+        &names::ca_secret_name(&view.name),
+        secret_data(&pairs),
+        annotations,
+    )
+    .await
+}
+
+/// Whether every member pod serves the peer and server certificates the Secrets hold, signed
+/// by `ca` with `bundle`: the kubelet swapped every member's files and etcd loaded them (a
+/// member of a line that does not reload them was replaced).
+async fn serve_current_leaves(
+    view: &ClusterView,
+    leaves: &[(CertKind, Option<Secret>)],
+    ca: &HeldCa,
+    bundle: &str,
+    members: &MemberFiles<'_>,
+) -> bool {
+    let mut wanted = Vec::new();
+    for (kind, port) in [
+        (CertKind::Peer, names::PEER_PORT),
+        (CertKind::Server, names::CLIENT_PORT),
+    ] {
+        let secret = leaves
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .and_then(|(_, s)| s.as_ref());
+        let dns = kind.dns_names(&view.name, &view.namespace, view.domain.as_deref());
+        let current = matches!(
+            inspect::leaf(kind, secret, ca, bundle, &dns),
+            Held::Present(f) if f.current
+        );
+        let der = inspect::leaf_cert(kind, secret)
+            .and_then(|pem| rotation::ders(&pem).into_iter().next());
+        match (current, der) {
+            (true, Some(der)) => wanted.push((port, der)),
+            _ => return false,
+        }
+    }
+    for pod in &members.pods {
+        let Some(ip) = &pod.ip else {
+            return false;
+        };
+        let host = if ip.contains(':') {
+            format!("[{ip}]")
+        } else {
+            ip.clone()
+        };
+        for (port, der) in &wanted {
+            match served_certificate(&format!("{host}:{port}"), SERVED_TIMEOUT).await {
+                Ok(seen) if &seen == der => {}
+                _ => return false,
+            }
+        }
+    }
+    true
 }
 
 fn secs(d: Duration) -> i64 {
@@ -257,20 +491,20 @@ fn issue_error(e: issue::IssueError) -> Error {
     Error::Certificates(e.to_string())
 }
 
-/// Writes a leaf in CoreOS' layout, with the CA as its trust bundle.
+/// Writes a leaf in CoreOS' layout, with `bundle` as its trust bundle.
 async fn write_leaf(
     api: &Api<Secret>,
     view: &ClusterView,
     kind: CertKind,
     pem: &Pem,
-    ca: &HeldCa,
+    bundle: &str,
 ) -> Result<(), Error> {
-    let [cert, key, bundle] = kind.coreos_keys();
+    let [cert, key, ca_key] = kind.coreos_keys();
     write(
         api,
         view,
         &kind.secret_name(&view.name),
-        secret_data(&[(cert, &pem.cert), (key, &pem.key), (bundle, &ca.pem.cert)]),
+        secret_data(&[(cert, &pem.cert), (key, &pem.key), (ca_key, bundle)]),
         BTreeMap::new(),
     )
     .await

@@ -16,6 +16,103 @@ pub const CA_CERT: &str = "ca.crt";
 pub const CA_KEY: &str = "ca.key";
 /// Annotation of the CA Secret: the CA's generation (see [`CaName`]).
 pub const CA_GENERATION: &str = "etcd.database.coreos.com/ca-generation";
+/// Key of the CA Secret holding the next CA's certificate, during a rotation's first phase.
+pub const NEXT_CERT: &str = "next.crt";
+/// Key of the CA Secret holding the next CA's key.
+pub const NEXT_KEY: &str = "next.key";
+/// Key of the CA Secret holding the previous CA's certificate, still trusted during a
+/// rotation's second phase.
+pub const PREVIOUS_CERT: &str = "previous.crt";
+/// Annotation of the CA Secret: the value of the cluster's
+/// [`etcd_shared::names::ANNOTATION_ROTATE_CA`] the last rotation answered.
+pub const CA_ROTATED_FOR: &str = "etcd.database.coreos.com/ca-rotated-for";
+
+/// What the CA Secret holds of a rotation in progress.
+#[derive(Debug, Clone, Default)]
+pub struct HeldRotation {
+    /// The next CA (its generation one past the current one's), while trusted beside it.
+    pub next: Option<HeldCa>,
+    /// The previous CA's certificate, while still trusted.
+    pub previous: Option<String>,
+    /// The rotation request the last rotation answered.
+    pub rotated_for: Option<String>,
+}
+
+impl HeldRotation {
+    /// The phase of the rotation.
+    pub fn phase(&self) -> super::rotation::CaPhase {
+        use super::rotation::CaPhase;
+        match (&self.next, &self.previous) {
+            (Some(_), _) => CaPhase::TrustingBoth,
+            (None, Some(_)) => CaPhase::LeavesMoved,
+            (None, None) => CaPhase::Steady,
+        }
+    }
+
+    /// The trust bundle with `current`: the current CA first, then the next or previous one.
+    pub fn bundle(&self, current: &HeldCa) -> String {
+        let mut bundle = current.pem.cert.clone();
+        for other in [
+            self.next.as_ref().map(|n| n.pem.cert.as_str()),
+            self.previous.as_deref(),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if !bundle.ends_with('\n') {
+                bundle.push('\n');
+            }
+            bundle.push_str(other);
+        }
+        bundle
+    }
+}
+
+/// The rotation the CA Secret holds, for the current CA of generation `generation`. A next
+/// CA that does not parse or is not the next generation is ignored (made again).
+pub fn rotation(
+    secret: Option<&Secret>,
+    cluster: &str,
+    namespace: &str,
+    generation: u64,
+) -> HeldRotation {
+    let Some(secret) = secret else {
+        return HeldRotation::default();
+    };
+    let text = |k: &str| key(secret, k).and_then(|b| String::from_utf8(b.to_vec()).ok());
+    let name = CaName {
+        cluster: cluster.to_string(),
+        namespace: namespace.to_string(),
+        generation: generation + 1,
+    };
+    let next = match (text(NEXT_CERT), text(NEXT_KEY)) {
+        (Some(cert), Some(key_pem)) => parse(cert.as_bytes())
+            .ok()
+            .filter(|p| p.subject.contains(&name.common_name()))
+            .map(|p| HeldCa {
+                held: Held::Present(CertFacts {
+                    not_before: p.not_before,
+                    not_after: p.not_after,
+                    current: true,
+                    names_match: true,
+                }),
+                subject: p.subject,
+                name: name.clone(),
+                pem: Pem { cert, key: key_pem },
+            }),
+        _ => None,
+    };
+    HeldRotation {
+        next,
+        previous: text(PREVIOUS_CERT).filter(|c| parse(c.as_bytes()).is_ok()),
+        rotated_for: secret
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(CA_ROTATED_FOR))
+            .cloned(),
+    }
+}
 
 /// The CA as the CA Secret holds it.
 #[derive(Debug, Clone)]
@@ -131,13 +228,20 @@ pub fn ca(secret: Option<&Secret>, cluster: &str, namespace: &str) -> (Held, Opt
     }
 }
 
-/// The leaf of `kind` from its Secret (CoreOS' layout), judged against the CA `ca` and the
-/// DNS names `names` it must carry.
-pub fn leaf(kind: CertKind, secret: Option<&Secret>, ca: &HeldCa, names: &[String]) -> Held {
+/// The leaf of `kind` from its Secret (CoreOS' layout), judged against the CA `ca` that must
+/// sign it, the trust bundle `bundle` it must carry and the DNS names `names`.
+pub fn leaf(
+    kind: CertKind,
+    secret: Option<&Secret>,
+    ca: &HeldCa,
+    bundle: &str,
+    names: &[String],
+) -> Held {
     let Some(secret) = secret else {
         return Held::Missing;
     };
     let [cert_key, key_key, ca_key] = kind.coreos_keys();
+    let want_bundle = bundle;
     let (Some(cert), Some(_), Some(bundle)) = (
         key(secret, cert_key),
         key(secret, key_key),
@@ -153,7 +257,7 @@ pub fn leaf(kind: CertKind, secret: Option<&Secret>, ca: &HeldCa, names: &[Strin
     Held::Present(CertFacts {
         not_before: parsed.not_before,
         not_after: parsed.not_after,
-        current: parsed.issuer == ca.subject && bundle == ca.pem.cert.as_bytes(),
+        current: parsed.issuer == ca.subject && bundle == want_bundle.as_bytes(),
         names_match: parsed.dns == wanted,
     })
 }
@@ -170,4 +274,10 @@ pub fn not_after(held: &Held) -> Option<i64> {
 pub fn leaf_not_after(kind: CertKind, secret: Option<&Secret>) -> Option<i64> {
     let [cert_key, _, _] = kind.coreos_keys();
     parse(key(secret?, cert_key)?).ok().map(|p| p.not_after)
+}
+
+/// The certificate (PEM) a leaf Secret holds, whoever signed it.
+pub fn leaf_cert(kind: CertKind, secret: Option<&Secret>) -> Option<String> {
+    let [cert_key, _, _] = kind.coreos_keys();
+    String::from_utf8(key(secret?, cert_key)?.to_vec()).ok()
 }

@@ -8,14 +8,19 @@
 //! - [`issue`]: making the CA and the leaves (rcgen);
 //! - [`apply`]: the reconcile's step that puts them together.
 //!
-//! Members pick renewed certificates up without a restart: the kubelet swaps the Secret
-//! volume's files and etcd loads its certificate files for each new TLS handshake.
+//! - [`rotation`]: the phases of a CA rotation (pure).
+//!
+//! Members of 3.3+ pick renewed certificates up without a restart: the kubelet swaps the
+//! Secret volume's files and etcd loads its certificate files for each new TLS handshake. A
+//! new trust bundle (a CA rotation), and a renewed certificate on 3.2, reach a member only in a
+//! new process: [`crate::planner::rollout`] replaces such members one at a time.
 
 pub mod apply;
 pub mod cert_manager;
 pub mod inspect;
 pub mod issue;
 pub mod plan;
+pub mod rotation;
 pub mod served;
 
-pub use apply::{Expiry, Outcome, ensure};
+pub use apply::{Expiry, MemberFiles, Outcome, PodFiles, ensure};

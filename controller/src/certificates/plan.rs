@@ -45,6 +45,8 @@ pub enum Reason {
     OtherCa,
     /// The names the members need changed (a cluster domain was set).
     Names,
+    /// The CA is rotated (due, or asked for): a next CA is made.
+    Rotation,
 }
 
 impl Reason {
@@ -57,6 +59,7 @@ impl Reason {
             Reason::Due => "due",
             Reason::OtherCa => "other-ca",
             Reason::Names => "names",
+            Reason::Rotation => "rotation",
         }
     }
 }

@@ -27,6 +27,7 @@ pub(crate) fn ready_pod(i: u32, version: &str) -> super::PodState {
         container_stopped: false,
         serving: None,
         serving_changed: None,
+        tls: super::TlsStamp::default(),
     }
 }
 

@@ -25,12 +25,15 @@ pub mod liveness;
 pub mod maintenance;
 pub mod model;
 pub mod recovery;
+pub mod rollout;
 pub mod safety;
 pub mod serving;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_adoption;
+#[cfg(test)]
+mod tests_rollout;
 #[cfg(test)]
 mod tests_safety;
 
@@ -44,7 +47,7 @@ pub use liveness::{Liveness, Unconfirmed};
 pub use maintenance::{DefragReason, DefragmentationPolicy};
 pub use model::{
     AbsentPod, Alarm, AlarmKind, DbSize, Health, Maintenance, MemberState, NodeState, Observed,
-    PodPhase, PodState, Recovering, ReplacedPod, SafetyBackups,
+    PodPhase, PodState, Recovering, ReplacedPod, SafetyBackups, TlsFiles, TlsStamp,
 };
 pub use recovery::{PermanentLoss, RecoverFrom};
 
@@ -143,6 +146,9 @@ pub enum RemovalReason {
     StuckTerminating,
     /// A member of CoreOS' operator, whose data this operator's members now hold (adoption).
     Adopted,
+    /// Its pod was made with TLS files it must no longer use (a CA rotation, a certificate a
+    /// line does not reload): a member made with the current ones took its place.
+    Rollout,
 }
 
 /// Why leadership is handed over.
@@ -152,6 +158,9 @@ pub enum Handover {
     Upgrade,
     /// The leader is removed from the cluster next (the last member of CoreOS' operator).
     Removal,
+    /// The leader is removed next: it was made with TLS files it must no longer use, and a
+    /// member made with the current ones replaced it ([`rollout`]).
+    Rollout,
 }
 
 /// Why the planner makes no change.
@@ -536,7 +545,13 @@ pub fn plan(view: &ClusterView, obs: &Observed, settings: &PlannerSettings) -> S
 /// none while it allows none.
 fn respect_budget(obs: &Observed, step: Step) -> Step {
     let member = match &step {
-        Step::UpgradeMember { name, .. } | Step::Defragment { name, .. } => name,
+        Step::UpgradeMember { name, .. }
+        | Step::Defragment { name, .. }
+        | Step::RemoveMember {
+            name,
+            reason: RemovalReason::Rollout,
+            ..
+        } => name,
         _ => return step,
     };
     // A member already out of service (its gate False, its pod not Ready) took its part of
@@ -873,6 +888,9 @@ fn plan_with_members(
     let unhealthy: Vec<&MemberState> = members.iter().filter(|m| !m.health.is_healthy()).collect();
     let adopting = members.iter().any(|m| obs.is_coreos(&m.name));
     if members.len() > view.size && !adopting {
+        if let Some(step) = rollout::removal(view, obs, members, settings) {
+            return step;
+        }
         let victim = unhealthy.first().copied().or_else(|| {
             members
                 .iter()
@@ -929,8 +947,11 @@ fn plan_with_members(
 
     // 9. Upgrade, one member at a time, followers first; then, with nothing else to do,
     //    defragment members whose files hold much more than their data.
+    //    Members made with TLS files they must no longer use (a CA rotation, a certificate
+    //    their line does not reload) are replaced next, one at a time, surge first.
     match plan_upgrade(view, obs, members) {
-        Step::Done => maintenance::defragment_fragmented(obs, members, &settings.defragmentation)
+        Step::Done => rollout::surge(view, obs, members)
+            .or_else(|| maintenance::defragment_fragmented(obs, members, &settings.defragmentation))
             .unwrap_or(Step::Done),
         step => step,
     }

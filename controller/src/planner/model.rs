@@ -64,6 +64,29 @@ pub struct PodState {
     pub serving: Option<bool>,
     /// How long ago the serving gate last changed (`None`: never set, or unknown).
     pub serving_changed: Option<Duration>,
+    /// The TLS files it was made with (its annotations; empty: made before they were
+    /// recorded, or without operator-managed TLS).
+    pub tls: TlsStamp,
+}
+
+/// Fingerprints of TLS files: those a member pod was made with, or those the cluster's
+/// Secrets hold now.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsStamp {
+    /// The trusted CA certificates ([`etcd_shared::names::ANNOTATION_TLS_TRUST`]).
+    pub trust: Option<String>,
+    /// The peer and server certificates ([`etcd_shared::names::ANNOTATION_TLS_LEAVES`]).
+    pub leaves: Option<String>,
+}
+
+/// The operator-managed TLS files of a cluster as its Secrets hold them now.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// Their fingerprints: a pod made now gets these.
+    pub current: TlsStamp,
+    /// A CA rotation is in progress: a pod whose trust is not recorded is not assumed to
+    /// trust the current bundle.
+    pub rotating: bool,
 }
 
 impl PodState {
@@ -274,6 +297,8 @@ pub struct Observed {
     /// The member pods the client Service's EndpointSlices list as ready (read only while a
     /// member is being taken out of service; `None`: not read).
     pub in_service: Option<Vec<String>>,
+    /// The operator-managed TLS files (`None`: the cluster's TLS is not operator-managed).
+    pub tls: Option<TlsFiles>,
 }
 
 /// The safety backups of `spec.safetyBackup` as observed: which change the stored record still
@@ -333,6 +358,7 @@ impl Default for Observed {
             disruptions_allowed: None,
             another_operator: Vec::new(),
             in_service: None,
+            tls: None,
         }
     }
 }

@@ -28,7 +28,7 @@ fn taken_down(step: &Step) -> Option<&str> {
         Step::UpgradeMember { name, .. } | Step::Defragment { name, .. } => Some(name),
         Step::RemoveMember {
             name,
-            reason: RemovalReason::ScaleDown,
+            reason: RemovalReason::ScaleDown | RemovalReason::Rollout,
             ..
         } => Some(name),
         _ => None,

@@ -73,10 +73,15 @@ pub async fn reconcile(
     // dials the members with its client certificate.
     // A failure here is reported in the status (the members cannot get their certificates),
     // then retried with backoff.
+    let listed: Vec<String> = previous
+        .and_then(|s| s.members.as_ref())
+        .map(|m| m.ready.iter().chain(&m.unready).cloned().collect())
+        .unwrap_or_default();
     let certificates = async {
         let issued = match view.tls.issuing {
             Some(settings) => {
-                Some(ensure_certificates(ctx, recorder, cluster, &view, &settings).await?)
+                let members = member_files(caches, cluster, &view, &listed);
+                Some(ensure_certificates(ctx, recorder, cluster, &view, &settings, &members).await?)
             }
             None => None,
         };
@@ -129,6 +134,7 @@ pub async fn reconcile(
             ours: previous.is_some_and(|s| s.selector.is_some()),
             coreos_members: previous.map_or(&[][..], |s| s.coreos_members.as_slice()),
             another_operator_pods: previous.map_or(&[][..], |s| s.another_operator_pods.as_slice()),
+            tls: certificates.as_ref().and_then(|c| c.files.as_ref()),
         };
         observe(
             &ctx.client,
@@ -272,9 +278,14 @@ async fn ensure_certificates(
     cluster: &EtcdCluster,
     view: &ClusterView,
     settings: &etcd_shared::tls::IssuingSettings,
+    members: &crate::certificates::MemberFiles<'_>,
 ) -> Result<crate::certificates::Outcome, Error> {
-    let outcome = crate::certificates::ensure(&ctx.client, view, settings).await?;
+    let outcome = crate::certificates::ensure(&ctx.client, view, settings, members).await?;
     let events = Events::of(recorder, cluster);
+    if let Some(rotation) = &outcome.rotation {
+        tracing::info!(name = %view.name, namespace = %view.namespace, %rotation, "CA rotation");
+        events.normal("CARotation", rotation.clone()).await;
+    }
     for issued in &outcome.issued {
         ctx.metrics
             .certificate_issued(issued.what, issued.reason.as_str());
@@ -308,6 +319,39 @@ async fn ensure_certificates(
             .await;
     }
     Ok(outcome)
+}
+
+/// The member pods as the CA rotation needs them (from the cache: a pod made since is made
+/// with the current files), the members the status lists, and the rotation asked for.
+fn member_files<'a>(
+    caches: &Caches,
+    cluster: &'a EtcdCluster,
+    view: &ClusterView,
+    listed: &'a [String],
+) -> crate::certificates::MemberFiles<'a> {
+    let pods = crate::observe::member_pods(caches, view)
+        .into_iter()
+        .map(|(pod, _)| crate::certificates::PodFiles {
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            ip: pod.status.pod_ip.clone().filter(|ip| !ip.is_empty()),
+            trust: pod
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(etcd_shared::names::ANNOTATION_TLS_TRUST))
+                .cloned(),
+        })
+        .collect();
+    crate::certificates::MemberFiles {
+        pods,
+        listed,
+        rotate: cluster
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(etcd_shared::names::ANNOTATION_ROTATE_CA))
+            .map(String::as_str),
+    }
 }
 
 /// The status as the API server holds it, when acting on a stale cached one would be harmful:

@@ -55,6 +55,9 @@ pub fn record_of(step: &Step) -> Option<StepRecord> {
                 RemovalReason::Replace => ("MemberReplaced", "replace"),
                 RemovalReason::StuckTerminating => ("StuckMemberReplaced", "replace_stuck"),
                 RemovalReason::Adopted => ("CoreOSMemberRemoved", "remove_coreos"),
+                RemovalReason::Rollout => {
+                    ("MemberReplacedForCertificates", "replace_for_certificates")
+                }
             };
             (reason, kind, pod(name))
         }
@@ -226,7 +229,7 @@ async fn carry_out(
     }
     match step {
         Step::Bootstrap(plan) | Step::CreatePod(plan) => {
-            create_member_pod(ctx, view, plan).await?;
+            create_member_pod(ctx, view, plan, obs.model.tls.as_ref()).await?;
             if plan.seed.is_some() && obs.model.recovery.is_some() {
                 ctx.config.failpoints.pass(Failpoint::MidRecovery)?;
             }
@@ -424,6 +427,7 @@ async fn create_member_pod(
     ctx: &Context,
     view: &ClusterView,
     plan: &MemberPlan,
+    tls: Option<&crate::planner::TlsFiles>,
 ) -> Result<(), Error> {
     if let Some(claim) = builders::data_claim(view, &plan.name, &plan.version) {
         let claims: Api<PersistentVolumeClaim> =
@@ -431,6 +435,9 @@ async fn create_member_pod(
         idempotent::create(&claims, &claim, format!("claim of {}", plan.name)).await?;
     }
     let mut pod = builders::member_pod(view, plan);
+    if let Some(files) = tls {
+        builders::stamp_tls_files(&mut pod, &files.current);
+    }
     // The first member of a restored or recovered cluster is seeded from the snapshot.
     if let Some(seed) = &plan.seed {
         let image = ctx

@@ -1,0 +1,152 @@
+//! Replacing members whose TLS files are out of date (issue 34): etcd reads its trusted CA
+//! files once, at start, and 3.2 serves the certificates it started with until it restarts. A
+//! CA rotation (the members must trust the old and the new CA, then the new alone) and a
+//! renewed certificate on a line that does not reload it reach a member only through a new
+//! process; a member pod cannot be restarted in place without a change to its spec, and an
+//! emptyDir member whose pod is deleted loses its data. So a member made with old files is
+//! replaced, one at a time, surge first:
+//!
+//! 1. with every member healthy and Ready and as many members as the spec asks for, a member
+//!    is added (a learner where the line has them) whose pod is made with the current files;
+//! 2. once it is a voter (the cluster is one over its size), an outdated member is removed:
+//!    followers first, the leader last after it handed leadership to a member made with the
+//!    current files;
+//! 3. its pod and claim go as any removed member's do, and the next one follows.
+//!
+//! The cluster never has fewer healthy voters than its size during the rollout, and the data
+//! is copied by raft, as in any scale-up. Pods that recorded no fingerprints (made by an
+//! earlier operator) count as current, except during a CA rotation, when what they trust is
+//! unknown and they are replaced too.
+
+use etcd_shared::names;
+
+use super::model::{Health, MemberState, Observed, PodPhase, PodState};
+use super::{
+    Handover, PlannerSettings, RemovalReason, Step, Waiting, member_capabilities, next_index,
+};
+use crate::view::ClusterView;
+
+/// Whether the member of `pod` runs with TLS files it must no longer use.
+pub fn outdated(obs: &Observed, pod: &PodState) -> bool {
+    let Some(files) = &obs.tls else {
+        return false;
+    };
+    let trust_ok = match &pod.tls.trust {
+        Some(t) => Some(t) == files.current.trust.as_ref(),
+        None => !files.rotating,
+    };
+    let reloads = pod
+        .version
+        .and_then(|v| v.capabilities())
+        .is_some_and(|c| c.reloads_certificates);
+    let leaves_ok = reloads
+        || match &pod.tls.leaves {
+            Some(l) => Some(l) == files.current.leaves.as_ref(),
+            None => true,
+        };
+    !(trust_ok && leaves_ok)
+}
+
+fn is_leader(m: &MemberState) -> bool {
+    matches!(m.health, Health::Healthy { leader: true, .. })
+}
+
+fn member_outdated(obs: &Observed, m: &MemberState) -> bool {
+    obs.pod(&m.name).is_some_and(|p| outdated(obs, p))
+}
+
+/// Whether a member pod runs with TLS files it must no longer use: a rollout is in progress.
+pub fn in_progress(obs: &Observed) -> bool {
+    obs.pods.iter().any(|p| !p.terminating && outdated(obs, p))
+}
+
+/// The members made with out-of-date TLS files, by name.
+pub fn outdated_members(obs: &Observed, members: &[MemberState]) -> Vec<String> {
+    members
+        .iter()
+        .filter(|m| member_outdated(obs, m))
+        .map(|m| m.name.clone())
+        .collect()
+}
+
+/// Step 1: the member that replaces an outdated one, for a cluster whose members are all
+/// healthy and as many as its spec asks for; `None` when no member is outdated or a pod is not
+/// Ready (a second member out would cost the client Service and the budget).
+pub fn surge(view: &ClusterView, obs: &Observed, members: &[MemberState]) -> Option<Step> {
+    if members.len() != view.size || !members.iter().any(|m| member_outdated(obs, m)) {
+        return None;
+    }
+    if members
+        .iter()
+        .any(|m| !m.health.is_healthy() || obs.pod(&m.name).is_none_or(|p| !p.ready))
+    {
+        return None;
+    }
+    let name = names::member_name(&view.name, next_index(view, obs));
+    Some(Step::AddMember {
+        peer_url: view.peer_url(&name),
+        name,
+        learner: member_capabilities(view, obs, members).learners,
+    })
+}
+
+/// Step 2: with the cluster over its size, the outdated member that goes (followers first,
+/// by name), or the leadership handover before the leader goes; `None` when no member is
+/// outdated (a scale-down then picks its own).
+pub fn removal(
+    view: &ClusterView,
+    obs: &Observed,
+    members: &[MemberState],
+    settings: &PlannerSettings,
+) -> Option<Step> {
+    if members.len() <= view.size {
+        return None;
+    }
+    let victim = members
+        .iter()
+        .filter(|m| member_outdated(obs, m))
+        .min_by_key(|m| (is_leader(m), m.name.clone()))?;
+    // The member that replaces it may still be starting (a voter on lines without learners):
+    // it is waited for, not taken for an unhealthy member to scale away.
+    if let Some(starting) = members.iter().find(|m| {
+        !m.health.is_healthy()
+            && !member_outdated(obs, m)
+            && obs.pod(&m.name).is_none_or(|p| {
+                p.phase == PodPhase::Pending || !m.started || p.age < settings.member_start
+            })
+    }) {
+        return Some(Step::Wait(Waiting::MemberStarting(starting.name.clone())));
+    }
+    if members.iter().any(|m| !m.health.is_healthy()) {
+        return None;
+    }
+    let voters = members.iter().filter(|m| !m.learner).count();
+    let healthy_voters = voters;
+    let healthy_after = healthy_voters - usize::from(victim.health.is_healthy() && !victim.learner);
+    if healthy_after < ClusterView::quorum(voters.saturating_sub(1)) {
+        return None;
+    }
+    if is_leader(victim) && member_capabilities(view, obs, members).move_leader {
+        let successor = members
+            .iter()
+            .filter(|m| m.id != victim.id && !m.learner && m.started && m.health.is_healthy())
+            .filter(|m| {
+                obs.pod(&m.name)
+                    .is_some_and(|p| p.ready && !outdated(obs, p))
+            })
+            .min_by_key(|m| m.name.clone());
+        if let Some(to) = successor {
+            return Some(Step::TransferLeadership {
+                from: victim.name.clone(),
+                to: to.name.clone(),
+                to_id: to.id,
+                before: Handover::Rollout,
+            });
+        }
+    }
+    Some(Step::RemoveMember {
+        id: victim.id,
+        name: victim.name.clone(),
+        reason: RemovalReason::Rollout,
+    })
+}
