@@ -67,6 +67,16 @@ fn main() -> std::process::ExitCode {
         )
         .with_timeout(long),
         etcd_tests::Test::new(
+            "a_ca_rotation_reaches_every_member_with_no_outage_on_3_6",
+            a_ca_rotation_reaches_every_member_with_no_outage_on_3_6,
+        )
+        .with_timeout(long),
+        etcd_tests::Test::new(
+            "a_ca_rotation_reaches_every_member_with_no_outage_on_the_users_3_2",
+            a_ca_rotation_reaches_every_member_with_no_outage_on_the_users_3_2,
+        )
+        .with_timeout(Duration::from_secs(900)),
+        etcd_tests::Test::new(
             "cert_manager_tls_is_mutual_on_3_6_and_the_users_3_2",
             cert_manager_tls_is_mutual_on_3_6_and_the_users_3_2,
         )
@@ -142,14 +152,55 @@ async fn recorder_tls(ctx: &TestContext, name: &str) -> anyhow::Result<etcd_clie
         .get(&CertKind::Operator.secret_name(name))
         .await
         .context("the operator's certificate Secret")?;
-    let [cert, key, ca] = keys_of(&operator, CertKind::Operator);
+    tls_of(&operator, &format!("member.{name}.{}.svc", ctx.ns()))
+}
+
+/// TLS options from the operator's certificate Secret, members checked as `domain`.
+fn tls_of(operator: &Secret, domain: &str) -> anyhow::Result<etcd_client::TlsOptions> {
+    let [cert, key, ca] = keys_of(operator, CertKind::Operator);
     Ok(etcd_client::TlsOptions::new()
-        .ca_certificate(etcd_client::Certificate::from_pem(key_of(&operator, ca)?))
+        .ca_certificate(etcd_client::Certificate::from_pem(key_of(operator, ca)?))
         .identity(etcd_client::Identity::from_pem(
-            key_of(&operator, cert)?,
-            key_of(&operator, key)?,
+            key_of(operator, cert)?,
+            key_of(operator, key)?,
         ))
-        .domain_name(format!("member.{name}.{}.svc", ctx.ns())))
+        .domain_name(domain.to_string()))
+}
+
+/// [`recorder_tls`], read again every 0.5 s and sent when the Secret changed: a client that
+/// follows its mounted certificate Secret (a CA rotation's bundle, its renewed certificate).
+async fn recorder_tls_feed(
+    ctx: &TestContext,
+    name: &str,
+) -> anyhow::Result<(
+    tokio::sync::watch::Receiver<etcd_client::TlsOptions>,
+    tokio::task::JoinHandle<()>,
+)> {
+    let secrets: Api<Secret> = ctx.api();
+    let secret_name = CertKind::Operator.secret_name(name);
+    let domain = format!("member.{name}.{}.svc", ctx.ns());
+    let first = secrets.get(&secret_name).await?;
+    let (tx, rx) = tokio::sync::watch::channel(tls_of(&first, &domain)?);
+    let mut last = first.data;
+    let task = tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(500)) => {}
+                () = tx.closed() => return,
+            }
+            let Ok(secret) = secrets.get(&secret_name).await else {
+                continue;
+            };
+            if secret.data == last {
+                continue;
+            }
+            if let Ok(tls) = tls_of(&secret, &domain) {
+                tx.send_replace(tls);
+                last = secret.data;
+            }
+        }
+    });
+    Ok((rx, task))
 }
 
 /// Each member pod's IP.
@@ -635,4 +686,197 @@ async fn a_cert_manager_renewal_reaches_the_members_without_a_restart(
     let yaml = cert_manager_yaml(NAME, 3, &version, "duration: 1h\nrenewBefore: 59m40s");
     create_managed(&ctx, NAME, &yaml, &version).await?;
     renewal_reaches_every_member(&ctx, NAME, "cert-manager-renewal").await
+}
+
+/// A CA rotation asked for (`etcd.database.coreos.com/rotate-ca`) on a 3-member 3.6 cluster
+/// of the operator's own CA completes under recorded traffic: every member is replaced to trust
+/// both CAs, the new CA signs, the old one is retired and every member replaced again to trust
+/// the new CA alone; a client certificate of the old CA is refused after it.
+async fn a_ca_rotation_reaches_every_member_with_no_outage_on_3_6(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    ca_rotation(&ctx, "rotated", "3.6").await
+}
+
+/// The same on the users' 3.2.13, which also serves the certificates it started with until it
+/// restarts (its members are replaced a third time, for the new CA's certificates).
+async fn a_ca_rotation_reaches_every_member_with_no_outage_on_the_users_3_2(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    ca_rotation(&ctx, "rotated32", "3.2").await
+}
+
+fn annotation_of(secret: &Secret, key: &str) -> Option<String> {
+    secret.metadata.annotations.as_ref()?.get(key).cloned()
+}
+
+fn has_key(secret: &Secret, key: &str) -> bool {
+    secret.data.as_ref().is_some_and(|d| d.contains_key(key))
+}
+
+async fn ca_rotation(ctx: &TestContext, name: &str, line: &str) -> anyhow::Result<()> {
+    use etcd_controller::certificates::rotation::fingerprint;
+    install(ctx).await?;
+    let _controller = Controller::start(ctx)?;
+    let version = support::pinned_etcd(line)?;
+    create_managed(ctx, name, &managed_yaml(name, 3, &version, ""), &version).await?;
+    let secrets: Api<Secret> = ctx.api();
+    let ca_secret = names::ca_secret_name(name);
+    let old = secrets.get(&ca_secret).await?;
+    let old_ca = key_of(&old, "ca.crt")?;
+    let old_key = key_of(&old, "ca.key")?;
+    let old_generation: u64 = annotation_of(&old, CA_GENERATION)
+        .context("no CA generation")?
+        .parse()?;
+    let pods: Api<Pod> = ctx.api();
+    let before: Vec<String> = member_pods(&pods, name).await?.into_keys().collect();
+
+    let (feed, feed_task) = recorder_tls_feed(ctx, name).await?;
+    let run = format!("{name}-ca-rotation");
+    let recording = Recording::start_tls_feed(ctx, name, &run, feed, feed_task).await?;
+    let started = Instant::now();
+    let clusters: Api<etcd_shared::EtcdCluster> = ctx.api();
+    clusters
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({
+                "metadata": {"annotations": {names::ANNOTATION_ROTATE_CA: "test-1"}}
+            })),
+        )
+        .await?;
+    poll_until("a next CA trusted beside the current one", WAIT, || async {
+        let s = secrets.get(&ca_secret).await?;
+        anyhow::Ok(has_key(&s, "next.crt").then_some(()))
+    })
+    .await?;
+    duration(&format!("{run}: next CA made"), started);
+    poll_until("the new CA signing", WAIT * 6, || async {
+        let s = secrets.get(&ca_secret).await?;
+        let generation = annotation_of(&s, CA_GENERATION).and_then(|g| g.parse::<u64>().ok());
+        anyhow::Ok((generation == Some(old_generation + 1)).then_some(()))
+    })
+    .await?;
+    duration(
+        &format!("{run}: every member trusts both, the new CA signs"),
+        started,
+    );
+    poll_until("the old CA retired", WAIT * 6, || async {
+        let s = secrets.get(&ca_secret).await?;
+        anyhow::Ok((!has_key(&s, "previous.crt") && !has_key(&s, "next.crt")).then_some(()))
+    })
+    .await?;
+    duration(&format!("{run}: the old CA retired"), started);
+    let new = secrets.get(&ca_secret).await?;
+    let new_ca = key_of(&new, "ca.crt")?;
+    ensure!(new_ca != old_ca, "the CA did not change");
+    let trust_new = fingerprint([new_ca.as_str()]);
+    let after = poll_until(
+        "3 members, each made to trust the new CA alone",
+        WAIT * 6,
+        || async {
+            let now = member_pods(&pods, name).await?;
+            let live: Vec<(&String, &Pod)> = now
+                .iter()
+                .filter(|(_, p)| p.metadata.deletion_timestamp.is_none())
+                .collect();
+            let all_new = live.len() == 3
+                && now.len() == 3
+                && live.iter().all(|(_, p)| {
+                    p.metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(names::ANNOTATION_TLS_TRUST))
+                        == Some(&trust_new)
+                });
+            anyhow::Ok(all_new.then(|| now.keys().cloned().collect::<Vec<String>>()))
+        },
+    )
+    .await?;
+    wait_until(&ctx.api(), name, "3 healthy voters on the new CA", |c| {
+        settled(c, 3, &version)
+    })
+    .await?;
+    duration(&format!("{run}: rotation complete"), started);
+    ensure!(
+        after.iter().all(|m| !before.contains(m)),
+        "members {before:?} -> {after:?}: not every member was replaced"
+    );
+    recording.ok_writes(20).await?;
+    check_mutual_tls(ctx, name).await?;
+
+    // A client certificate the old CA signed is refused now.
+    let stale = issue_leaf(
+        CertKind::Operator,
+        name,
+        ctx.ns(),
+        None,
+        &CaName {
+            cluster: name.to_string(),
+            namespace: ctx.ns().to_string(),
+            generation: old_generation,
+        },
+        &Pem {
+            cert: old_ca,
+            key: old_key,
+        },
+        time::OffsetDateTime::now_utc(),
+        Duration::from_secs(3600),
+    )?;
+    let urls: Vec<String> = member_ips(ctx, name)
+        .await?
+        .values()
+        .map(|ip| format!("https://{ip}:{}", names::CLIENT_PORT))
+        .collect();
+    let old_client = Access::Tls {
+        tls: etcd_client::TlsOptions::new()
+            .ca_certificate(etcd_client::Certificate::from_pem(new_ca))
+            .identity(etcd_client::Identity::from_pem(stale.cert, stale.key))
+            .domain_name(format!("member.{name}.{}.svc", ctx.ns())),
+    };
+    let refused = match support::connect_with(&urls, &old_client).await {
+        Err(e) => Some(format!("{e:#}")),
+        Ok(mut c) => c
+            .put("rotation/old-ca", "x", None)
+            .await
+            .err()
+            .map(|e| e.to_string()),
+    };
+    ensure!(
+        refused.is_some(),
+        "a client certificate of the retired CA could still write"
+    );
+    for reason in [
+        "CARotationStarted",
+        "CARotationSigning",
+        "CARotationRetired",
+    ] {
+        let n = support::event_count(ctx, reason).await?;
+        ensure!(n == 1, "{n} {reason} Events, expected 1");
+    }
+    let report = recording.finish(ctx, name, 3).await?;
+    println!(
+        "{run}: members {before:?} -> {after:?}; {} operations, {} failed, {} unknown, longest without an ok write {:?} ms",
+        report.ops, report.failed, report.unknown, report.longest_without_write_ms
+    );
+    if line == "3.2" {
+        // 3.2 has no MoveLeader: each of the three passes removes the leader, which costs an
+        // election; requests in flight then time out (unknown), none is refused.
+        let longest = report.longest_without_write_ms.unwrap_or(f64::MAX);
+        ensure!(
+            report.failed == 0 && longest < 10_000.0,
+            "during the rotation: {} failed, longest without an ok write {longest} ms",
+            report.failed
+        );
+    } else {
+        // Each of the two passes replaces the leader once, after a MoveLeader: a request in
+        // flight on the old leader's term may be answered `leader changed`. Nothing else fails.
+        ensure!(
+            report.failed + report.unknown <= 2,
+            "requests failed during the rotation: {} failed, {} unknown (at most one per leader handover, 2)",
+            report.failed,
+            report.unknown
+        );
+    }
+    Ok(())
 }

@@ -60,8 +60,8 @@ pub struct Outcome {
     pub next_check: Option<Duration>,
     /// Something a person must do, in words (the CA cannot be replaced safely by itself).
     pub attention: Option<String>,
-    /// A step of a CA rotation taken, in words.
-    pub rotation: Option<String>,
+    /// A step of a CA rotation taken: its Event reason and what happened, in words.
+    pub rotation: Option<(&'static str, String)>,
     /// The TLS files the Secrets now hold, for the member pods made from now on.
     pub files: Option<TlsFiles>,
 }
@@ -251,15 +251,18 @@ pub async fn ensure(
                 reason: Reason::Rotation,
                 not_after: now_s + secs(settings.ca_duration),
             });
-            out.rotation = Some(format!(
-                "CA rotation started ({}): {} is trusted beside {}; members are replaced one at a time to trust both",
-                if requested {
-                    "asked for"
-                } else {
-                    "the CA is due"
-                },
-                generation_name(ca.name.generation + 1),
-                generation_name(ca.name.generation)
+            out.rotation = Some((
+                "CARotationStarted",
+                format!(
+                    "CA rotation started ({}): {} is trusted beside {}; members are replaced one at a time to trust both",
+                    if requested {
+                        "asked for"
+                    } else {
+                        "the CA is due"
+                    },
+                    generation_name(ca.name.generation + 1),
+                    generation_name(ca.name.generation)
+                ),
             ));
             out.next_check = Some(CA_RECHECK);
         }
@@ -270,18 +273,24 @@ pub async fn ensure(
             }
             rotation.previous = Some(old);
             write_ca(&api, view, &ca, &rotation).await?;
-            out.rotation = Some(format!(
-                "CA rotation: every member trusts both CAs; {} signs the certificates from now on",
-                generation_name(ca.name.generation)
+            out.rotation = Some((
+                "CARotationSigning",
+                format!(
+                    "CA rotation: every member trusts both CAs; {} signs the certificates from now on",
+                    generation_name(ca.name.generation)
+                ),
             ));
             out.next_check = Some(CA_RECHECK);
         }
         CaMove::Retire => {
             rotation.previous = None;
             write_ca(&api, view, &ca, &rotation).await?;
-            out.rotation = Some(format!(
-                "CA rotation: every member serves certificates of {}; the previous CA is no longer trusted (members are replaced once more to forget it)",
-                generation_name(ca.name.generation)
+            out.rotation = Some((
+                "CARotationRetired",
+                format!(
+                    "CA rotation: every member serves certificates of {}; the previous CA is no longer trusted (members are replaced once more to forget it)",
+                    generation_name(ca.name.generation)
+                ),
             ));
         }
     }

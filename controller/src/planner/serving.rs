@@ -35,8 +35,8 @@ fn taken_down(step: &Step) -> Option<&str> {
     }
 }
 
-/// Whether the member of `pod`, out of the Service, serves again: it answers with a leader,
-/// on the version its pod runs, its pod's restart done; or the member list cannot be read (the
+/// Whether the member of `pod`, out of the Service, serves again: a voter (not a learner) that
+/// answers with a leader, on the version its pod runs, its pod's restart done; or the member list cannot be read (the
 /// operator does not keep a member out of the Service for its own blindness: the readiness
 /// probe still guards it).
 fn serves_again(obs: &Observed, pod: &PodState) -> bool {
@@ -46,8 +46,11 @@ fn serves_again(obs: &Observed, pod: &PodState) -> bool {
     let Ok(members) = &obs.members else {
         return true;
     };
+    // A learner answers but refuses clients' requests (`rpc not supported for learner`): it
+    // joins the Service once it is a voter.
     members.iter().any(|m| {
         m.name == pod.name
+            && !m.learner
             && matches!(&m.health, Health::Healthy { version, .. }
                 if version.is_none() || pod.version.is_none() || *version == pod.version)
     })
@@ -209,6 +212,28 @@ mod tests {
         assert_eq!(
             crate::planner::plan(&view, &obs, &settings),
             upgrade_member(1, "3.7.3")
+        );
+    }
+
+    /// A learner answers with a leader but refuses clients' requests: it joins the Service
+    /// once it is promoted, not before.
+    #[test]
+    fn a_learner_stays_out_of_the_service_until_it_is_a_voter() {
+        let mut obs = cluster();
+        obs.pods[2].serving = Some(false);
+        if let Ok(m) = obs.members.as_mut() {
+            m[2].learner = true;
+        }
+        assert_eq!(gate(&obs, Step::Done), Step::Done);
+        if let Ok(m) = obs.members.as_mut() {
+            m[2].learner = false;
+        }
+        assert_eq!(
+            gate(&obs, Step::Done),
+            Step::SetServing {
+                name: "demo-2".into(),
+                serving: true
+            }
         );
     }
 

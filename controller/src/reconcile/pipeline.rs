@@ -282,9 +282,9 @@ async fn ensure_certificates(
 ) -> Result<crate::certificates::Outcome, Error> {
     let outcome = crate::certificates::ensure(&ctx.client, view, settings, members).await?;
     let events = Events::of(recorder, cluster);
-    if let Some(rotation) = &outcome.rotation {
+    if let Some((reason, rotation)) = &outcome.rotation {
         tracing::info!(name = %view.name, namespace = %view.namespace, %rotation, "CA rotation");
-        events.normal("CARotation", rotation.clone()).await;
+        events.normal(reason, rotation.clone()).await;
     }
     for issued in &outcome.issued {
         ctx.metrics

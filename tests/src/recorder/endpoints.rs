@@ -60,6 +60,10 @@ pub struct ClientSpec {
     /// This client's TLS (`None`: the recorder's, [`super::RecorderOptions::tls`]), e.g. a
     /// client presenting a certificate the members do not trust.
     pub tls: Option<TlsOptions>,
+    /// TLS options that change (a client that reads its mounted certificate Secret again,
+    /// as the kubelet updates it): each new connection takes the latest; connections already
+    /// made keep theirs. Overrides [`Self::tls`] when set.
+    pub tls_feed: Option<watch::Receiver<TlsOptions>>,
 }
 
 impl ClientSpec {
@@ -72,6 +76,7 @@ impl ClientSpec {
             offset: 0,
             mix: None,
             tls: None,
+            tls_feed: None,
         }
     }
 
@@ -83,6 +88,7 @@ impl ClientSpec {
             offset: 0,
             mix: None,
             tls: None,
+            tls_feed: None,
         }
     }
 
@@ -94,6 +100,7 @@ impl ClientSpec {
             offset,
             mix: None,
             tls: None,
+            tls_feed: None,
         }
     }
 
@@ -186,9 +193,22 @@ struct Slot {
 pub struct Pool {
     spec: ClientSpec,
     options: ConnectOptions,
+    require_leader: bool,
     slots: HashMap<String, Slot>,
     next: usize,
     current: Option<String>,
+}
+
+/// The options of a new connection.
+fn connect_options(tls: Option<TlsOptions>, require_leader: bool) -> ConnectOptions {
+    let options = ConnectOptions::new()
+        .with_connect_timeout(CONNECT_TIMEOUT)
+        .with_keep_alive(Duration::from_secs(1), Duration::from_secs(1))
+        .with_require_leader(require_leader);
+    match tls {
+        Some(tls) => options.with_tls(tls),
+        None => options,
+    }
 }
 
 /// Why [`Pool::client`] has no connection to hand out: the request it was for was never
@@ -239,16 +259,15 @@ impl Pool {
     /// leader, as kube-apiserver's watches ask.
     pub fn new(spec: ClientSpec, require_leader: bool) -> Self {
         let next = spec.offset;
-        let mut options = ConnectOptions::new()
-            .with_connect_timeout(CONNECT_TIMEOUT)
-            .with_keep_alive(Duration::from_secs(1), Duration::from_secs(1))
-            .with_require_leader(require_leader);
-        if let Some(tls) = &spec.tls {
-            options = options.with_tls(tls.clone());
-        }
+        let tls = match &spec.tls_feed {
+            Some(feed) => Some(feed.borrow().clone()),
+            None => spec.tls.clone(),
+        };
+        let options = connect_options(tls, require_leader);
         Pool {
             spec,
             options,
+            require_leader,
             slots: HashMap::new(),
             next,
             current: None,
@@ -309,6 +328,12 @@ impl Pool {
     /// with the first request); over `https://` a new one is confirmed by a `Status` call
     /// first (see the module docs). An error means nothing was sent for the caller's request.
     pub async fn client(&mut self, endpoint: &str) -> Result<Client, NoConnection> {
+        if let Some(feed) = &mut self.spec.tls_feed
+            && feed.has_changed().unwrap_or(false)
+        {
+            let tls = feed.borrow_and_update().clone();
+            self.options = connect_options(Some(tls), self.require_leader);
+        }
         let slot = self.slots.entry(endpoint.to_string()).or_default();
         if let Some(client) = &slot.client {
             return Ok(client.clone());

@@ -120,6 +120,10 @@ pub struct RecorderOptions {
     /// (final reads and the stores' hashes). `None`: no TLS options (fine for `http://`; for
     /// `https://` etcd-client's empty default trusts no CA and sends no certificate).
     pub tls: Option<etcd_client::TlsOptions>,
+    /// TLS options that change while the run goes on (see [`ClientSpec::tls_feed`]): every
+    /// client and watch without options of its own takes each new value for its new
+    /// connections, and the end's connections the latest. Overrides [`Self::tls`].
+    pub tls_feed: Option<channel::Receiver<etcd_client::TlsOptions>>,
 }
 
 impl RecorderOptions {
@@ -148,6 +152,7 @@ impl RecorderOptions {
             check_timeout: Duration::from_secs(60),
             fault: None,
             tls: None,
+            tls_feed: None,
         }
     }
 
@@ -155,6 +160,13 @@ impl RecorderOptions {
     /// Members dialled by IP need the options' `domain_name` to match their certificate.
     pub fn with_tls(mut self, tls: etcd_client::TlsOptions) -> Self {
         self.tls = Some(tls);
+        self
+    }
+
+    /// The same options with TLS that follows `feed` (see [`RecorderOptions::tls_feed`]).
+    pub fn with_tls_feed(mut self, feed: channel::Receiver<etcd_client::TlsOptions>) -> Self {
+        self.tls = Some(feed.borrow().clone());
+        self.tls_feed = Some(feed);
         self
     }
 }
@@ -219,6 +231,7 @@ pub struct Recorder {
     check_timeout: Duration,
     started: Instant,
     tls: Option<etcd_client::TlsOptions>,
+    tls_feed: Option<channel::Receiver<etcd_client::TlsOptions>>,
 }
 
 /// The first read: the prefix is empty, and the revision the watches start after.
@@ -309,6 +322,7 @@ impl Recorder {
                     let mut spec = spec.clone();
                     if spec.tls.is_none() {
                         spec.tls.clone_from(&options.tls);
+                        spec.tls_feed.clone_from(&options.tls_feed);
                     }
                     spec
                 })
@@ -383,6 +397,7 @@ impl Recorder {
             check_timeout: options.check_timeout,
             started: Instant::now(),
             tls: options.tls,
+            tls_feed: options.tls_feed,
         })
     }
 
@@ -445,6 +460,9 @@ impl Recorder {
             let _ = task.await;
         }
         let duration = self.started.elapsed();
+        if let Some(feed) = &self.tls_feed {
+            self.tls = Some(feed.borrow().clone());
+        }
         let tls = self.tls.as_ref();
         let end = finish::final_reads(&self.traffic, self.final_client, members, tls).await;
         let target = self.traffic.progress().borrow().max_change_revision;
