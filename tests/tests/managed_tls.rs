@@ -67,6 +67,11 @@ fn main() -> std::process::ExitCode {
         )
         .with_timeout(long),
         etcd_tests::Test::new(
+            "a_cert_manager_renewal_replaces_the_users_3_2_members",
+            a_cert_manager_renewal_replaces_the_users_3_2_members,
+        )
+        .with_timeout(long),
+        etcd_tests::Test::new(
             "a_ca_rotation_reaches_every_member_with_no_outage_on_3_6",
             a_ca_rotation_reaches_every_member_with_no_outage_on_3_6,
         )
@@ -686,6 +691,83 @@ async fn a_cert_manager_renewal_reaches_the_members_without_a_restart(
     let yaml = cert_manager_yaml(NAME, 3, &version, "duration: 1h\nrenewBefore: 59m40s");
     create_managed(&ctx, NAME, &yaml, &version).await?;
     renewal_reaches_every_member(&ctx, NAME, "cert-manager-renewal").await
+}
+
+/// 3.2 serves the certificate it started with to clients that send no server name: after a
+/// cert-manager renewal its members are replaced, one at a time, surge first, under recorded
+/// traffic, until every member serves the renewed certificate.
+async fn a_cert_manager_renewal_replaces_the_users_3_2_members(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    const NAME: &str = "cmrenewed32";
+    install(&ctx).await?;
+    ca_issuer(&ctx).await?;
+    let _controller = Controller::start(&ctx)?;
+    let version = support::pinned_etcd("3.2")?;
+    let yaml = cert_manager_yaml(NAME, 3, &version, "duration: 1h\nrenewBefore: 59m40s");
+    create_managed(&ctx, NAME, &yaml, &version).await?;
+    wait_served(&ctx, NAME, "every member serving its first certificate").await?;
+    let first = held(&ctx, NAME, CertKind::Server).await?;
+    let pods: Api<Pod> = ctx.api();
+    let before: Vec<String> = member_pods(&pods, NAME).await?.into_keys().collect();
+    let (feed, feed_task) = recorder_tls_feed(&ctx, NAME).await?;
+    let run = "cert-manager-renewal-3-2";
+    let recording = Recording::start_tls_feed(&ctx, NAME, run, feed, feed_task).await?;
+    let started = Instant::now();
+    poll_until("the server certificate renewed", WAIT * 2, || async {
+        let now = held(&ctx, NAME, CertKind::Server).await?;
+        anyhow::Ok((now != first).then_some(()))
+    })
+    .await?;
+    duration(&format!("{run}: renewed by cert-manager"), started);
+    // One renewal is enough: renewed again only 30 minutes before the end.
+    let clusters: Api<etcd_shared::EtcdCluster> = ctx.api();
+    clusters
+        .patch(
+            NAME,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({
+                "spec": {"TLS": {"certManager": {"renewBefore": "30m"}}}
+            })),
+        )
+        .await?;
+    let after = poll_until(
+        "3 new members serving the renewed certificate",
+        WAIT * 4,
+        || async {
+            let want = held(&ctx, NAME, CertKind::Server).await?;
+            let now = member_pods(&pods, NAME).await?;
+            let replaced = now.len() == 3 && now.keys().all(|m| !before.contains(m));
+            if !replaced {
+                return anyhow::Ok(None);
+            }
+            let served = served(&ctx, NAME).await?;
+            anyhow::Ok(
+                (served.len() == 3 && served.values().all(|d| *d == want))
+                    .then(|| now.keys().cloned().collect::<Vec<String>>()),
+            )
+        },
+    )
+    .await?;
+    wait_until(&ctx.api(), NAME, "3 healthy voters", |c| {
+        settled(c, 3, &version)
+    })
+    .await?;
+    duration(&format!("{run}: every member replaced"), started);
+    recording.ok_writes(20).await?;
+    let report = recording.finish(&ctx, NAME, 3).await?;
+    let longest = report.longest_without_write_ms.unwrap_or(f64::MAX);
+    println!(
+        "{run}: members {before:?} -> {after:?}; {} operations, {} failed, {} unknown, longest without an ok write {longest:.0} ms",
+        report.ops, report.failed, report.unknown
+    );
+    // 3.2 has no MoveLeader: the leader's removal costs an election (requests time out).
+    ensure!(
+        report.failed == 0 && longest < 10_000.0,
+        "{} failed, longest without an ok write {longest} ms",
+        report.failed
+    );
+    Ok(())
 }
 
 /// A CA rotation asked for (`etcd.database.coreos.com/rotate-ca`) on a 3-member 3.6 cluster

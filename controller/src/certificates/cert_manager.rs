@@ -1,19 +1,23 @@
 //! The cert-manager Certificates of `spec.TLS.certManager`: one per certificate the cluster
 //! needs (peer, server, the operator's client), each writing the Secret of the same name
 //! (`kubernetes.io/tls`: `tls.crt`, `tls.key`, `ca.crt`) that the members mount and the
-//! operator dials with. cert-manager issues and renews them; the members load a renewed leaf
-//! per handshake as with the operator's own certificates.
+//! operator dials with. cert-manager issues and renews them; the members of 3.3+ load a renewed
+//! leaf per handshake as with the operator's own certificates, and 3.2 members are replaced
+//! after a renewal ([`leaf_files`], [`crate::planner::rollout`]). The trust bundle is
+//! cert-manager's (the issuer's CA): a CA change is not rolled out.
 
+use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use etcd_shared::names;
-use etcd_shared::tls::{CERT_MANAGER_GROUP, CertKind};
+use etcd_shared::tls::{CERT_MANAGER_GROUP, CertKind, KUBERNETES_TLS_KEYS};
 use etcd_shared::types::CertManagerTls;
 
 use crate::cache;
 use crate::error::{Error, FIELD_MANAGER};
+use crate::planner::{TlsFiles, TlsStamp};
 use crate::view::ClusterView;
 
 /// cert-manager's Certificate kind.
@@ -124,6 +128,42 @@ pub async fn keep_certificates(
         .map_err(Error::kube(format!("apply certificate {name}")))?;
     }
     Ok(())
+}
+
+/// The peer and server certificates cert-manager's Secrets hold now, as the member pods made
+/// from now on record them (their trust is not compared: cert-manager's CA is not rotated by
+/// the operator). `None` while either Secret is missing or has no certificate.
+pub async fn leaf_files(
+    client: &kube::Client,
+    view: &ClusterView,
+) -> Result<Option<TlsFiles>, Error> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), &view.namespace);
+    let mut certs = Vec::new();
+    for kind in [CertKind::Peer, CertKind::Server] {
+        let name = kind.secret_name(&view.name);
+        let secret = api
+            .get_opt(&name)
+            .await
+            .map_err(Error::kube(format!("get secret {name}")))?;
+        let cert = secret
+            .as_ref()
+            .and_then(|s| s.data.as_ref())
+            .and_then(|d| d.get(KUBERNETES_TLS_KEYS[0]))
+            .and_then(|b| String::from_utf8(b.0.clone()).ok());
+        match cert {
+            Some(cert) => certs.push(cert),
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(TlsFiles {
+        current: TlsStamp {
+            trust: None,
+            leaves: Some(super::rotation::fingerprint(
+                certs.iter().map(String::as_str),
+            )),
+        },
+        rotating: false,
+    }))
 }
 
 #[cfg(test)]

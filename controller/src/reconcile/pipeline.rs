@@ -85,13 +85,18 @@ pub async fn reconcile(
             }
             None => None,
         };
-        if let Some(tls) = &view.tls.cert_manager {
-            crate::certificates::cert_manager::keep_certificates(&ctx.client, &view, tls).await?;
-        }
-        Ok::<_, Error>(issued)
+        let files = match &view.tls.cert_manager {
+            Some(tls) => {
+                crate::certificates::cert_manager::keep_certificates(&ctx.client, &view, tls)
+                    .await?;
+                crate::certificates::cert_manager::leaf_files(&ctx.client, &view).await?
+            }
+            None => issued.as_ref().and_then(|o| o.files.clone()),
+        };
+        Ok::<_, Error>((issued, files))
     }
     .await;
-    let certificates = match certificates {
+    let (certificates, tls_files) = match certificates {
         Ok(c) => c,
         Err(e) => {
             warn!(%name, %namespace, error = %e, "cannot keep the cluster's certificates");
@@ -134,7 +139,7 @@ pub async fn reconcile(
             ours: previous.is_some_and(|s| s.selector.is_some()),
             coreos_members: previous.map_or(&[][..], |s| s.coreos_members.as_slice()),
             another_operator_pods: previous.map_or(&[][..], |s| s.another_operator_pods.as_slice()),
-            tls: certificates.as_ref().and_then(|c| c.files.as_ref()),
+            tls: tls_files.as_ref(),
         };
         observe(
             &ctx.client,
