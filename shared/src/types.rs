@@ -9,6 +9,7 @@
 
 pub mod backup;
 mod lenient;
+mod phase;
 pub mod restore;
 mod schema;
 pub mod status;
@@ -28,12 +29,13 @@ use serde::{Deserialize, Serialize};
 pub use backup::{
     BackupPolicy, EtcdBackup, EtcdBackupSpec, EtcdBackupStatus, SafetyBackup, SafetyBackupRecord,
 };
+pub use phase::ClusterPhase;
 pub use restore::{
     ClusterTemplate, EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus, RestoreSeed,
 };
 pub use status::{
-    ClusterPhase, CompactionRecord, DefragmentationRecord, EtcdClusterStatus, MaintenanceStatus,
-    MemberPlacement, MembersStatus, RecoveryRecord, RecoveryStatus, RestoredFrom,
+    CompactionRecord, DefragmentationRecord, EtcdClusterStatus, MaintenanceStatus, MemberPlacement,
+    MembersStatus, RecoveryRecord, RecoveryStatus, RestoredFrom,
 };
 pub use storage::{PvcSource, S3Source, StorageSource};
 

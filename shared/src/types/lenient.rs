@@ -8,7 +8,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
-use super::status::{ClusterPhase, unknown_time};
+use super::phase::ClusterPhase;
 
 /// A phase: `""`, `null`, unknown names and non-strings read as none.
 pub(super) fn phase<'de, D: Deserializer<'de>>(d: D) -> Result<Option<ClusterPhase>, D::Error> {
@@ -100,4 +100,16 @@ fn condition(item: &Value) -> Option<Condition> {
         message: text(&c.message),
         observed_generation: c.observed_generation.as_ref().and_then(Value::as_i64),
     })
+}
+
+/// The `lastTransitionTime` given to a condition read without one (CoreOS' conditions carry
+/// it only optionally): the Unix epoch, which [`is_unknown_time`] recognizes.
+pub fn unknown_time() -> Time {
+    Time(Timestamp::UNIX_EPOCH)
+}
+
+/// Whether a condition's `lastTransitionTime` is [`unknown_time`]: it was read from a
+/// condition without one, and says nothing about when the condition changed.
+pub fn is_unknown_time(time: &Time) -> bool {
+    time.0 == Timestamp::UNIX_EPOCH
 }

@@ -4,7 +4,7 @@
 
 use schemars::{Schema, SchemaGenerator, json_schema};
 
-use super::status::ClusterPhase;
+use super::phase::ClusterPhase;
 
 /// `status.phase`: every phase, plus `""` (CoreOS' operator writes it before the first phase).
 pub(super) fn phase(_: &mut SchemaGenerator) -> Schema {
