@@ -4,6 +4,7 @@
 # applies examples/example-etcd-cluster.yaml, waits until it is Available and keeps running.
 #
 #   hack/demo.sh [up] [demo flags...]   start (Ctrl-C stops it); `--help` lists the flags
+#   hack/demo.sh --cert-manager         also cert-manager and a CA Issuer etcd-ca
 #   hack/demo.sh --real-node            the same on a real node (kubelet, containerd, runc,
 #                                       CoreDNS) from the images of hack/build-images.sh (root)
 #   hack/demo.sh down                   stop a demo running in another shell
@@ -33,15 +34,20 @@ case "${1:-up}" in
     ;;
   up | -*)
     if [[ "${1:-}" == up ]]; then shift; fi
-    real_node=0
+    real_node=0 cert_manager=0
     for arg in "$@"; do
       if [[ "$arg" == --real-node ]]; then real_node=1; fi
+      if [[ "$arg" == --cert-manager ]]; then cert_manager=1; fi
     done
     # What the machine lacks is said now, with the command that installs it.
     hack/check-prereqs.sh demo
     if ((real_node)); then hack/check-prereqs.sh images && hack/check-prereqs.sh node; fi
     echo "==> building the pinned Go tools the demo runs that are missing (Kubernetes, two etcd versions, Helm 3)"
     ONLY=demo hack/build-tools.sh
+    if ((cert_manager)); then
+      echo "==> building cert-manager if missing (its controller, webhook and CRDs; about 8 min the first time)"
+      ONLY=cert-manager hack/build-tools.sh
+    fi
     if ((real_node)); then
       echo "==> building the real node's tools that are missing (kubelet, kube-proxy, containerd, CNI plugins, CoreDNS)"
       ONLY=node hack/build-tools.sh

@@ -631,6 +631,80 @@ impl CertManager {
     }
 }
 
+/// A CA Issuer `NAME` in `namespace`, as a user makes one: a SelfSigned Issuer `selfsigned`,
+/// the CA Certificate `NAME` it signs (ECDSA P-256, 90 days, Secret `NAME`), and the CA
+/// Issuer on that Secret; waits until each is Ready (issued) within `timeout`.
+pub async fn ca_issuer(
+    client: kube::Client,
+    namespace: &str,
+    name: &str,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let apply = |kind: CmKind, object: serde_json::Value| {
+        let client = client.clone();
+        async move {
+            let object: DynamicObject = serde_json::from_value(object)?;
+            let name = object.metadata.name.clone().context("no name")?;
+            kind.api(client, Some(namespace))
+                .patch(
+                    &name,
+                    &PatchParams::apply("etcd-tests").force(),
+                    &Patch::Apply(&object),
+                )
+                .await
+                .with_context(|| format!("applying {kind:?} {name}"))?;
+            anyhow::Ok(())
+        }
+    };
+    let ready = |kind: CmKind, name: String| {
+        let api = kind.api(client.clone(), Some(namespace));
+        async move {
+            crate::poll_until(&format!("{kind:?} {name} Ready"), timeout, || async {
+                let object = api.get(&name).await?;
+                let done = match kind {
+                    CmKind::Certificate => is_issued(&object),
+                    _ => is_ready(&object),
+                };
+                anyhow::Ok(done.then_some(()))
+            })
+            .await?;
+            anyhow::Ok(())
+        }
+    };
+    apply(
+        CmKind::Issuer,
+        serde_json::json!({
+            "apiVersion": "cert-manager.io/v1", "kind": "Issuer",
+            "metadata": {"name": "selfsigned"}, "spec": {"selfSigned": {}},
+        }),
+    )
+    .await?;
+    apply(
+        CmKind::Certificate,
+        serde_json::json!({
+            "apiVersion": "cert-manager.io/v1", "kind": "Certificate",
+            "metadata": {"name": name},
+            "spec": {
+                "isCA": true, "commonName": "etcd CA", "secretName": name,
+                "duration": "2160h", "privateKey": {"algorithm": "ECDSA", "size": 256},
+                "issuerRef": {"name": "selfsigned", "kind": "Issuer", "group": "cert-manager.io"},
+            },
+        }),
+    )
+    .await?;
+    ready(CmKind::Certificate, name.to_string()).await?;
+    apply(
+        CmKind::Issuer,
+        serde_json::json!({
+            "apiVersion": "cert-manager.io/v1", "kind": "Issuer",
+            "metadata": {"name": name}, "spec": {"ca": {"secretName": name}},
+        }),
+    )
+    .await?;
+    ready(CmKind::Issuer, name.to_string()).await
+}
+
 impl Drop for CertManager {
     fn drop(&mut self) {
         self.shutdown();

@@ -584,66 +584,9 @@ async fn certificates_expired_while_the_operator_was_down_are_renewed(
 /// Real cert-manager (the harness's, one per suite) with a CA Issuer `etcd-ca` in the test's
 /// namespace: a SelfSigned Issuer, the CA Certificate it signs, the CA Issuer on it.
 async fn ca_issuer(ctx: &TestContext) -> anyhow::Result<()> {
-    use etcd_tests::cert_manager::{CmKind, is_issued, is_ready};
     let cm = etcd_tests::cert_manager::shared(ctx.control_plane()).await?;
     println!("cert-manager {} ready", cm.version());
-    let apply = |kind: CmKind, object: serde_json::Value| async move {
-        let object: kube::api::DynamicObject = serde_json::from_value(object)?;
-        let name = object.metadata.name.clone().context("no name")?;
-        kind.api(ctx.client(), Some(ctx.ns()))
-            .patch(
-                &name,
-                &PatchParams::apply("managed-tls").force(),
-                &Patch::Apply(&object),
-            )
-            .await
-            .with_context(|| format!("applying {kind:?} {name}"))?;
-        anyhow::Ok(())
-    };
-    let ready = |kind: CmKind, name: &'static str| async move {
-        let api = kind.api(ctx.client(), Some(ctx.ns()));
-        poll_until(&format!("{kind:?} {name} Ready"), WAIT, || async {
-            let object = api.get(name).await?;
-            let done = match kind {
-                CmKind::Certificate => is_issued(&object),
-                _ => is_ready(&object),
-            };
-            anyhow::Ok(done.then_some(()))
-        })
-        .await?;
-        anyhow::Ok(())
-    };
-    apply(
-        CmKind::Issuer,
-        serde_json::json!({
-            "apiVersion": "cert-manager.io/v1", "kind": "Issuer",
-            "metadata": {"name": "selfsigned"}, "spec": {"selfSigned": {}},
-        }),
-    )
-    .await?;
-    apply(
-        CmKind::Certificate,
-        serde_json::json!({
-            "apiVersion": "cert-manager.io/v1", "kind": "Certificate",
-            "metadata": {"name": "etcd-ca"},
-            "spec": {
-                "isCA": true, "commonName": "etcd CA", "secretName": "etcd-ca",
-                "duration": "2160h", "privateKey": {"algorithm": "ECDSA", "size": 256},
-                "issuerRef": {"name": "selfsigned", "kind": "Issuer", "group": "cert-manager.io"},
-            },
-        }),
-    )
-    .await?;
-    ready(CmKind::Certificate, "etcd-ca").await?;
-    apply(
-        CmKind::Issuer,
-        serde_json::json!({
-            "apiVersion": "cert-manager.io/v1", "kind": "Issuer",
-            "metadata": {"name": "etcd-ca"}, "spec": {"ca": {"secretName": "etcd-ca"}},
-        }),
-    )
-    .await?;
-    ready(CmKind::Issuer, "etcd-ca").await
+    etcd_tests::cert_manager::ca_issuer(ctx.client(), ctx.ns(), "etcd-ca", WAIT).await
 }
 
 /// A cluster manifest with `TLS: certManager` from the Issuer `etcd-ca` (and `extra` lines).

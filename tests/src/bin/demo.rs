@@ -59,6 +59,11 @@ struct Args {
     /// process kubelet. Needs root.
     #[arg(long)]
     real_node: bool,
+    /// Also run cert-manager (its controller, webhook and CRDs, built by
+    /// `ONLY=cert-manager hack/build-tools.sh`) with a CA Issuer `etcd-ca` in the namespace,
+    /// for clusters with `spec.TLS.certManager`. The example itself is applied as written.
+    #[arg(long)]
+    cert_manager: bool,
 }
 
 fn repo_path(relative: &str) -> PathBuf {
@@ -276,6 +281,26 @@ async fn demo(cp: &ControlPlane, plan: Plan) -> anyhow::Result<()> {
         release
     };
     release.install(cp, &[]).await?;
+    let cert_manager = if args.cert_manager {
+        step(
+            started,
+            &format!(
+                "starting cert-manager (controller, webhook, CRDs) and a CA Issuer etcd-ca in {}",
+                args.namespace
+            ),
+        );
+        let cm = etcd_tests::cert_manager::CertManager::start(cp).await?;
+        etcd_tests::cert_manager::ca_issuer(
+            cp.client(),
+            &args.namespace,
+            "etcd-ca",
+            Duration::from_secs(args.timeout),
+        )
+        .await?;
+        Some(cm)
+    } else {
+        None
+    };
 
     step(
         started,
@@ -335,6 +360,19 @@ async fn demo(cp: &ControlPlane, plan: Plan) -> anyhow::Result<()> {
          kubectl patch etcdcluster {name} --type merge -p '{{\"spec\":{{\"size\":5}}}}'\n",
         env = files.env.display(),
     );
+    if let Some(cm) = &cert_manager {
+        println!(
+            "cert-manager {} runs, with the CA Issuer etcd-ca in {ns}. A cluster with member TLS from it:\n\n\
+             kubectl apply -n {ns} -f - <<EOF\n\
+             apiVersion: etcd.database.coreos.com/v1beta2\n\
+             kind: EtcdCluster\n\
+             metadata: {{name: tls-demo}}\n\
+             spec:\n  size: 3\n  TLS:\n    certManager:\n      issuerRef: {{name: etcd-ca, kind: Issuer}}\n\
+             EOF\n",
+            cm.version(),
+            ns = args.namespace,
+        );
+    }
     shutdown_signal().await;
     for file in [&files.pid, &files.env, &files.kubeconfig] {
         let _ = std::fs::remove_file(file);
