@@ -8,7 +8,8 @@ use std::sync::Arc;
 use futures::FutureExt as _;
 
 use crate::admin::Readiness;
-use crate::backup::reconciler::{BackupConfig, BackupReconciler};
+use crate::backup::config::BackupConfig;
+use crate::backup::reconciler::BackupReconciler;
 use crate::backup::restore::RestoreReconciler;
 use crate::context::Context;
 use crate::controller_loop::run_kind;

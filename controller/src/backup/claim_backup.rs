@@ -21,14 +21,14 @@ use kube::{Api, Resource as _, ResourceExt as _};
 
 use etcd_shared::types::EtcdBackup;
 
+use super::config::BackupConfig;
+use super::error::BackupError;
 use super::one_shot_pod::look;
-use super::reconciler::{
-    BackupError, BackupReconciler, member_access, most_advanced_member, target,
-};
-use super::schedule::{self, Success};
+use super::schedule;
 use crate::builders::claim_pod::{self, ANNOTATION_FILE, ClaimPod, TLS_DIR, in_claim};
 use crate::idempotent;
 use crate::in_pod::pod_report::PodReport;
+use crate::snapshot::cluster::{Success, member_access, most_advanced_member, target};
 use crate::snapshot::keys;
 
 /// How often a running backup pod is looked at.
@@ -63,14 +63,15 @@ pub fn success(claim: &str, file: &str, report: &PodReport, took: Duration) -> S
 /// One step of a due PVC backup (see the module docs).
 pub(crate) async fn step(
     backup: &EtcdBackup,
-    r: &BackupReconciler,
+    client: &kube::Client,
+    config: &BackupConfig,
     now: Timestamp,
 ) -> Result<Progress, BackupError> {
     let namespace = backup.namespace().unwrap_or_default();
-    let pods: Api<Pod> = Api::namespaced(r.client.clone(), &namespace);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
     let name = pod_name(&backup.name_any());
     let limit = schedule::timeout(&backup.spec);
-    let create = start(backup, r, &pods, &name, now);
+    let create = start(backup, client, config, &pods, &name, now);
     let Some(outcome) = look(&pods, &name, limit, now, create).await? else {
         return Ok(Progress::Waiting);
     };
@@ -91,26 +92,21 @@ pub(crate) async fn step(
 /// Creates the backup pod: the cluster's most advanced member, the file named for its revision.
 async fn start(
     backup: &EtcdBackup,
-    r: &BackupReconciler,
+    client: &kube::Client,
+    config: &BackupConfig,
     pods: &Api<Pod>,
     name: &str,
     now: Timestamp,
 ) -> Result<(), BackupError> {
     let spec = &backup.spec;
     let pvc = spec.source.pvc.as_ref().ok_or(BackupError::NoSource)?;
-    let image = r.config.image.clone().ok_or(BackupError::NoImage)?;
+    let image = config.image.clone().ok_or(BackupError::NoImage)?;
     // An object read from the API has a UID; without one the API server refuses the pod.
     let owner = backup.controller_owner_ref(&()).unwrap_or_default();
-    let (view, tls_secret) = target(backup, r).await?;
-    let access = member_access(
-        &r.client,
-        &view,
-        tls_secret.as_deref(),
-        r.config.etcd_timeout,
-    )
-    .await?;
-    let (endpoint, member, status) = most_advanced_member(&r.client, &view, &access).await?;
-    let periodic = schedule::interval(spec);
+    let (view, tls_secret) = target(client, &config.policy, backup).await?;
+    let access = member_access(client, &view, tls_secret.as_deref(), config.etcd_timeout).await?;
+    let (endpoint, member, status) = most_advanced_member(client, &view, &access).await?;
+    let periodic = keys::interval(spec);
     let file = keys::snapshot_key(&pvc.path, periodic.is_some(), status.revision, now);
     let limit = schedule::timeout(spec);
     let mut args = vec![

@@ -17,12 +17,12 @@ use kube::{Api, Resource as _, ResourceExt as _};
 
 use etcd_shared::types::EtcdRestore;
 
+use super::error::BackupError;
 use super::one_shot_pod::look;
-use super::reconciler::BackupError;
-use super::restore::CheckedSource;
 use crate::builders::OperatorImage;
 use crate::builders::claim_pod::{self, ClaimPod, in_claim};
 use crate::idempotent;
+use crate::snapshot::cluster::CheckedSource;
 
 /// How often a running verify pod is looked at.
 pub const POLL: Duration = Duration::from_secs(2);

@@ -9,10 +9,11 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::DeleteParams;
 
-use super::reconciler::BackupError;
+use super::error::BackupError;
 use crate::error::Error;
 use crate::idempotent;
 use crate::in_pod::pod_report::{PodOutcome, PodReport};
+use crate::snapshot::error::SnapshotError;
 
 /// Time a claim pod gets beyond its timeout to be scheduled and started.
 pub const START_GRACE: Duration = Duration::from_secs(60);
@@ -50,7 +51,9 @@ pub(crate) async fn look(
     }
     let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
     let outcome = match PodOutcome::of(&pod) {
-        PodOutcome::Running if timed_out(created, limit, now) => Err(BackupError::Timeout(limit)),
+        PodOutcome::Running if timed_out(created, limit, now) => {
+            Err(SnapshotError::Timeout(limit).into())
+        }
         PodOutcome::Running => return Ok(None),
         PodOutcome::Failed(reason, message) => Err(BackupError::Pod(reason, message)),
         PodOutcome::Succeeded(report) => Ok((pod, report)),

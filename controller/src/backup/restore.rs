@@ -33,10 +33,9 @@ use etcd_shared::types::storage::PVC_STORAGE_TYPE;
 use etcd_shared::types::{
     ClusterPhase, ClusterTemplate, EtcdCluster, EtcdRestore, EtcdRestoreStatus, RestoreSeed,
 };
-use etcd_shared::version::EtcdVersion;
 
 use super::claim_restore;
-use super::reconciler::{BackupError, credentials};
+use super::error::BackupError;
 use crate::backoff::Backoff;
 use crate::builders::OperatorImage;
 use crate::conditions::{self, Stamp, bounded_message};
@@ -45,6 +44,7 @@ use crate::error::Error;
 use crate::events::Events;
 use crate::idempotent;
 use crate::metrics::backup::BackupMetrics;
+use crate::snapshot::cluster::{CheckedSource, credentials, lines_fit};
 use crate::snapshot::store::{self, StoreLocation, StoreTimeouts};
 use crate::snapshot::transfer;
 use crate::status_writer::write_status;
@@ -147,33 +147,6 @@ pub fn next_step(restore: &EtcdRestore, cluster: Option<&EtcdCluster>) -> Restor
         "EtcdCluster {} (uid {uid}) was created by someone else after the restore replaced the old one",
         cluster.name_any()
     ))
-}
-
-/// Whether a snapshot taken by `snapshot` (when known) can be restored by the tool of
-/// `cluster`'s line: the same line or the next one (etcd's rule), never an older one.
-pub fn lines_fit(snapshot: Option<&str>, cluster: &EtcdVersion) -> Result<(), String> {
-    let Some(snapshot) = snapshot else {
-        return Ok(());
-    };
-    let taken: EtcdVersion = snapshot
-        .parse()
-        .map_err(|e| format!("the snapshot's etcd version {snapshot:?} does not parse: {e}"))?;
-    if (taken.major, taken.minor) > (cluster.major, cluster.minor) {
-        return Err(format!(
-            "the snapshot was taken by etcd {taken}, newer than the cluster's {cluster}: an older etcd cannot restore it; set spec.version to {}.{}.x or later first",
-            taken.major, taken.minor
-        ));
-    }
-    if taken.major != cluster.major || cluster.minor > taken.minor + 1 {
-        return Err(format!(
-            "the snapshot was taken by etcd {taken}; the cluster runs {cluster}: restore into {}.{}.x or {}.{}.x, then upgrade one line at a time",
-            taken.major,
-            taken.minor,
-            taken.major,
-            taken.minor + 1
-        ));
-    }
-    Ok(())
 }
 
 /// What every restore reconcile shares.
@@ -430,21 +403,6 @@ async fn set_finalizer(
         ))(e)
         .into()),
     }
-}
-
-/// What the check of a snapshot found, wherever it is kept.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CheckedSource {
-    /// `BUCKET/KEY` or `CLAIM/PATH`.
-    pub path: String,
-    /// Bytes of the snapshot.
-    pub size: u64,
-    /// SHA-256 of its database, hex.
-    pub sha256: String,
-    /// etcd revision, when its metadata says.
-    pub revision: Option<i64>,
-    /// etcd version that took it, when its metadata says.
-    pub etcd_version: Option<String>,
 }
 
 /// Reads the snapshot in the object store (S3, ABS or GCS) through and checks it.
@@ -710,21 +668,5 @@ mod tests {
             Some(&cluster("else", None, false, true)),
         );
         assert!(matches!(by_hand, RestoreStep::Conflict(_)), "{by_hand:?}");
-    }
-
-    #[test]
-    fn a_snapshot_is_restored_by_its_line_or_the_next() {
-        let v = |s: &str| s.parse::<EtcdVersion>().expect("version");
-        assert!(lines_fit(Some("3.5.35"), &v("3.5.21")).is_ok());
-        assert!(lines_fit(Some("3.5.35"), &v("3.6.16")).is_ok());
-        assert!(
-            lines_fit(None, &v("3.6.16")).is_ok(),
-            "unknown: etcd's tool decides"
-        );
-        let newer = lines_fit(Some("3.6.16"), &v("3.5.35")).expect_err("newer");
-        assert!(newer.contains("newer than the cluster's"), "{newer}");
-        let skip = lines_fit(Some("3.4.45"), &v("3.6.16")).expect_err("skip");
-        assert!(skip.contains("restore into 3.4.x or 3.5.x"), "{skip}");
-        assert!(lines_fit(Some("garbage"), &v("3.6.16")).is_err());
     }
 }

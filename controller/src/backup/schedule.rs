@@ -10,9 +10,9 @@ use k8s_openapi::jiff::Timestamp;
 use etcd_shared::types::{EtcdBackupSpec, EtcdBackupStatus};
 
 use crate::conditions::{self, Stamp, bounded_message};
-
-/// CoreOS' default of `timeoutInSecond`.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+use crate::snapshot::DEFAULT_TIMEOUT;
+use crate::snapshot::cluster::Success;
+use crate::snapshot::keys::interval;
 
 /// Condition type: the latest backup succeeded.
 pub const SUCCEEDED: &str = "Succeeded";
@@ -26,12 +26,6 @@ pub enum Next {
     WaitFor(Duration),
     /// Nothing until the spec changes (a one-shot backup that succeeded).
     Done,
-}
-
-/// The interval of a periodic backup; `None` for a one-shot one.
-pub fn interval(spec: &EtcdBackupSpec) -> Option<Duration> {
-    let seconds = spec.backup_policy.as_ref()?.backup_interval_in_second;
-    (seconds > 0).then(|| Duration::from_secs(seconds.unsigned_abs()))
 }
 
 /// The whole backup's time limit (`timeoutInSecond`, CoreOS' default 60 s).
@@ -72,23 +66,6 @@ pub fn next(
             }
         }
     }
-}
-
-/// What a successful backup records.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Success {
-    /// `BUCKET/KEY` of the snapshot.
-    pub path: String,
-    /// etcd version of the member.
-    pub etcd_version: String,
-    /// Revision the snapshot holds at least.
-    pub revision: i64,
-    /// Bytes of the snapshot object.
-    pub size: u64,
-    /// The database's SHA-256, hex.
-    pub sha256: String,
-    /// How long it took.
-    pub took: Duration,
 }
 
 /// The status after a successful backup.

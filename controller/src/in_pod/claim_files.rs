@@ -8,7 +8,7 @@
 //! - [`verify_file`] reads a snapshot file through, checking etcd's hash and the hash its
 //!   metadata recorded (and the one the caller expects);
 //! - [`retain`] deletes the periodic snapshots beyond `maxBackups`, by the same rule as the S3
-//!   ones ([`crate::backup::keys::expired`]), with their metadata.
+//!   ones ([`crate::snapshot::keys::expired`]), with their metadata.
 
 use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};

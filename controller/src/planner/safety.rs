@@ -3,8 +3,8 @@
 //! [`Step::TakeSafetyBackup`] for the change its next step starts, unless the stored record
 //! already holds a fresh snapshot for that change; while a failed snapshot's next attempt is not
 //! due, the change is [`Blocked::SafetyBackupFailed`]. The snapshot itself is
-//! [`crate::backup::safety::take`]'s; once it is recorded, the change is planned again on a fresh
-//! observation.
+//! [`crate::reconcile::safety::take`]'s; once it is recorded, the change is planned again on a
+//! fresh observation.
 
 use super::{Blocked, Observed, RemovalReason, Step};
 use crate::view::ClusterView;

@@ -20,9 +20,9 @@ use tracing::warn;
 use etcd_shared::types::ClusterPhase;
 use etcd_shared::{EtcdCluster, EtcdClusterStatus};
 
+use super::safety;
 use super::steps::execute;
 use crate::backoff::RetryGate;
-use crate::backup::safety;
 use crate::builders;
 use crate::cache::{self, Caches};
 use crate::context::{Context, ControllerConfig};

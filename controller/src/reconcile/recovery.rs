@@ -14,7 +14,7 @@ use etcd_shared::EtcdCluster;
 use etcd_shared::names;
 use etcd_shared::types::RecoveryStatus;
 
-use crate::backup::recovery_source;
+use super::recovery_source;
 use crate::context::Context;
 use crate::error::Error;
 use crate::events::Events;

@@ -17,11 +17,10 @@ use etcd_shared::endpoints::cluster_of_endpoints;
 use etcd_shared::types::storage::{PVC_STORAGE_TYPE, StorageSource};
 use etcd_shared::types::{EtcdBackup, EtcdClusterStatus, RestoreSeed};
 
-use super::reconciler::{BackupError, credentials};
-use super::restore::lines_fit;
-use super::schedule;
 use crate::error::Error;
 use crate::etcd::EtcdAccess;
+use crate::snapshot::cluster::{credentials, lines_fit};
+use crate::snapshot::error::SnapshotError;
 use crate::snapshot::integrity::{CheckedSnapshot, SnapshotHasher};
 use crate::snapshot::keys;
 use crate::snapshot::store::{self, StoreLocation, StoreTimeouts};
@@ -80,7 +79,7 @@ pub async fn candidates(
     view: &ClusterView,
     status: Option<&EtcdClusterStatus>,
     timeouts: StoreTimeouts,
-) -> Result<(Vec<Candidate>, Vec<String>), BackupError> {
+) -> Result<(Vec<Candidate>, Vec<String>), SnapshotError> {
     let mut found = Vec::new();
     let mut skipped = Vec::new();
     if let (Some(spec), Some(record)) = (
@@ -122,7 +121,7 @@ pub async fn candidates(
                 .try_collect()
                 .await
                 .map_err(transfer::TransferError::from)?;
-            Ok::<_, BackupError>((location, keys))
+            Ok::<_, SnapshotError>((location, keys))
         }
         .await;
         let (location, keys) = match listing {
@@ -140,7 +139,7 @@ pub async fn candidates(
                 origin: origin.clone(),
             });
         };
-        if schedule::interval(spec).is_some() {
+        if keys::interval(spec).is_some() {
             for (time, key) in keys::periodic_snapshots(&location.key, &keys) {
                 add(time, &key);
             }
@@ -163,7 +162,7 @@ pub async fn newest_backup(
     client: &kube::Client,
     view: &ClusterView,
     status: Option<&EtcdClusterStatus>,
-) -> Result<(RestoreSeed, String, Vec<String>), BackupError> {
+) -> Result<(RestoreSeed, String, Vec<String>), SnapshotError> {
     let timeouts = StoreTimeouts::default();
     let (candidates, mut skipped) = candidates(client, view, status, timeouts).await?;
     for candidate in candidates {
@@ -173,8 +172,8 @@ pub async fn newest_backup(
             let bucket = store::open(&location, &credentials, timeouts)?;
             let (checked, info) = transfer::verify(&bucket, &location.key, None).await?;
             lines_fit(info.etcd_version.as_deref(), &view.version)
-                .map_err(BackupError::invalid(&view.name))?;
-            Ok::<_, BackupError>((location.display(&location.key), checked, info))
+                .map_err(SnapshotError::invalid(&view.name))?;
+            Ok::<_, SnapshotError>((location.display(&location.key), checked, info))
         }
         .await;
         match checked {
@@ -191,7 +190,7 @@ pub async fn newest_backup(
             Err(e) => skipped.push(format!("{} ({}): {e}", candidate.origin, candidate.time)),
         }
     }
-    Err(BackupError::NoSnapshot(if skipped.is_empty() {
+    Err(SnapshotError::NoSnapshot(if skipped.is_empty() {
         "the cluster has no safety backup and no EtcdBackup in an object store".into()
     } else {
         format!("none checks: {}", skipped.join("; "))

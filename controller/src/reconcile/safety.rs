@@ -8,8 +8,9 @@ use k8s_openapi::jiff::{Timestamp, tz::TimeZone};
 
 use etcd_shared::types::{SafetyBackup, SafetyBackupRecord};
 
-use super::reconciler::{BackupError, SnapshotSettings, snapshot_cluster};
-use super::schedule::DEFAULT_TIMEOUT;
+use crate::snapshot::DEFAULT_TIMEOUT;
+use crate::snapshot::cluster::{SnapshotSettings, snapshot_cluster};
+use crate::snapshot::error::SnapshotError;
 use crate::snapshot::store::{StoreLocation, StoreTimeouts};
 use crate::view::ClusterView;
 
@@ -54,7 +55,7 @@ pub async fn take(
     spec: &SafetyBackup,
     change: &str,
     etcd_timeout: std::time::Duration,
-) -> Result<SafetyBackupRecord, BackupError> {
+) -> Result<SafetyBackupRecord, SnapshotError> {
     let location = StoreLocation::from_source(&spec.storage_type, &spec.source)?;
     let limit = if spec.timeout_in_second > 0 {
         std::time::Duration::from_secs(spec.timeout_in_second.unsigned_abs())
@@ -77,7 +78,7 @@ pub async fn take(
     );
     let (success, _) = tokio::time::timeout(limit, run)
         .await
-        .map_err(|_| BackupError::Timeout(limit))??;
+        .map_err(|_| SnapshotError::Timeout(limit))??;
     Ok(SafetyBackupRecord {
         before: change.to_string(),
         path: success.path,

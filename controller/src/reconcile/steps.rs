@@ -12,8 +12,8 @@ use tracing::{info, warn};
 use etcd_shared::EtcdCluster;
 use etcd_shared::names;
 
+use super::safety;
 use crate::backoff::RetryGate;
-use crate::backup::safety;
 use crate::builders;
 use crate::conditions::bounded_message;
 use crate::context::Context;

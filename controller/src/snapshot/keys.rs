@@ -2,7 +2,17 @@
 //! and retention: pure functions, shared by the backup controller, the pods that write PVC
 //! backups and the search for a recovery's newest backup.
 
+use std::time::Duration;
+
 use k8s_openapi::jiff::{Timestamp, tz::TimeZone};
+
+use etcd_shared::types::EtcdBackupSpec;
+
+/// The interval of a periodic backup; `None` for a one-shot one.
+pub fn interval(spec: &EtcdBackupSpec) -> Option<Duration> {
+    let seconds = spec.backup_policy.as_ref()?.backup_interval_in_second;
+    (seconds > 0).then(|| Duration::from_secs(seconds.unsigned_abs()))
+}
 
 /// CoreOS' time layout in periodic keys, Go's `2006-01-02-15:04:05`, in UTC.
 fn key_time(at: Timestamp) -> String {
