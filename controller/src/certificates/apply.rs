@@ -154,62 +154,155 @@ pub async fn ensure(
 ) -> Result<Outcome, Error> {
     let api: Api<Secret> = Api::namespaced(client.clone(), &view.namespace);
     let now = OffsetDateTime::now_utc();
-    let now_s = now.unix_timestamp();
     let mut out = Outcome::default();
-    let ca_secret_name = names::ca_secret_name(&view.name);
-    let ca_secret = get(&api, &ca_secret_name).await?;
-    let (ca_held, held_ca) = inspect::ca(ca_secret.as_ref(), &view.name, &view.namespace);
-    let mut leaves = Vec::new();
-    for kind in CertKind::ALL {
-        leaves.push((kind, get(&api, &kind.secret_name(&view.name)).await?));
+    let held = Secrets::read(&api, view).await?;
+    let Some((ca, rotation, due)) =
+        settle_ca(&api, view, settings, members, &held, now, &mut out).await?
+    else {
+        return Ok(out);
+    };
+    let (ca, rotation) = rotate(
+        &api,
+        view,
+        settings,
+        members,
+        &held,
+        (ca, rotation, due),
+        now,
+        &mut out,
+    )
+    .await?;
+    let bundle = rotation.bundle(&ca);
+    let ca_end = inspect::not_after(&ca.held)
+        .unwrap_or_else(|| now.unix_timestamp() + secs(settings.ca_duration));
+    out.expiries.push(Expiry {
+        what: "ca",
+        not_after: ca_end,
+        renew_at: ca_end - secs(settings.ca_renew_before()),
+    });
+    let served = keep_leaves(
+        &api,
+        view,
+        settings,
+        &held.leaves,
+        &ca,
+        &bundle,
+        now,
+        &mut out,
+    )
+    .await?;
+    out.files = Some(TlsFiles {
+        current: TlsStamp {
+            trust: Some(rotation::fingerprint([bundle.as_str()])),
+            leaves: Some(rotation::fingerprint(
+                served
+                    .iter()
+                    .filter(|(k, _)| matches!(k, CertKind::Peer | CertKind::Server))
+                    .map(|(_, c)| c.as_str()),
+            )),
+        },
+        rotating: rotation.phase() != CaPhase::Steady,
+    });
+    Ok(out)
+}
+
+/// What the cluster's certificate Secrets hold when a call of [`ensure`] begins.
+struct Secrets {
+    ca_secret: Option<Secret>,
+    leaves: Vec<(CertKind, Option<Secret>)>,
+}
+
+impl Secrets {
+    async fn read(api: &Api<Secret>, view: &ClusterView) -> Result<Self, Error> {
+        let ca_secret = get(api, &names::ca_secret_name(&view.name)).await?;
+        let mut leaves = Vec::new();
+        for kind in CertKind::ALL {
+            leaves.push((kind, get(api, &kind.secret_name(&view.name)).await?));
+        }
+        Ok(Secrets { ca_secret, leaves })
     }
+}
+
+/// The CA that signs, the rotation the CA Secret holds, and whether the CA is due; a new CA
+/// when there is none usable and no certificate of the old one is still valid. `None` (with
+/// `out.attention` said) when the CA Secret is unusable beside valid certificates.
+async fn settle_ca(
+    api: &Api<Secret>,
+    view: &ClusterView,
+    settings: &IssuingSettings,
+    members: &MemberFiles<'_>,
+    held: &Secrets,
+    now: OffsetDateTime,
+    out: &mut Outcome,
+) -> Result<Option<(HeldCa, inspect::HeldRotation, bool)>, Error> {
+    let now_s = now.unix_timestamp();
+    let (ca_held, held_ca) = inspect::ca(held.ca_secret.as_ref(), &view.name, &view.namespace);
     let generation = held_ca.as_ref().map_or(0, |c| c.name.generation);
-    let mut rotation =
-        inspect::rotation(ca_secret.as_ref(), &view.name, &view.namespace, generation);
-    let mut due = false;
-    let mut ca = match (plan::decide_ca(&ca_held, now_s, settings), held_ca) {
+    let rotation = inspect::rotation(
+        held.ca_secret.as_ref(),
+        &view.name,
+        &view.namespace,
+        generation,
+    );
+    match (plan::decide_ca(&ca_held, now_s, settings), held_ca) {
         (Decision::Keep(after), Some(ca)) => {
             out.next_check = Some(after);
-            ca
+            return Ok(Some((ca, rotation, false)));
         }
         (Decision::Issue(Reason::Due), Some(ca)) => {
-            due = true;
             out.next_check = Some(CA_RECHECK);
-            ca
+            return Ok(Some((ca, rotation, true)));
         }
-        _ => {
-            let still_valid = leaves.iter().any(|(kind, s)| {
-                inspect::leaf_not_after(*kind, s.as_ref()).is_some_and(|end| end > now_s)
-            });
-            if still_valid && generation > 0 {
-                out.attention = Some(format!(
-                    "the CA Secret {ca_secret_name} is unusable ({}) while certificates it signed are still valid: not replacing it (members trusting only the old CA would refuse peers with new certificates); restore the Secret, or delete the {}-*-tls Secrets to start over",
-                    describe(&ca_held),
-                    view.name
-                ));
-                return Ok(out);
-            }
-            let reason = match ca_held {
-                Held::Missing => Reason::Missing,
-                Held::Unreadable(_) => Reason::Unreadable,
-                Held::Present(_) => Reason::Expired,
-            };
-            let ca = new_ca(view, generation + 1, now, settings)?;
-            rotation = inspect::HeldRotation {
-                rotated_for: members.rotate.map(str::to_string),
-                ..Default::default()
-            };
-            write_ca(&api, view, &ca, &rotation).await?;
-            out.issued.push(Issued {
-                what: "ca",
-                reason,
-                not_after: now_s + secs(settings.ca_duration),
-            });
-            ca
-        }
+        _ => {}
+    }
+    let still_valid = held
+        .leaves
+        .iter()
+        .any(|(kind, s)| inspect::leaf_not_after(*kind, s.as_ref()).is_some_and(|end| end > now_s));
+    if still_valid && generation > 0 {
+        out.attention = Some(format!(
+            "the CA Secret {} is unusable ({}) while certificates it signed are still valid: not replacing it (members trusting only the old CA would refuse peers with new certificates); restore the Secret, or delete the {}-*-tls Secrets to start over",
+            names::ca_secret_name(&view.name),
+            describe(&ca_held),
+            view.name
+        ));
+        return Ok(None);
+    }
+    let reason = match ca_held {
+        Held::Missing => Reason::Missing,
+        Held::Unreadable(_) => Reason::Unreadable,
+        Held::Present(_) => Reason::Expired,
     };
+    let ca = new_ca(view, generation + 1, now, settings)?;
+    let rotation = inspect::HeldRotation {
+        rotated_for: members.rotate.map(str::to_string),
+        ..Default::default()
+    };
+    write_ca(api, view, &ca, &rotation).await?;
+    out.issued.push(Issued {
+        what: "ca",
+        reason,
+        not_after: now_s + secs(settings.ca_duration),
+    });
+    Ok(Some((ca, rotation, false)))
+}
 
-    // The rotation's next move, on what the members run with.
+/// The rotation's next move ([`rotation::next_move`]) on what the members run with, carried
+/// out; the CA that signs and the rotation after it.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the stages of one call of `ensure`"
+)]
+async fn rotate(
+    api: &Api<Secret>,
+    view: &ClusterView,
+    settings: &IssuingSettings,
+    members: &MemberFiles<'_>,
+    held: &Secrets,
+    (mut ca, mut rotation, due): (HeldCa, inspect::HeldRotation, bool),
+    now: OffsetDateTime,
+    out: &mut Outcome,
+) -> Result<(HeldCa, inspect::HeldRotation), Error> {
     let bundle = rotation.bundle(&ca);
     let trust = rotation::fingerprint([bundle.as_str()]);
     let members_trust_bundle = !members.pods.is_empty()
@@ -224,7 +317,7 @@ pub async fn ensure(
     let phase = rotation.phase();
     let members_serve_leaves = phase == CaPhase::LeavesMoved
         && members_trust_bundle
-        && serve_current_leaves(view, &leaves, &ca, &bundle, members).await;
+        && serve_current_leaves(view, &held.leaves, &ca, &bundle, members).await;
     let requested = members.rotate.is_some() && members.rotate != rotation.rotated_for.as_deref();
     let facts = RotationFacts {
         phase,
@@ -232,24 +325,24 @@ pub async fn ensure(
         members_trust_bundle,
         members_serve_leaves,
     };
+    let generation = ca.name.generation;
     match rotation::next_move(facts) {
         CaMove::Stay => {
             if phase != CaPhase::Steady {
                 out.next_check = Some(CA_RECHECK);
             }
+            return Ok((ca, rotation));
         }
         CaMove::Start => {
-            let next = new_ca(view, ca.name.generation + 1, now, settings)?;
             rotation = inspect::HeldRotation {
-                next: Some(next),
+                next: Some(new_ca(view, generation + 1, now, settings)?),
                 previous: None,
                 rotated_for: members.rotate.map(str::to_string).or(rotation.rotated_for),
             };
-            write_ca(&api, view, &ca, &rotation).await?;
             out.issued.push(Issued {
                 what: "ca",
                 reason: Reason::Rotation,
-                not_after: now_s + secs(settings.ca_duration),
+                not_after: now.unix_timestamp() + secs(settings.ca_duration),
             });
             out.rotation = Some((
                 "CARotationStarted",
@@ -260,8 +353,8 @@ pub async fn ensure(
                     } else {
                         "the CA is due"
                     },
-                    generation_name(ca.name.generation + 1),
-                    generation_name(ca.name.generation)
+                    generation_name(generation + 1),
+                    generation_name(generation)
                 ),
             ));
             out.next_check = Some(CA_RECHECK);
@@ -272,7 +365,6 @@ pub async fn ensure(
                 ca = next;
             }
             rotation.previous = Some(old);
-            write_ca(&api, view, &ca, &rotation).await?;
             out.rotation = Some((
                 "CARotationSigning",
                 format!(
@@ -284,40 +376,45 @@ pub async fn ensure(
         }
         CaMove::Retire => {
             rotation.previous = None;
-            write_ca(&api, view, &ca, &rotation).await?;
             out.rotation = Some((
                 "CARotationRetired",
                 format!(
                     "CA rotation: every member serves certificates of {}; the previous CA is no longer trusted (members are replaced once more to forget it)",
-                    generation_name(ca.name.generation)
+                    generation_name(generation)
                 ),
             ));
         }
     }
-    let bundle = rotation.bundle(&ca);
+    write_ca(api, view, &ca, &rotation).await?;
+    Ok((ca, rotation))
+}
 
-    let ca_end = inspect::not_after(&ca.held).unwrap_or_else(|| now_s + secs(settings.ca_duration));
-    out.expiries.push(Expiry {
-        what: "ca",
-        not_after: ca_end,
-        renew_at: ca_end - secs(settings.ca_renew_before()),
-    });
+/// Each leaf kept until its renewal time, or issued from `ca` with `bundle`; the certificate
+/// (PEM) of each now in its Secret.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the stages of one call of `ensure`"
+)]
+async fn keep_leaves(
+    api: &Api<Secret>,
+    view: &ClusterView,
+    settings: &IssuingSettings,
+    leaves: &[(CertKind, Option<Secret>)],
+    ca: &HeldCa,
+    bundle: &str,
+    now: OffsetDateTime,
+    out: &mut Outcome,
+) -> Result<Vec<(CertKind, String)>, Error> {
+    let now_s = now.unix_timestamp();
     let mut served = Vec::new();
-    for (kind, secret) in &leaves {
+    for (kind, secret) in leaves {
         let wanted = kind.dns_names(&view.name, &view.namespace, view.domain.as_deref());
-        let held = inspect::leaf(*kind, secret.as_ref(), &ca, &bundle, &wanted);
-        match plan::decide(&held, now_s, settings.renew_before) {
+        let held = inspect::leaf(*kind, secret.as_ref(), ca, bundle, &wanted);
+        let (end, cert) = match plan::decide(&held, now_s, settings.renew_before) {
             Decision::Keep(after) => {
                 out.next_check = Some(out.next_check.map_or(after, |n| n.min(after)));
-                let end = inspect::not_after(&held).unwrap_or(now_s);
-                out.expiries.push(Expiry {
-                    what: kind.as_str(),
-                    not_after: end,
-                    renew_at: end - secs(settings.renew_before),
-                });
-                if let Some(cert) = inspect::leaf_cert(*kind, secret.as_ref()) {
-                    served.push((*kind, cert));
-                }
+                let cert = inspect::leaf_cert(*kind, secret.as_ref());
+                (inspect::not_after(&held).unwrap_or(now_s), cert)
             }
             Decision::Issue(reason) => {
                 let pem = issue::issue_leaf(
@@ -331,38 +428,28 @@ pub async fn ensure(
                     settings.duration,
                 )
                 .map_err(issue_error)?;
-                write_leaf(&api, view, *kind, &pem, &bundle).await?;
+                write_leaf(api, view, *kind, &pem, bundle).await?;
                 let end = now_s + secs(settings.duration);
                 out.issued.push(Issued {
                     what: kind.as_str(),
                     reason,
                     not_after: end,
                 });
-                out.expiries.push(Expiry {
-                    what: kind.as_str(),
-                    not_after: end,
-                    renew_at: end - secs(settings.renew_before),
-                });
                 let after = settings.duration.saturating_sub(settings.renew_before);
                 out.next_check = Some(out.next_check.map_or(after, |n| n.min(after)));
-                served.push((*kind, pem.cert));
+                (end, Some(pem.cert))
             }
+        };
+        out.expiries.push(Expiry {
+            what: kind.as_str(),
+            not_after: end,
+            renew_at: end - secs(settings.renew_before),
+        });
+        if let Some(cert) = cert {
+            served.push((*kind, cert));
         }
     }
-    let leaves_fp = rotation::fingerprint(
-        served
-            .iter()
-            .filter(|(k, _)| matches!(k, CertKind::Peer | CertKind::Server))
-            .map(|(_, c)| c.as_str()),
-    );
-    out.files = Some(TlsFiles {
-        current: TlsStamp {
-            trust: Some(rotation::fingerprint([bundle.as_str()])),
-            leaves: Some(leaves_fp),
-        },
-        rotating: rotation.phase() != CaPhase::Steady,
-    });
-    Ok(out)
+    Ok(served)
 }
 
 /// How often a CA rotation in progress (or a CA due for one) is looked at.
