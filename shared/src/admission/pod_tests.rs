@@ -449,3 +449,127 @@ fn image_pull_secrets_name_secrets_once_and_are_bounded() {
         (&many, Some("names 17 secrets, at most 16 are allowed")),
     ]);
 }
+
+/// `spec.pod` holding `lines` is refused with exactly `want`, in this order.
+fn assert_violations(lines: &str, want: &[&str]) {
+    assert_eq!(violations(&with_pod(lines)), want, "{lines}");
+}
+
+/// Every violation of one object, in order: the rules of a topology spread constraint, one constraint after another.
+#[test]
+fn topology_spread_violations_come_in_the_api_servers_order() {
+    assert_violations(
+        "topologySpreadConstraints:\n- maxSkew: 0\n  topologyKey: \"\"\n  whenUnsatisfiable: Sometimes\n  minDomains: 0\n  nodeAffinityPolicy: Always\n  nodeTaintsPolicy: Never\n  matchLabelKeys: [app, \"bad key\", zone]\n  labelSelector:\n    matchLabels: {app: etcd}\n    matchExpressions:\n    - {key: \"bad key\", operator: Like, values: [x]}\n- {maxSkew: 1, topologyKey: \"\", whenUnsatisfiable: Sometimes, matchLabelKeys: [app]}\n- {maxSkew: 1, topologyKey: zone, whenUnsatisfiable: ScheduleAnyway, minDomains: -1}",
+        &[
+            "spec.pod.topologySpreadConstraints[0].maxSkew: must be greater than 0, got 0",
+            "spec.pod.topologySpreadConstraints[0].topologyKey: can not be empty: the node label that names a topology domain, such as topology.kubernetes.io/zone",
+            "spec.pod.topologySpreadConstraints[0].whenUnsatisfiable: \"Sometimes\" is not supported: DoNotSchedule or ScheduleAnyway",
+            "spec.pod.topologySpreadConstraints[0].{topologyKey, whenUnsatisfiable}: {\"\", \"Sometimes\"} is repeated: one constraint per pair",
+            "spec.pod.topologySpreadConstraints[0].minDomains: must be greater than 0, got 0",
+            "spec.pod.topologySpreadConstraints[0].minDomains: can only use minDomains if whenUnsatisfiable=DoNotSchedule, not \"Sometimes\"",
+            "spec.pod.topologySpreadConstraints[0].nodeAffinityPolicy: \"Always\" is not supported: Honor or Ignore",
+            "spec.pod.topologySpreadConstraints[0].nodeTaintsPolicy: \"Never\" is not supported: Honor or Ignore",
+            "spec.pod.topologySpreadConstraints[0].matchLabelKeys[0]: \"app\" exists in both matchLabelKeys and labelSelector",
+            "spec.pod.topologySpreadConstraints[0].matchLabelKeys[1]: \"bad key\" is not a valid label key",
+            "spec.pod.topologySpreadConstraints[0].labelSelector.matchExpressions[0].operator: \"Like\" is not a valid label selector operator",
+            "spec.pod.topologySpreadConstraints[0].labelSelector.matchExpressions[0].key: \"bad key\" is not a valid label key",
+            "spec.pod.topologySpreadConstraints[1].topologyKey: can not be empty: the node label that names a topology domain, such as topology.kubernetes.io/zone",
+            "spec.pod.topologySpreadConstraints[1].whenUnsatisfiable: \"Sometimes\" is not supported: DoNotSchedule or ScheduleAnyway",
+            "spec.pod.topologySpreadConstraints[1].matchLabelKeys: must not be specified when labelSelector is not set",
+            "spec.pod.topologySpreadConstraints[2].minDomains: must be greater than 0, got -1",
+            "spec.pod.topologySpreadConstraints[2].minDomains: can only use minDomains if whenUnsatisfiable=DoNotSchedule, not \"ScheduleAnyway\"",
+        ],
+    );
+}
+
+/// Every violation of one object, in order: the resource names, then their units, then overcommitment, then hugepages and claims.
+#[test]
+fn resource_violations_come_in_the_api_servers_order() {
+    assert_violations(
+        "resources:\n  requests: {example.com/device: 500m, hugepages-2Mi: 3Mi, cpus: \"1\", example.com/gpu: \"1\", hugepages-1Gi: 1Gi}\n  limits: {example.com/gpu: \"2\", hugepages-2Mi: 3Mi, \"bad name\": \"1\", example.com/device: 1500m}\n  claims:\n  - name: gpu",
+        &[
+            "spec.pod.resources.requests.cpus: \"cpus\" is not a standard resource for containers: cpu, memory, ephemeral-storage, hugepages-<size>, or an extended resource domain/name such as example.com/device",
+            "spec.pod.resources.limits.bad name: \"bad name\" is not a valid resource name ([domain/]name, name up to 63 characters)",
+            "spec.pod.resources.requests.example.com/device: \"500m\" must be an integer",
+            "spec.pod.resources.requests.hugepages-2Mi: \"3Mi\" is not a positive integer multiple of the page size \"2Mi\"",
+            "spec.pod.resources.limits.example.com/device: \"1500m\" must be an integer",
+            "spec.pod.resources.limits.hugepages-2Mi: \"3Mi\" is not a positive integer multiple of the page size \"2Mi\"",
+            "spec.pod.resources.requests.example.com/device: \"500m\" must be equal to example.com/device limit of \"1500m\" (it cannot be overcommitted)",
+            "spec.pod.resources.requests.example.com/gpu: \"1\" must be equal to example.com/gpu limit of \"2\" (it cannot be overcommitted)",
+            "spec.pod.resources.limits.hugepages-1Gi: Limit must be set for non overcommitable resources (hugepages-1Gi is requested)",
+            "spec.pod.resources: HugePages require cpu or memory",
+            "spec.pod.resources.claims: is not supported: the member pods have no resource claims to use",
+        ],
+    );
+}
+
+/// Every violation of one object, in order: the IDs, the change policies, the profiles, sysctls listed once, then Pod Security `baseline` (the annotations last).
+#[test]
+fn security_context_violations_come_in_the_api_servers_order() {
+    assert_violations(
+        "annotations:\n  container.apparmor.security.beta.kubernetes.io/etcd: unconfined\nsecurityContext:\n  runAsUser: 0\n  runAsNonRoot: true\n  runAsGroup: -1\n  fsGroup: 2147483648\n  supplementalGroups: [1, -1]\n  fsGroupChangePolicy: Sometimes\n  supplementalGroupsPolicy: Loose\n  seLinuxChangePolicy: Never\n  seccompProfile: {type: Localhost}\n  appArmorProfile: {type: Unconfined, localhostProfile: x}\n  sysctls:\n  - {name: net.ipv4.tcp_syncookies, value: \"1\"}\n  - {name: net/ipv4/tcp_syncookies, value: \"0\"}\n  - {name: kernel.msgmax, value: \"1\"}",
+        &[
+            "spec.pod.securityContext.runAsGroup: must be between 0 and 2147483647, got -1",
+            "spec.pod.securityContext.fsGroup: must be between 0 and 2147483647, got 2147483648",
+            "spec.pod.securityContext.runAsNonRoot: true contradicts runAsUser: 0; to run an image as root (the opt-in for old etcd images) set runAsUser: 0 or runAsNonRoot: false alone",
+            "spec.pod.securityContext.supplementalGroups[1]: must be between 0 and 2147483647, got -1",
+            "spec.pod.securityContext.fsGroupChangePolicy: \"Sometimes\" is not supported: OnRootMismatch or Always",
+            "spec.pod.securityContext.supplementalGroupsPolicy: \"Loose\" is not supported: Merge or Strict",
+            "spec.pod.securityContext.seLinuxChangePolicy: \"Never\" is not supported: Recursive or MountOption",
+            "spec.pod.securityContext.seccompProfile.localhostProfile: must be set when the profile type is Localhost",
+            "spec.pod.securityContext.appArmorProfile.localhostProfile: can only be set when the profile type is Localhost",
+            "spec.pod.securityContext.sysctls[1].name: \"net/ipv4/tcp_syncookies\" is listed more than once",
+            "spec.pod.securityContext.appArmorProfile.type: Unconfined is forbidden by Pod Security baseline (use RuntimeDefault or Localhost)",
+            "spec.pod.securityContext.sysctls[2].name: \"kernel.msgmax\" is not a safe sysctl: Pod Security baseline allows only kernel.shm_rmid_forced, net.ipv4.ip_local_port_range, net.ipv4.ip_unprivileged_port_start, net.ipv4.tcp_syncookies, net.ipv4.ping_group_range, net.ipv4.ip_local_reserved_ports, net.ipv4.tcp_keepalive_time, net.ipv4.tcp_fin_timeout, net.ipv4.tcp_keepalive_intvl, net.ipv4.tcp_keepalive_probes, net.ipv4.tcp_rmem, net.ipv4.tcp_wmem",
+            "spec.pod.annotations[\"container.apparmor.security.beta.kubernetes.io/etcd\"]: AppArmor profile \"unconfined\" is forbidden by Pod Security baseline (allowed: runtime/default, localhost/PROFILE)",
+        ],
+    );
+}
+
+/// Every violation of one object, in order: a profile type without its Localhost profile, and an unknown type.
+#[test]
+fn profile_violations_name_the_field_at_fault() {
+    assert_violations(
+        "securityContext:\n  seccompProfile: {type: RuntimeDefault, localhostProfile: x.json}\n  appArmorProfile: {type: Strict}",
+        &[
+            "spec.pod.securityContext.seccompProfile.localhostProfile: can only be set when the profile type is Localhost",
+            "spec.pod.securityContext.appArmorProfile.type: \"Strict\" is not supported: RuntimeDefault, Localhost or Unconfined",
+        ],
+    );
+}
+
+/// Every violation of one object, in order: labels, annotation keys, the node selector, then the pod spec, the resources, anti-affinity and the priority class.
+#[test]
+fn pod_violations_come_field_group_by_field_group() {
+    assert_violations(
+        "labels: {app: x, \"bad key\": x, good: \"bad value\"}\nannotations: {\"Bad Key!\": x}\nnodeSelector: {\"bad key\": x}\nantiAffinity: true\naffinity:\n  podAntiAffinity: {}\npriorityClassName: Critical\nbusyboxImage: busybox\nresources:\n  requests: {cpu: \"-1\"}",
+        &[
+            "spec.pod.labels[app]: is reserved for the operator (app, etcd_*, app.kubernetes.io/* and etcd.database.coreos.com/* select the members)",
+            "spec.pod.labels[bad key]: is not a valid label key ([prefix/]name, name up to 63 characters)",
+            "spec.pod.labels[good]: value \"bad value\" is not a valid label value (up to 63 alphanumerics, '-', '_' or '.')",
+            "spec.pod.annotations[Bad Key!]: is not a valid annotation key ([prefix/]name, name up to 63 characters)",
+            "spec.pod.nodeSelector[bad key]: bad key=x is not a valid label selector term",
+            "spec.pod.resources.requests.cpu: \"-1\" is negative; a resource quantity must be at least 0",
+            "spec.pod.antiAffinity: cannot be combined with spec.pod.affinity.podAntiAffinity; set one of them",
+            "spec.pod.priorityClassName: must be a valid PriorityClass name, got \"Critical\"",
+        ],
+    );
+}
+
+/// The fields this operator ignores are warned about, each in turn.
+#[test]
+fn ignored_pod_fields_are_warned_about_in_order() {
+    let got = AdmissionPolicy::default()
+        .validate(
+            &with_pod("busyboxImage: busybox\nDNSTimeoutInSecond: 5"),
+            None,
+        )
+        .expect("accepted");
+    assert_eq!(
+        got,
+        [
+            "spec.pod.busyboxImage: is ignored: this operator needs no DNS wait container",
+            "spec.pod.DNSTimeoutInSecond: is ignored: this operator's members need no DNS init container to time out",
+        ]
+    );
+}
