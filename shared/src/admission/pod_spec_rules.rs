@@ -135,115 +135,149 @@ fn check_tolerations(tolerations: &[Toleration], report: &mut Report) {
     }
 }
 
-/// `validateTopologySpreadConstraints`.
+/// Where a rule of this module records a violation: the field under the path of the item
+/// being checked, and the message.
+type Refuse<'a> = dyn FnMut(&str, String) + 'a;
+
+/// `validateTopologySpreadConstraints`: each constraint's spread, its node policies, its
+/// `matchLabelKeys`, then its label selector.
 fn check_topology_spread(constraints: &[TopologySpreadConstraint], report: &mut Report) {
     for (i, c) in constraints.iter().enumerate() {
         let path = format!("spec.pod.topologySpreadConstraints[{i}]");
         let mut refuse = |field: &str, message: String| {
             report.refuse("topology-spread", format!("{path}.{field}"), message);
         };
-        if c.max_skew <= 0 {
-            refuse(
-                "maxSkew",
-                format!("must be greater than 0, got {}", c.max_skew),
-            );
-        }
-        if c.topology_key.is_empty() {
-            refuse(
-                "topologyKey",
-                "can not be empty: the node label that names a topology domain, such as topology.kubernetes.io/zone".into(),
-            );
-        }
-        let action = c.when_unsatisfiable.as_str();
-        if !matches!(action, "DoNotSchedule" | "ScheduleAnyway") {
-            refuse(
-                "whenUnsatisfiable",
-                format!(
-                    "{} is not supported: DoNotSchedule or ScheduleAnyway",
-                    clip(action)
-                ),
-            );
-        }
-        if constraints[i + 1..]
-            .iter()
-            .any(|o| o.topology_key == c.topology_key && o.when_unsatisfiable == action)
-        {
-            refuse(
-                "{topologyKey, whenUnsatisfiable}",
-                format!(
-                    "{{{}, {}}} is repeated: one constraint per pair",
-                    clip(&c.topology_key),
-                    clip(action)
-                ),
-            );
-        }
-        if let Some(min) = c.min_domains {
-            if min <= 0 {
-                refuse("minDomains", format!("must be greater than 0, got {min}"));
-            }
-            if action != "DoNotSchedule" {
-                refuse(
-                    "minDomains",
-                    format!(
-                        "can only use minDomains if whenUnsatisfiable=DoNotSchedule, not {}",
-                        clip(action)
-                    ),
-                );
-            }
-        }
-        for (field, policy) in [
-            ("nodeAffinityPolicy", &c.node_affinity_policy),
-            ("nodeTaintsPolicy", &c.node_taints_policy),
-        ] {
-            if let Some(p) = policy.as_deref()
-                && !matches!(p, "Honor" | "Ignore")
-            {
-                refuse(
-                    field,
-                    format!("{} is not supported: Honor or Ignore", clip(p)),
-                );
-            }
-        }
-        let keys = c.match_label_keys.as_deref().unwrap_or_default();
-        if !keys.is_empty() && c.label_selector.is_none() {
-            refuse(
-                "matchLabelKeys",
-                "must not be specified when labelSelector is not set".into(),
-            );
-        }
-        let selected: BTreeSet<&str> = c
-            .label_selector
-            .iter()
-            .flat_map(|s| {
-                s.match_labels
-                    .iter()
-                    .flatten()
-                    .map(|(k, _)| k.as_str())
-                    .chain(s.match_expressions.iter().flatten().map(|e| e.key.as_str()))
-            })
-            .collect();
-        for (j, key) in keys.iter().enumerate() {
-            if !is_qualified_name(key) {
-                refuse(
-                    &format!("matchLabelKeys[{j}]"),
-                    format!("{} is not a valid label key", clip(key)),
-                );
-            } else if selected.contains(key.as_str()) {
-                refuse(
-                    &format!("matchLabelKeys[{j}]"),
-                    format!(
-                        "{} exists in both matchLabelKeys and labelSelector",
-                        clip(key)
-                    ),
-                );
-            }
-        }
+        check_spread(c, &constraints[i + 1..], &mut refuse);
+        check_node_policies(c, &mut refuse);
+        check_match_label_keys(c, &mut refuse);
         if let Some(selector) = &c.label_selector {
             for (field, message) in label_selector_problems(selector) {
                 refuse(&format!("labelSelector.{field}"), message);
             }
         }
     }
+}
+
+/// How a constraint spreads the pods: a positive `maxSkew`, a `topologyKey`, a known
+/// `whenUnsatisfiable`, one constraint per pair of the two (`later` are the constraints after
+/// it), and `minDomains` positive and only with `DoNotSchedule`.
+fn check_spread(
+    c: &TopologySpreadConstraint,
+    later: &[TopologySpreadConstraint],
+    refuse: &mut Refuse<'_>,
+) {
+    if c.max_skew <= 0 {
+        refuse(
+            "maxSkew",
+            format!("must be greater than 0, got {}", c.max_skew),
+        );
+    }
+    if c.topology_key.is_empty() {
+        refuse(
+            "topologyKey",
+            "can not be empty: the node label that names a topology domain, such as topology.kubernetes.io/zone".into(),
+        );
+    }
+    let action = c.when_unsatisfiable.as_str();
+    if !matches!(action, "DoNotSchedule" | "ScheduleAnyway") {
+        refuse(
+            "whenUnsatisfiable",
+            format!(
+                "{} is not supported: DoNotSchedule or ScheduleAnyway",
+                clip(action)
+            ),
+        );
+    }
+    if later
+        .iter()
+        .any(|o| o.topology_key == c.topology_key && o.when_unsatisfiable == action)
+    {
+        refuse(
+            "{topologyKey, whenUnsatisfiable}",
+            format!(
+                "{{{}, {}}} is repeated: one constraint per pair",
+                clip(&c.topology_key),
+                clip(action)
+            ),
+        );
+    }
+    if let Some(min) = c.min_domains {
+        if min <= 0 {
+            refuse("minDomains", format!("must be greater than 0, got {min}"));
+        }
+        if action != "DoNotSchedule" {
+            refuse(
+                "minDomains",
+                format!(
+                    "can only use minDomains if whenUnsatisfiable=DoNotSchedule, not {}",
+                    clip(action)
+                ),
+            );
+        }
+    }
+}
+
+/// `nodeAffinityPolicy` and `nodeTaintsPolicy`, when set, are `Honor` or `Ignore`.
+fn check_node_policies(c: &TopologySpreadConstraint, refuse: &mut Refuse<'_>) {
+    for (field, policy) in [
+        ("nodeAffinityPolicy", &c.node_affinity_policy),
+        ("nodeTaintsPolicy", &c.node_taints_policy),
+    ] {
+        if let Some(p) = policy.as_deref()
+            && !matches!(p, "Honor" | "Ignore")
+        {
+            refuse(
+                field,
+                format!("{} is not supported: Honor or Ignore", clip(p)),
+            );
+        }
+    }
+}
+
+/// `matchLabelKeys` only with a `labelSelector`, each a valid label key the selector does not
+/// already select on.
+fn check_match_label_keys(c: &TopologySpreadConstraint, refuse: &mut Refuse<'_>) {
+    let keys = c.match_label_keys.as_deref().unwrap_or_default();
+    if !keys.is_empty() && c.label_selector.is_none() {
+        refuse(
+            "matchLabelKeys",
+            "must not be specified when labelSelector is not set".into(),
+        );
+    }
+    let selected: BTreeSet<&str> = c.label_selector.iter().flat_map(selected_keys).collect();
+    for (j, key) in keys.iter().enumerate() {
+        if !is_qualified_name(key) {
+            refuse(
+                &format!("matchLabelKeys[{j}]"),
+                format!("{} is not a valid label key", clip(key)),
+            );
+        } else if selected.contains(key.as_str()) {
+            refuse(
+                &format!("matchLabelKeys[{j}]"),
+                format!(
+                    "{} exists in both matchLabelKeys and labelSelector",
+                    clip(key)
+                ),
+            );
+        }
+    }
+}
+
+/// The label keys a selector selects on: those of its `matchLabels` and its
+/// `matchExpressions`.
+fn selected_keys(selector: &LabelSelector) -> impl Iterator<Item = &str> {
+    selector
+        .match_labels
+        .iter()
+        .flatten()
+        .map(|(k, _)| k.as_str())
+        .chain(
+            selector
+                .match_expressions
+                .iter()
+                .flatten()
+                .map(|e| e.key.as_str()),
+        )
 }
 
 /// `ValidateLabelSelector`: label keys and values, and operators with their values.
@@ -336,6 +370,9 @@ pub fn container_resource_name_problem(name: &str) -> Option<String> {
     })
 }
 
+/// A container's resource requests or limits, by resource name.
+type Resources = BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>;
+
 /// The names and the rules the API server applies per resource (`ValidateResourceRequirements`):
 /// standard or extended names; extended resources and hugepages in whole units, never
 /// overcommitted (a request needs an equal limit); hugepages in multiples of their page
@@ -343,8 +380,35 @@ pub fn container_resource_name_problem(name: &str) -> Option<String> {
 fn check_resource_names(resources: &ResourceRequirements, report: &mut Report) {
     let requests = resources.requests.clone().unwrap_or_default();
     let limits = resources.limits.clone().unwrap_or_default();
+    let named_ok = valid_resource_names(&requests, &limits, report);
+    check_resource_units(&requests, &limits, &named_ok, report);
+    check_not_overcommitted(&requests, &limits, &named_ok, report);
+    let any = |f: &dyn Fn(&str) -> bool| requests.keys().chain(limits.keys()).any(|n| f(n));
+    if any(&is_hugepages) && !any(&|n| n == "cpu" || n == "memory") {
+        report.refuse(
+            "resource-hugepages",
+            "spec.pod.resources",
+            "HugePages require cpu or memory",
+        );
+    }
+    if resources.claims.as_ref().is_some_and(|c| !c.is_empty()) {
+        report.refuse(
+            "resource-claims",
+            "spec.pod.resources.claims",
+            "is not supported: the member pods have no resource claims to use",
+        );
+    }
+}
+
+/// The resource names a container may request, the requests' then the limits'; each other
+/// name is refused. The rules on quantities apply to the names answered.
+fn valid_resource_names(
+    requests: &Resources,
+    limits: &Resources,
+    report: &mut Report,
+) -> BTreeSet<String> {
     let mut named_ok = BTreeSet::new();
-    for (kind, map) in [("requests", &requests), ("limits", &limits)] {
+    for (kind, map) in [("requests", requests), ("limits", limits)] {
         for name in map.keys() {
             match container_resource_name_problem(name) {
                 Some(why) => report.refuse(
@@ -358,11 +422,26 @@ fn check_resource_names(resources: &ResourceRequirements, report: &mut Report) {
             }
         }
     }
-    let parsed = |q: &str| Quantity::parse(q).ok().filter(|q| !q.is_negative());
-    for (kind, map) in [("requests", &requests), ("limits", &limits)] {
+    named_ok
+}
+
+/// A quantity that parses and is not negative (the quantity rules refuse the others).
+fn non_negative(quantity: &str) -> Option<Quantity> {
+    Quantity::parse(quantity).ok().filter(|q| !q.is_negative())
+}
+
+/// Extended resources in whole units, hugepages in multiples of their page size, in the
+/// requests and then the limits of the resources in `named_ok`.
+fn check_resource_units(
+    requests: &Resources,
+    limits: &Resources,
+    named_ok: &BTreeSet<String>,
+    report: &mut Report,
+) {
+    for (kind, map) in [("requests", requests), ("limits", limits)] {
         for (name, quantity) in map.iter().filter(|(n, _)| named_ok.contains(*n)) {
             let field = format!("spec.pod.resources.{kind}.{name}");
-            let Some(q) = parsed(&quantity.0) else {
+            let Some(q) = non_negative(&quantity.0) else {
                 continue; // refused by the quantity rules
             };
             if is_extended(name) && !is_whole(q) {
@@ -385,6 +464,16 @@ fn check_resource_names(resources: &ResourceRequirements, report: &mut Report) {
             }
         }
     }
+}
+
+/// A request of a resource that cannot be overcommitted (extended resources, hugepages) needs
+/// a limit, equal to it; names outside `named_ok` are not judged.
+fn check_not_overcommitted(
+    requests: &Resources,
+    limits: &Resources,
+    named_ok: &BTreeSet<String>,
+    report: &mut Report,
+) {
     for (name, request) in requests.iter().filter(|(n, _)| named_ok.contains(*n)) {
         let overcommit_allowed = is_native(name) && !is_hugepages(name);
         if overcommit_allowed {
@@ -397,7 +486,7 @@ fn check_resource_names(resources: &ResourceRequirements, report: &mut Report) {
                 format!("Limit must be set for non overcommitable resources ({name} is requested)"),
             ),
             Some(limit) => {
-                if let (Some(r), Some(l)) = (parsed(&request.0), parsed(&limit.0))
+                if let (Some(r), Some(l)) = (non_negative(&request.0), non_negative(&limit.0))
                     && r != l
                 {
                     report.refuse(
@@ -412,21 +501,6 @@ fn check_resource_names(resources: &ResourceRequirements, report: &mut Report) {
                 }
             }
         }
-    }
-    let any = |f: &dyn Fn(&str) -> bool| requests.keys().chain(limits.keys()).any(|n| f(n));
-    if any(&is_hugepages) && !any(&|n| n == "cpu" || n == "memory") {
-        report.refuse(
-            "resource-hugepages",
-            "spec.pod.resources",
-            "HugePages require cpu or memory",
-        );
-    }
-    if resources.claims.as_ref().is_some_and(|c| !c.is_empty()) {
-        report.refuse(
-            "resource-claims",
-            "spec.pod.resources.claims",
-            "is not supported: the member pods have no resource claims to use",
-        );
     }
 }
 
@@ -465,6 +539,18 @@ fn check_security_context(c: &PodSecurityContext, report: &mut Report) {
     let mut refuse = |field: &str, message: String| {
         report.refuse("security-context", format!("{PATH}.{field}"), message);
     };
+    check_ids(c, &mut refuse);
+    check_change_policies(c, &mut refuse);
+    check_profiles(c, &mut refuse);
+    check_sysctls_listed_once(c, &mut refuse);
+    for v in pod_security::baseline_pod_security_context(c, PATH) {
+        report.refuse("pod-security-baseline", v.field, v.message);
+    }
+}
+
+/// User and group IDs in range (`runAsUser`, `runAsGroup`, `fsGroup`, then each of
+/// `supplementalGroups`), and no `runAsNonRoot: true` with `runAsUser: 0`.
+fn check_ids(c: &PodSecurityContext, refuse: &mut Refuse<'_>) {
     for (field, id) in [
         ("runAsUser", c.run_as_user),
         ("runAsGroup", c.run_as_group),
@@ -491,6 +577,11 @@ fn check_security_context(c: &PodSecurityContext, report: &mut Report) {
             );
         }
     }
+}
+
+/// The change policies, when set, have a value the API server knows: `fsGroupChangePolicy`,
+/// `supplementalGroupsPolicy`, `seLinuxChangePolicy`.
+fn check_change_policies(c: &PodSecurityContext, refuse: &mut Refuse<'_>) {
     for (field, value, allowed) in [
         (
             "fsGroupChangePolicy",
@@ -517,6 +608,11 @@ fn check_security_context(c: &PodSecurityContext, report: &mut Report) {
             );
         }
     }
+}
+
+/// The seccomp and AppArmor profiles: a known type, with a `localhostProfile` when and only
+/// when the type is `Localhost`.
+fn check_profiles(c: &PodSecurityContext, refuse: &mut Refuse<'_>) {
     let profiles = [
         (
             "seccompProfile",
@@ -555,6 +651,10 @@ fn check_security_context(c: &PodSecurityContext, report: &mut Report) {
             ),
         }
     }
+}
+
+/// Each sysctl is set once (in either separator spelling).
+fn check_sysctls_listed_once(c: &PodSecurityContext, refuse: &mut Refuse<'_>) {
     let mut seen = BTreeSet::new();
     for (i, sysctl) in c.sysctls.iter().flatten().enumerate() {
         if !seen.insert(pod_security::normalized_sysctl(&sysctl.name)) {
@@ -563,8 +663,5 @@ fn check_security_context(c: &PodSecurityContext, report: &mut Report) {
                 format!("{} is listed more than once", clip(&sysctl.name)),
             );
         }
-    }
-    for v in pod_security::baseline_pod_security_context(c, PATH) {
-        report.refuse("pod-security-baseline", v.field, v.message);
     }
 }
