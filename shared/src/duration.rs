@@ -38,90 +38,138 @@ const MAX_NANOS: u128 = i64::MAX as u128;
 /// clap value parser (`value_parser = parse_duration`).
 pub fn parse_duration(input: &str) -> Result<Duration, ParseDurationError> {
     let invalid = || ParseDurationError::Invalid(input.to_string());
-    let mut s = input;
-    if let Some(rest) = s.strip_prefix('-') {
-        // `-0` is zero in Go; anything else negative is refused.
-        return match parse_duration(rest) {
-            Ok(d) if d.is_zero() => Ok(d),
-            Ok(_) => Err(ParseDurationError::Negative(input.to_string())),
-            Err(_) => Err(invalid()),
-        };
+    if let Some(rest) = input.strip_prefix('-') {
+        return parse_negative(input, rest);
     }
-    if let Some(rest) = s.strip_prefix('+') {
-        s = rest;
-    }
+    let s = input.strip_prefix('+').unwrap_or(input);
     if s == "0" {
         return Ok(Duration::ZERO);
     }
     if s.is_empty() {
         return Err(invalid());
     }
+    let total = total_nanos(input, s)?;
+    let secs = u64::try_from(total / 1_000_000_000).map_err(|_| invalid())?;
+    // Below 10^9, so it fits.
+    let sub = (total % 1_000_000_000) as u32;
+    Ok(Duration::new(secs, sub))
+}
+
+/// A duration written with a leading `-` (`rest` follows it): `-0` is zero in Go; anything
+/// else negative is refused, and what does not parse after the sign is invalid as a whole.
+fn parse_negative(input: &str, rest: &str) -> Result<Duration, ParseDurationError> {
+    match parse_duration(rest) {
+        Ok(d) if d.is_zero() => Ok(d),
+        Ok(_) => Err(ParseDurationError::Negative(input.to_string())),
+        Err(_) => Err(ParseDurationError::Invalid(input.to_string())),
+    }
+}
+
+/// The sum of the terms of `s` (the duration `input` without its sign), in nanoseconds, at
+/// most [`MAX_NANOS`]. Each term is checked whole (its digits, then its unit, then its size)
+/// before the next is read.
+fn total_nanos(input: &str, mut s: &str) -> Result<u128, ParseDurationError> {
+    let overflow = || ParseDurationError::Overflow(input.to_string());
     let mut total: u128 = 0;
     while !s.is_empty() {
-        // The integer part.
-        let int_len = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-        let (int_digits, rest) = s.split_at(int_len);
-        // The fraction.
-        let (frac_digits, rest) = match rest.strip_prefix('.') {
-            Some(after) => {
-                let len = after
-                    .find(|c: char| !c.is_ascii_digit())
-                    .unwrap_or(after.len());
-                after.split_at(len)
-            }
-            None => ("", rest),
-        };
-        if int_digits.is_empty() && frac_digits.is_empty() {
-            // No digits at all (`.s`, `s`, `1s.`).
-            return Err(invalid());
-        }
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let (unit, rest) = rest.split_at(unit_len);
-        let unit_nanos: u128 = match unit {
-            "" => return Err(ParseDurationError::MissingUnit(input.to_string())),
-            "ns" => 1,
-            "us" | "µs" | "μs" => 1_000,
-            "ms" => 1_000_000,
-            "s" => 1_000_000_000,
-            "m" => 60_000_000_000,
-            "h" => 3_600_000_000_000,
-            _ => {
-                return Err(ParseDurationError::UnknownUnit {
-                    input: input.to_string(),
-                    unit: unit.to_string(),
-                });
-            }
-        };
-        let overflow = || ParseDurationError::Overflow(input.to_string());
-        let mut whole: u128 = 0;
-        for d in int_digits.bytes() {
-            whole = whole * 10 + u128::from(d - b'0');
-            if whole > MAX_NANOS {
-                return Err(overflow());
-            }
-        }
-        let mut nanos = whole.checked_mul(unit_nanos).ok_or_else(overflow)?;
-        // The fraction, exactly, as far as it can matter (digits past nanoseconds of an hour
-        // are dropped, as Go does).
-        let mut frac: u128 = 0;
-        let mut scale: u128 = 1;
-        for d in frac_digits.bytes().take(24) {
-            frac = frac * 10 + u128::from(d - b'0');
-            scale *= 10;
-        }
-        nanos += frac * unit_nanos / scale;
-        total += nanos;
+        let (term, rest) =
+            split_term(s).ok_or_else(|| ParseDurationError::Invalid(input.to_string()))?;
+        let unit_nanos = unit_nanos(input, term.unit)?;
+        total += term_nanos(&term, unit_nanos).ok_or_else(overflow)?;
         if total > MAX_NANOS {
             return Err(overflow());
         }
         s = rest;
     }
-    let secs = u64::try_from(total / 1_000_000_000).map_err(|_| invalid())?;
-    // Below 10^9, so it fits.
-    let sub = (total % 1_000_000_000) as u32;
-    Ok(Duration::new(secs, sub))
+    Ok(total)
+}
+
+/// One term of a duration as written: a decimal number and its unit (`1.5` and `s` of `1.5s`).
+#[derive(Debug, PartialEq, Eq)]
+struct Term<'a> {
+    /// The digits before the `.`, perhaps none (`.5s`).
+    int_digits: &'a str,
+    /// The digits after the `.`, perhaps none (`1s`, `1.s`).
+    frac_digits: &'a str,
+    /// Everything up to the next digit or `.`, perhaps nothing (`5`).
+    unit: &'a str,
+}
+
+/// The first term of `s` and what follows it; `None` when the term has no digits at all
+/// (`.s`, `s`, the `.` after `1s`).
+fn split_term(s: &str) -> Option<(Term<'_>, &str)> {
+    let (int_digits, rest) = split_digits(s);
+    let (frac_digits, rest) = match rest.strip_prefix('.') {
+        Some(after) => split_digits(after),
+        None => ("", rest),
+    };
+    if int_digits.is_empty() && frac_digits.is_empty() {
+        return None;
+    }
+    let unit_len = rest
+        .find(|c: char| c.is_ascii_digit() || c == '.')
+        .unwrap_or(rest.len());
+    let (unit, rest) = rest.split_at(unit_len);
+    let term = Term {
+        int_digits,
+        frac_digits,
+        unit,
+    };
+    Some((term, rest))
+}
+
+/// The leading ASCII digits of `s`, and the rest.
+fn split_digits(s: &str) -> (&str, &str) {
+    s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()))
+}
+
+/// The units, each with its length in nanoseconds.
+const UNITS: &[(&str, u128)] = &[
+    ("ns", 1),
+    ("us", 1_000),
+    ("µs", 1_000),
+    ("μs", 1_000),
+    ("ms", 1_000_000),
+    ("s", 1_000_000_000),
+    ("m", 60_000_000_000),
+    ("h", 3_600_000_000_000),
+];
+
+/// Nanoseconds in `unit`, one of [`UNITS`]; a missing or unknown unit is an error about the
+/// duration `input`.
+fn unit_nanos(input: &str, unit: &str) -> Result<u128, ParseDurationError> {
+    if unit.is_empty() {
+        return Err(ParseDurationError::MissingUnit(input.to_string()));
+    }
+    UNITS
+        .iter()
+        .find(|(name, _)| *name == unit)
+        .map(|(_, nanos)| *nanos)
+        .ok_or_else(|| ParseDurationError::UnknownUnit {
+            input: input.to_string(),
+            unit: unit.to_string(),
+        })
+}
+
+/// Nanoseconds of one term whose unit is `unit_nanos` long; `None` when its whole part alone
+/// is over [`MAX_NANOS`] (a number of any unit) or times the unit overflows. The fraction is
+/// exact as far as it can matter: digits past nanoseconds of an hour are dropped, as Go does.
+fn term_nanos(term: &Term<'_>, unit_nanos: u128) -> Option<u128> {
+    let mut whole: u128 = 0;
+    for d in term.int_digits.bytes() {
+        whole = whole * 10 + u128::from(d - b'0');
+        if whole > MAX_NANOS {
+            return None;
+        }
+    }
+    let nanos = whole.checked_mul(unit_nanos)?;
+    let mut frac: u128 = 0;
+    let mut scale: u128 = 1;
+    for d in term.frac_digits.bytes().take(24) {
+        frac = frac * 10 + u128::from(d - b'0');
+        scale *= 10;
+    }
+    Some(nanos + frac * unit_nanos / scale)
 }
 
 #[cfg(test)]
@@ -192,5 +240,78 @@ mod tests {
             parse_duration("-1s"),
             Err(ParseDurationError::Negative(_))
         ));
+    }
+
+    #[test]
+    fn each_error_names_what_is_wrong() {
+        let input = |s: &str| s.to_string();
+        assert_eq!(
+            parse_duration("1x"),
+            Err(ParseDurationError::UnknownUnit {
+                input: input("1x"),
+                unit: input("x"),
+            })
+        );
+        assert_eq!(
+            parse_duration("1.2.3s"),
+            Err(ParseDurationError::MissingUnit(input("1.2.3s")))
+        );
+        for bad in ["", "s", "1s.", "--1s", "-x"] {
+            assert_eq!(
+                parse_duration(bad),
+                Err(ParseDurationError::Invalid(input(bad))),
+                "{bad:?}"
+            );
+        }
+        for long in [
+            "9223372036854775808ns",
+            "2562048h",
+            "2562047h3600s",
+            "99999999999999999999h",
+        ] {
+            assert_eq!(
+                parse_duration(long),
+                Err(ParseDurationError::Overflow(input(long))),
+                "{long:?}"
+            );
+        }
+        // The first term's fault is reported, before a later term is read.
+        assert_eq!(
+            parse_duration("1x2y"),
+            Err(ParseDurationError::UnknownUnit {
+                input: input("1x2y"),
+                unit: input("x"),
+            })
+        );
+    }
+
+    #[test]
+    fn a_term_is_its_digits_and_its_unit() {
+        let term = |int_digits, frac_digits, unit| Term {
+            int_digits,
+            frac_digits,
+            unit,
+        };
+        assert_eq!(split_term("1.5s30m"), Some((term("1", "5", "s"), "30m")));
+        assert_eq!(split_term(".5µs"), Some((term("", "5", "µs"), "")));
+        assert_eq!(split_term("1.s"), Some((term("1", "", "s"), "")));
+        assert_eq!(split_term("12"), Some((term("12", "", ""), "")));
+        assert_eq!(split_term("1.2.3s"), Some((term("1", "2", ""), ".3s")));
+        for none in [".s", "s", "."] {
+            assert_eq!(split_term(none), None, "{none:?}");
+        }
+        for (unit, nanos) in [("ns", 1), ("μs", 1_000), ("h", 3_600_000_000_000)] {
+            assert_eq!(unit_nanos("1", unit), Ok(nanos));
+        }
+        // Digits past the 24th of a fraction are dropped.
+        let tiny = format!("0.{}1", "0".repeat(24));
+        assert_eq!(
+            term_nanos(&term("0", &tiny[2..], "h"), 3_600_000_000_000),
+            Some(0)
+        );
+        assert_eq!(
+            term_nanos(&term("1", "5", "s"), 1_000_000_000),
+            Some(1_500_000_000)
+        );
     }
 }
