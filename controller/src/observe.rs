@@ -432,7 +432,7 @@ fn member_name(view: &ClusterView, m: &ListedMember) -> String {
 
 /// What the observation needs from before it: the cluster's status's records, and the TLS
 /// files the certificates stage left in the Secrets.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Recorded<'a> {
     /// The status records a member list read before: the cluster exists (or existed).
     pub bootstrapped: bool,
@@ -449,6 +449,14 @@ pub struct Recorded<'a> {
     pub another_operator_pods: &'a [String],
     /// The operator-managed TLS files as the certificates stage left them.
     pub tls: Option<&'a crate::planner::TlsFiles>,
+    /// The operator's compactions and defragmentations, as the status recorded them.
+    pub maintenance: Option<&'a etcd_shared::types::MaintenanceStatus>,
+    /// The oldest version the members were last seen running (`status.currentVersion`).
+    pub current_version: Option<&'a str>,
+    /// A recovery in progress, as the stored status records it.
+    pub recovering: Option<&'a etcd_shared::types::RecoveryStatus>,
+    /// The safety backups as the planner needs them (the stored record, the retry gate).
+    pub safety: crate::planner::SafetyBackups,
 }
 
 /// Reads the pods, claims and etcd members of a cluster.
@@ -465,7 +473,7 @@ pub async fn observe(
         replaced,
         placement,
         ..
-    } = recorded;
+    } = recorded.clone();
     let now = Timestamp::now();
     let mut claim_selector = names::selector_labels(&view.name);
     claim_selector.insert(names::LABEL_COMPONENT.into(), "data".into());
@@ -650,6 +658,12 @@ pub async fn observe(
         in_service: None,
         tls: recorded.tls.cloned(),
     };
+    model.maintenance = crate::planner::maintenance::observed(
+        recorded.maintenance,
+        &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
+    );
+    model.last_version = recorded.current_version.and_then(|v| v.parse().ok());
+    model.safety = recorded.safety.clone();
     if model.pods.iter().any(|p| p.serving == Some(false)) {
         model.in_service = in_service(client, view).await;
     }
@@ -659,6 +673,13 @@ pub async fn observe(
         recorded.coreos_members,
         recorded.another_operator_pods,
     );
+    model.recovery = recorded.recovering.map(|r| crate::planner::Recovering {
+        seed: crate::planner::recovery::seed_plan(r),
+        replaced_pods: replaced_pods.clone(),
+        replaced_claims: replaced_claims.clone(),
+        lost_names: r.replaced.clone(),
+        lost_cluster_serves: lost_cluster_serves.clone(),
+    });
     Ok(Observation {
         model,
         member_endpoints: by_ip,

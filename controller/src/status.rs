@@ -445,6 +445,65 @@ fn upgrading(view: &ClusterView, step: &Step, current: Option<&str>) -> bool {
             .is_some_and(|v| v != view.version)
 }
 
+/// What the status records beside the model and the step: the records the reconcile read,
+/// and what carrying the step out left.
+#[derive(Debug, Clone, Default)]
+pub struct StepRecords {
+    /// The step was carried out (else it counts as not taken).
+    pub carried_out: bool,
+    /// The safety-backup record to keep (the one just taken, else the stored one); `None`
+    /// for a cluster without `spec.safetyBackup`.
+    pub safety_backup: Option<etcd_shared::types::SafetyBackupRecord>,
+    /// The recovery in progress, as the stored status records it.
+    pub recovering: Option<etcd_shared::types::RecoveryStatus>,
+    /// The recovery the step just started.
+    pub started_recovery: Option<etcd_shared::types::RecoveryStatus>,
+    /// The last recovery finished, as the stored status records it.
+    pub last_recovery: Option<etcd_shared::types::RecoveryRecord>,
+}
+
+/// The status after `step`, computed once from the model, the step and its records: what
+/// [`compute`] says, with the safety-backup, maintenance and recovery records the step leaves.
+pub fn after_step(
+    view: &ClusterView,
+    obs: &Observed,
+    step: &Step,
+    records: StepRecords,
+    previous: Option<&EtcdClusterStatus>,
+    now: Timestamp,
+) -> EtcdClusterStatus {
+    let mut new = compute(view, obs, step, previous, now);
+    if view.safety_backup.is_some() {
+        new.last_safety_backup = records.safety_backup;
+    }
+    let taken = if records.carried_out {
+        step
+    } else {
+        &Step::Done
+    };
+    let time = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now);
+    let members: Option<Vec<String>> = obs
+        .members
+        .as_ref()
+        .ok()
+        .map(|m| m.iter().map(|m| m.name.clone()).collect());
+    new.maintenance = crate::planner::maintenance::record_after(
+        previous.and_then(|s| s.maintenance.as_ref()),
+        taken,
+        members.as_deref(),
+        obs.has_alarm(crate::planner::AlarmKind::NoSpace),
+        &time,
+    );
+    (new.recovery, new.last_recovery) = crate::planner::recovery::records_after(
+        records.recovering,
+        records.started_recovery,
+        records.last_recovery,
+        taken,
+        &time,
+    );
+    new
+}
+
 /// The status of a reconciled cluster.
 pub fn compute(
     view: &ClusterView,

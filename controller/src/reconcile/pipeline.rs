@@ -1,8 +1,9 @@
-//! One reconcile of one cluster, as a pipeline: validate and default the spec, apply the
-//! Services and the budget, observe, plan one step, carry it out ([`super::steps`]), write the
-//! status and announce what changed. The decisions are pure functions (the planner,
-//! [`status::compute`], [`requeue_after`], [`transition_events`]); this module sequences them
-//! with the API calls.
+//! One reconcile of one cluster, as a pipeline ([`reconcile`] lists its stages): validate and
+//! default the spec, keep the certificates, keep the Services and the NetworkPolicy and observe
+//! (a complete model), plan one step, keep the budget, carry the step out ([`super::steps`]),
+//! compute the status once, announce what changed and write it. The decisions are pure
+//! functions (the planner, [`status::after_step`], [`requeue_after`], [`transition_events`]);
+//! this module sequences them with the API calls.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,11 +18,11 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tracing::warn;
 
-use etcd_shared::types::ClusterPhase;
+use etcd_shared::types::{ClusterPhase, RecoveryRecord, RecoveryStatus, SafetyBackupRecord};
 use etcd_shared::{EtcdCluster, EtcdClusterStatus};
 
 use super::safety;
-use super::steps::execute;
+use super::steps::{Outcome, execute};
 use crate::backoff::RetryGate;
 use crate::builders;
 use crate::cache::{self, Caches};
@@ -29,125 +30,283 @@ use crate::context::{Context, ControllerConfig};
 use crate::error::{Error, FIELD_MANAGER};
 use crate::etcd::EtcdPool;
 use crate::events::Events;
-use crate::observe::observe;
+use crate::failpoints::Broken;
+use crate::observe::{Observation, Recorded, observe};
 use crate::planner::recovery;
 use crate::planner::{self, Blocked, SafetyBackups, Step, Waiting};
 use crate::status;
 use crate::status_writer::apply_status;
 use crate::view::ClusterView;
 
-/// One reconcile of one cluster; events go through `recorder`, etcd calls over `pool`'s
-/// connections.
-pub async fn reconcile(
-    cluster: &EtcdCluster,
-    ctx: &Context,
-    caches: &Caches,
-    recorder: &Recorder,
-    pool: &Arc<EtcdPool>,
-    safety_retries: &RetryGate,
-) -> Result<Action, Error> {
-    let name = cluster.name_any();
-    let namespace = cluster.namespace().unwrap_or_default();
-    if cluster.metadata.deletion_timestamp.is_some() {
-        // Owner references garbage-collect pods, claims, Services and the budget.
-        ctx.metrics.forget_cluster(&namespace, &name);
-        pool.forget(&format!("{namespace}/{name}"));
-        safety_retries.succeeded(&format!("{namespace}/{name}"));
-        return Ok(Action::await_change());
-    }
-    let api: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &namespace);
-    let previous = cluster.status.as_ref();
-    let view = match ClusterView::new(cluster, &ctx.config.policy()) {
-        Ok(v) => v,
-        Err(e) => {
-            warn!(%name, %namespace, error = %e, "invalid EtcdCluster spec");
-            let new = status::invalid(&e, cluster.metadata.generation, previous, Timestamp::now());
-            write_status(&api, &name, &new, previous).await?;
-            let events = Events::of(recorder, cluster);
-            events.warning("InvalidSpec", e.to_string()).await;
-            return Ok(Action::await_change());
-        }
-    };
+/// What every reconcile works with: the controller's context, its caches, its Event recorder,
+/// its connections to the members and the safety backups' retry gate.
+pub struct Run<'a> {
+    /// The controller's context.
+    pub ctx: &'a Context,
+    /// The caches the observation reads.
+    pub caches: &'a Caches,
+    /// Where Events go.
+    pub recorder: &'a Recorder,
+    /// Connections to the members, per cluster.
+    pub pool: &'a Arc<EtcdPool>,
+    /// When a failed safety backup may be tried again, per cluster.
+    pub safety_retries: &'a RetryGate,
+}
 
-    // The operator's own certificates first: the members' pods mount them and the operator
-    // dials the members with its client certificate.
-    // A failure here is reported in the status (the members cannot get their certificates),
-    // then retried with backoff.
-    let listed: Vec<String> = previous
+/// One reconcile of one cluster, as its stages: validate the spec, keep the certificates,
+/// read the status's records, keep the Services and the NetworkPolicy and observe, plan one
+/// step, keep the budget, carry the step out, compute the status once, announce and write it.
+pub async fn reconcile(cluster: &EtcdCluster, run: &Run<'_>) -> Result<Action, Error> {
+    if cluster.metadata.deletion_timestamp.is_some() {
+        return Ok(forget(cluster, run));
+    }
+    let at = Target::of(cluster, run.ctx);
+    let Some(view) = validate(cluster, run, &at).await? else {
+        return Ok(Action::await_change());
+    };
+    let certificates = keep_certificates(cluster, run, &at, &view).await?;
+    let records = Records::read(&at, cluster, &view).await;
+    let now = Timestamp::now();
+    let obs = observe_cluster(run, &at, &view, &records, certificates.files.as_ref(), now).await?;
+    let settings = planner::PlannerSettings {
+        broken_recover_beside_a_quorum: run.ctx.config.broken == Some(Broken::StuckIsLost),
+        ..run.ctx.config.planner
+    };
+    let step = planner::plan(&view, &obs.model, &settings);
+    before_step(cluster, run, &view, &obs, &step).await?;
+    let outcome = execute(
+        run.ctx,
+        run.recorder,
+        cluster,
+        &view,
+        &obs,
+        &step,
+        run.safety_retries,
+    )
+    .await;
+    let carried = records.after(outcome.as_ref().ok(), view.safety_backup.is_some());
+    let new = status::after_step(&view, &obs.model, &step, carried, at.previous, now);
+    announce(cluster, run, &at, &new, &step, outcome.is_ok()).await;
+    write_status(&at.api, &at.name, &new, at.previous).await?;
+    outcome?;
+    Ok(requeue(&step, &run.ctx.config, certificates.next_check))
+}
+
+/// A deleted cluster: its per-cluster state is dropped (owner references garbage-collect its
+/// pods, claims, Services and budget).
+fn forget(cluster: &EtcdCluster, run: &Run<'_>) -> Action {
+    let (name, namespace) = (cluster.name_any(), cluster.namespace().unwrap_or_default());
+    run.ctx.metrics.forget_cluster(&namespace, &name);
+    run.pool.forget(&format!("{namespace}/{name}"));
+    run.safety_retries.succeeded(&format!("{namespace}/{name}"));
+    Action::await_change()
+}
+
+/// The cluster a reconcile writes to: its API, name and namespace, and its cached status.
+struct Target<'a> {
+    api: Api<EtcdCluster>,
+    name: String,
+    namespace: String,
+    previous: Option<&'a EtcdClusterStatus>,
+}
+
+impl<'a> Target<'a> {
+    fn of(cluster: &'a EtcdCluster, ctx: &Context) -> Self {
+        let namespace = cluster.namespace().unwrap_or_default();
+        Target {
+            api: Api::namespaced(ctx.client.clone(), &namespace),
+            name: cluster.name_any(),
+            namespace,
+            previous: cluster.status.as_ref(),
+        }
+    }
+
+    /// Writes `new` after a failure of a stage (the status must not keep saying what it said
+    /// before); a failed write is logged, the stage's error is what the reconcile returns.
+    async fn report(&self, new: &EtcdClusterStatus) {
+        if let Err(write) = write_status(&self.api, &self.name, new, self.previous).await {
+            warn!(name = %self.name, namespace = %self.namespace, error = %write, "cannot write the status either");
+        }
+    }
+}
+
+/// The spec validated and defaulted; `None` (the status and a Warning say why) when invalid.
+async fn validate(
+    cluster: &EtcdCluster,
+    run: &Run<'_>,
+    at: &Target<'_>,
+) -> Result<Option<ClusterView>, Error> {
+    match ClusterView::new(cluster, &run.ctx.config.policy()) {
+        Ok(view) => Ok(Some(view)),
+        Err(e) => {
+            warn!(name = %at.name, namespace = %at.namespace, error = %e, "invalid EtcdCluster spec");
+            let new = status::invalid(
+                &e,
+                cluster.metadata.generation,
+                at.previous,
+                Timestamp::now(),
+            );
+            write_status(&at.api, &at.name, &new, at.previous).await?;
+            Events::of(run.recorder, cluster)
+                .warning("InvalidSpec", e.to_string())
+                .await;
+            Ok(None)
+        }
+    }
+}
+
+/// What the certificates stage leaves for the rest of the reconcile.
+struct Certificates {
+    /// The TLS files the Secrets hold (operator-managed or cert-manager's).
+    files: Option<crate::planner::TlsFiles>,
+    /// When a certificate is due next, if the operator issues them.
+    next_check: Option<Duration>,
+}
+
+/// The operator's own certificates first: the members' pods mount them and the operator dials
+/// the members with its client certificate. A failure is reported in the status (the members
+/// cannot get their certificates), then retried with backoff.
+async fn keep_certificates(
+    cluster: &EtcdCluster,
+    run: &Run<'_>,
+    at: &Target<'_>,
+    view: &ClusterView,
+) -> Result<Certificates, Error> {
+    let listed: Vec<String> = at
+        .previous
         .and_then(|s| s.members.as_ref())
         .map(|m| m.ready.iter().chain(&m.unready).cloned().collect())
         .unwrap_or_default();
-    let certificates = async {
-        let issued = match view.tls.issuing {
-            Some(settings) => {
-                let members = member_files(caches, cluster, &view, &listed);
-                Some(ensure_certificates(ctx, recorder, cluster, &view, &settings, &members).await?)
-            }
-            None => None,
-        };
-        let files = match &view.tls.cert_manager {
-            Some(tls) => {
-                crate::certificates::cert_manager::keep_certificates(&ctx.client, &view, tls)
-                    .await?;
-                crate::certificates::cert_manager::leaf_files(&ctx.client, &view).await?
-            }
-            None => issued.as_ref().and_then(|o| o.files.clone()),
-        };
-        Ok::<_, Error>((issued, files))
+    let kept = async {
+        if let Some(settings) = view.tls.issuing {
+            let members = member_files(run.caches, cluster, view, &listed);
+            let issued = ensure_certificates(run, cluster, view, &settings, &members).await?;
+            return Ok(Certificates {
+                files: issued.files,
+                next_check: issued.next_check,
+            });
+        }
+        let mut files = None;
+        if let Some(tls) = &view.tls.cert_manager {
+            let client = &run.ctx.client;
+            crate::certificates::cert_manager::keep_certificates(client, view, tls).await?;
+            files = crate::certificates::cert_manager::leaf_files(client, view).await?;
+        }
+        Ok::<_, Error>(Certificates {
+            files,
+            next_check: None,
+        })
     }
     .await;
-    let (certificates, tls_files) = match certificates {
-        Ok(c) => c,
-        Err(e) => {
-            warn!(%name, %namespace, error = %e, "cannot keep the cluster's certificates");
-            let new = status::certificates_failed(&e, &view, previous, Timestamp::now());
-            if let Err(write) = write_status(&api, &name, &new, previous).await {
-                warn!(%name, %namespace, error = %write, "cannot write the status either");
-            }
-            return Err(e);
-        }
-    };
+    if let Err(e) = &kept {
+        warn!(name = %at.name, namespace = %at.namespace, error = %e, "cannot keep the cluster's certificates");
+        at.report(&status::certificates_failed(
+            e,
+            view,
+            at.previous,
+            Timestamp::now(),
+        ))
+        .await;
+    }
+    kept
+}
 
+/// The status's records a reconcile acts on: the stored status where acting on a stale cached
+/// one would be harmful (the safety-backup record; a recovery in progress, whose record says
+/// which pods belong to the cluster being replaced), else the cached one.
+struct Records {
+    recovering: Option<RecoveryStatus>,
+    last_recovery: Option<RecoveryRecord>,
+    last_safety_backup: Option<SafetyBackupRecord>,
+}
+
+impl Records {
+    async fn read(at: &Target<'_>, cluster: &EtcdCluster, view: &ClusterView) -> Self {
+        let stored = stored_status(&at.api, cluster, view).await;
+        let status = stored.as_ref().or(at.previous);
+        Records {
+            recovering: status.and_then(|s| s.recovery.clone()),
+            last_recovery: status.and_then(|s| s.last_recovery.clone()),
+            last_safety_backup: status.and_then(|s| s.last_safety_backup.clone()),
+        }
+    }
+
+    /// The records after the step: the safety backup just taken (else the stored one: the
+    /// status written replaces the stored one), the recovery just started, whether the step
+    /// was carried out.
+    fn after(self, outcome: Option<&Outcome>, safety_backups: bool) -> status::StepRecords {
+        status::StepRecords {
+            carried_out: outcome.is_some(),
+            safety_backup: safety_backups
+                .then(|| {
+                    outcome
+                        .and_then(|o| o.safety_backup.clone())
+                        .or(self.last_safety_backup)
+                })
+                .flatten(),
+            recovering: self.recovering,
+            started_recovery: outcome.and_then(|o| o.recovery.clone()),
+            last_recovery: self.last_recovery,
+        }
+    }
+}
+
+/// Keeps the Services and the NetworkPolicy, then observes the cluster: the planner's model,
+/// complete. A failure is reported in the status (why the operator cannot see the cluster),
+/// then retried with backoff.
+async fn observe_cluster(
+    run: &Run<'_>,
+    at: &Target<'_>,
+    view: &ClusterView,
+    records: &Records,
+    tls: Option<&crate::planner::TlsFiles>,
+    now: Timestamp,
+) -> Result<Observation, Error> {
+    let ctx = run.ctx;
+    let previous = at.previous;
     // While member pods of CoreOS' operator run, the Services keep CoreOS' selector (read from
     // the cache, which has listed every member pod before the first reconcile).
-    let coreos_members = crate::observe::coreos_members_present(caches, &view);
+    let coreos_members = crate::observe::coreos_members_present(run.caches, view);
     let (peer, client) = (
-        builders::peer_service(&view, coreos_members),
-        builders::client_service(&view, coreos_members),
+        builders::peer_service(view, coreos_members),
+        builders::client_service(view, coreos_members),
     );
-    // What the API server holds of the status, where acting on a stale cached one would be
-    // harmful: the safety-backup record, and a recovery in progress (its record says which
-    // pods belong to the cluster being replaced).
-    let stored = stored_status(&api, cluster, &view).await;
-    let stored = stored.as_ref().or(previous);
-    let recovering = stored.and_then(|s| s.recovery.clone());
-    let replaced = recovering
+    let replaced = records
+        .recovering
         .as_ref()
         .map(|r| r.replaced.clone())
         .unwrap_or_default();
+    let recorded = Recorded {
+        bootstrapped: previous.and_then(|s| s.size).is_some_and(|s| s > 0),
+        replaced: &replaced,
+        placement: previous.map_or(&[][..], |s| s.placement.as_slice()),
+        ours: previous.is_some_and(|s| s.selector.is_some()),
+        coreos_members: previous.map_or(&[][..], |s| s.coreos_members.as_slice()),
+        another_operator_pods: previous.map_or(&[][..], |s| s.another_operator_pods.as_slice()),
+        tls,
+        maintenance: previous.and_then(|s| s.maintenance.as_ref()),
+        current_version: previous.and_then(|s| s.current_version.as_deref()),
+        recovering: records.recovering.as_ref(),
+        safety: safety_backups(
+            view,
+            records.last_safety_backup.as_ref(),
+            run.safety_retries,
+            now,
+        ),
+    };
     let observed = async {
         futures::try_join!(
-            apply(ctx, &view, &peer, &caches.services),
-            apply(ctx, &view, &client, &caches.services),
-            super::network::keep_network_policy(ctx, &view),
+            apply(ctx, view, &peer, &run.caches.services),
+            apply(ctx, view, &client, &run.caches.services),
+            super::network::keep_network_policy(ctx, view),
         )?;
-        let bootstrapped = previous.and_then(|s| s.size).is_some_and(|s| s > 0);
-        let recorded = crate::observe::Recorded {
-            bootstrapped,
-            replaced: &replaced,
-            placement: previous.map_or(&[][..], |s| s.placement.as_slice()),
-            ours: previous.is_some_and(|s| s.selector.is_some()),
-            coreos_members: previous.map_or(&[][..], |s| s.coreos_members.as_slice()),
-            another_operator_pods: previous.map_or(&[][..], |s| s.another_operator_pods.as_slice()),
-            tls: tls_files.as_ref(),
-        };
         observe(
             &ctx.client,
-            caches,
-            &view,
+            run.caches,
+            view,
             recorded,
             ctx.config.etcd_timeout,
-            Some(pool.clone()),
+            Some(run.pool.clone()),
         )
         .await
     }
@@ -155,138 +314,99 @@ pub async fn reconcile(
     let mut obs = match observed {
         Ok(obs) => obs,
         Err(e) => {
-            // The status must not keep saying what it said before: report why the operator
-            // cannot see the cluster, then retry with backoff.
-            warn!(%name, %namespace, error = %e, "cannot observe the cluster");
-            let new = status::observation_failed(&e, &view, previous, Timestamp::now());
-            if let Err(write) = write_status(&api, &name, &new, previous).await {
-                warn!(%name, %namespace, error = %write, "cannot write the status either");
-            }
+            warn!(name = %at.name, namespace = %at.namespace, error = %e, "cannot observe the cluster");
+            at.report(&status::observation_failed(
+                &e,
+                view,
+                previous,
+                Timestamp::now(),
+            ))
+            .await;
             return Err(e);
         }
     };
-    let broken = ctx.config.broken == Some(crate::failpoints::Broken::StuckIsLost);
-    if broken {
+    if ctx.config.broken == Some(Broken::StuckIsLost) {
         break_stuck_is_lost(&mut obs.model, &ctx.config.planner);
     }
-    let now = Timestamp::now();
-    obs.model.maintenance = crate::planner::maintenance::observed(
-        previous.and_then(|s| s.maintenance.as_ref()),
-        &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
-    );
-    obs.model.last_version = previous
-        .and_then(|s| s.current_version.as_deref())
-        .and_then(|v| v.parse().ok());
-    obs.model.recovery = recovering.as_ref().map(|r| crate::planner::Recovering {
-        seed: recovery::seed_plan(r),
-        replaced_pods: obs.replaced_pods.clone(),
-        replaced_claims: obs.replaced_claims.clone(),
-        lost_names: r.replaced.clone(),
-        lost_cluster_serves: obs.lost_cluster_serves.clone(),
-    });
     for (member, why) in &obs.health_failures {
-        ctx.metrics.health_check_failed(&namespace, &name);
-        tracing::debug!(%name, %member, %why, "member health check failed");
+        ctx.metrics.health_check_failed(&at.namespace, &at.name);
+        tracing::debug!(name = %at.name, %member, %why, "member health check failed");
     }
-    let stored_safety = stored.and_then(|s| s.last_safety_backup.clone());
-    obs.model.safety = safety_backups(&view, stored_safety.as_ref(), safety_retries, now);
-    let settings = planner::PlannerSettings {
-        broken_recover_beside_a_quorum: broken,
-        ..ctx.config.planner
-    };
-    let step = planner::plan(&view, &obs.model, &settings);
-    // The budget protects the voting members that exist, whatever the spec asks for, and is
-    // raised before a step that raises the quorum.
-    apply(
-        ctx,
-        &view,
-        &builders::disruption_budget_for(&view, &obs.model, &step),
-        &caches.pdbs,
-    )
-    .await?;
-    if recovery::approval_is_stale(&view, &obs.model, &step) {
-        super::recovery::discard_stale_approval(ctx, recorder, cluster, &view).await?;
-    }
-    let outcome = execute(ctx, recorder, cluster, &view, &obs, &step, safety_retries).await;
-    // A snapshot takes as long as the database needs: the change it guarded is planned again
-    // on a fresh observation (a member may have failed meanwhile), in the next reconcile.
-    let taken = outcome.as_ref().ok().and_then(|o| o.safety_backup.clone());
+    Ok(obs)
+}
 
-    let mut new = status::compute(&view, &obs.model, &step, previous, now);
-    if view.safety_backup.is_some() {
-        // The status written below replaces the stored one: the record just taken, else the
-        // stored one (not the cached one, which can predate the last reconcile's record).
-        new.last_safety_backup = taken.clone().or(stored_safety);
+/// What must hold before `step` is carried out: the budget protects the voting members that
+/// exist, whatever the spec asks for, and is raised before a step that raises the quorum; a
+/// recovery approval the step makes stale is discarded.
+async fn before_step(
+    cluster: &EtcdCluster,
+    run: &Run<'_>,
+    view: &ClusterView,
+    obs: &Observation,
+    step: &Step,
+) -> Result<(), Error> {
+    let budget = builders::disruption_budget_for(view, &obs.model, step);
+    apply(run.ctx, view, &budget, &run.caches.pdbs).await?;
+    if recovery::approval_is_stale(view, &obs.model, step) {
+        super::recovery::discard_stale_approval(run.ctx, run.recorder, cluster, view).await?;
     }
-    let carried_out = outcome.is_ok();
-    new.maintenance = crate::planner::maintenance::record_after(
-        previous.and_then(|s| s.maintenance.as_ref()),
-        if carried_out { &step } else { &Step::Done },
-        obs.model
-            .members
-            .as_ref()
-            .ok()
-            .map(|m| m.iter().map(|m| m.name.clone()).collect::<Vec<_>>())
-            .as_deref(),
-        obs.model.has_alarm(crate::planner::AlarmKind::NoSpace),
-        &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
-    );
-    let started = outcome.as_ref().ok().and_then(|o| o.recovery.clone());
-    (new.recovery, new.last_recovery) = recovery::records_after(
-        recovering,
-        started,
-        stored.and_then(|s| s.last_recovery.clone()),
-        if carried_out { &step } else { &Step::Done },
-        &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
-    );
+    Ok(())
+}
+
+/// The metrics and Events of the new status: the cluster's phase and ready members, a recovery
+/// finished (by its source), and the condition changes that matter to a person.
+async fn announce(
+    cluster: &EtcdCluster,
+    run: &Run<'_>,
+    at: &Target<'_>,
+    new: &EtcdClusterStatus,
+    step: &Step,
+    carried_out: bool,
+) {
+    let metrics = &run.ctx.metrics;
     if carried_out && matches!(step, Step::FinishRecovery) {
-        ctx.metrics
-            .recovered(new.last_recovery.as_ref().map_or("member", |r| {
-                if r.source.starts_with("member ") {
-                    "member"
-                } else {
-                    "backup"
-                }
-            }));
+        let from = new.last_recovery.as_ref().map_or("member", |r| {
+            if r.source.starts_with("member ") {
+                "member"
+            } else {
+                "backup"
+            }
+        });
+        metrics.recovered(from);
     }
-    let outcome = outcome.map(|_| ());
     let phase = new.phase.unwrap_or(ClusterPhase::Creating);
-    ctx.metrics.observe_cluster(
-        &namespace,
-        &name,
-        phase.as_str(),
-        i64::from(new.ready_members.unwrap_or(0)),
-    );
-    if let Some(prev) = previous {
-        let events = Events::of(recorder, cluster);
-        for event in transition_events(&new, prev) {
+    let ready = i64::from(new.ready_members.unwrap_or(0));
+    metrics.observe_cluster(&at.namespace, &at.name, phase.as_str(), ready);
+    if let Some(prev) = at.previous {
+        let events = Events::of(run.recorder, cluster);
+        for event in transition_events(new, prev) {
             events
                 .publish(event.type_, &event.reason, event.note, None)
                 .await;
         }
     }
-    write_status(&api, &name, &new, previous).await?;
-    outcome?;
-    let after = requeue_after(&step, &ctx.config);
-    // Back at the next renewal at the latest (a second late: its time has then come).
-    let renewal = certificates
-        .and_then(|c| c.next_check)
-        .map(|d| d + Duration::from_secs(1));
-    Ok(Action::requeue(renewal.map_or(after, |r| r.min(after))))
+}
+
+/// When to reconcile again: after [`requeue_after`] the step, or at the next certificate
+/// renewal if sooner (a second late: its time has then come).
+fn requeue(step: &Step, config: &ControllerConfig, renewal: Option<Duration>) -> Action {
+    let after = requeue_after(step, config);
+    let renewal = renewal.map(|d| d + Duration::from_secs(1));
+    Action::requeue(renewal.map_or(after, |r| r.min(after)))
 }
 
 /// The certificates of `spec.TLS.operatorManaged` made sure of, each issue announced (Event,
 /// metric), their ends of validity exported.
 async fn ensure_certificates(
-    ctx: &Context,
-    recorder: &Recorder,
+    run: &Run<'_>,
     cluster: &EtcdCluster,
     view: &ClusterView,
     settings: &etcd_shared::tls::IssuingSettings,
     members: &crate::certificates::MemberFiles<'_>,
 ) -> Result<crate::certificates::Outcome, Error> {
+    let ctx = run.ctx;
     let outcome = crate::certificates::ensure(&ctx.client, view, settings, members).await?;
-    let events = Events::of(recorder, cluster);
+    let events = Events::of(run.recorder, cluster);
     if let Some((reason, rotation)) = &outcome.rotation {
         tracing::info!(name = %view.name, namespace = %view.namespace, %rotation, "CA rotation");
         events.normal(reason, rotation.clone()).await;

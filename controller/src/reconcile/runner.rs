@@ -258,15 +258,14 @@ async fn reconcile_stored(stored: Arc<StoredCluster>, r: Arc<Reconciler>) -> Res
         return Ok(Action::requeue(CACHE_SYNC_RETRY));
     }
     let timer = r.ctx.metrics.reconcile_timer();
-    let result = reconcile(
-        cluster,
-        &r.ctx,
-        &r.caches,
-        &r.recorder,
-        &r.pool,
-        &r.safety_retries,
-    )
-    .await;
+    let run = super::pipeline::Run {
+        ctx: &r.ctx,
+        caches: &r.caches,
+        recorder: &r.recorder,
+        pool: &r.pool,
+        safety_retries: &r.safety_retries,
+    };
+    let result = reconcile(cluster, &run).await;
     timer.observe();
     if result.is_ok() {
         r.ctx.metrics.reconcile_ok();
