@@ -1,6 +1,6 @@
 //! Rules on `spec.pod`: labels, environment, resources, storage and scheduling.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{LocalObjectReference, ResourceRequirements};
 
@@ -10,15 +10,36 @@ use super::syntax::{quoted, shown};
 use super::{Defaults, Report};
 use crate::EtcdCluster;
 use crate::names::is_reserved_label;
+use crate::types::PodPolicy;
 use crate::version::EtcdVersion;
 
-/// Every rule on `spec.pod`.
+/// Every rule on `spec.pod`: its labels, annotation keys and node selector, the environment,
+/// the pod spec's own rules, resources and storage, then scheduling and the ignored fields.
 pub(crate) fn check(cluster: &EtcdCluster, defaults: &Defaults, report: &mut Report) {
     let Some(pod) = cluster.spec.pod.as_ref() else {
         warn_ephemeral(report);
         return;
     };
-    for (key, value) in &pod.labels {
+    check_labels(&pod.labels, report);
+    check_annotation_keys(&pod.annotations, report);
+    check_node_selector(&pod.node_selector, report);
+    check_env(cluster, defaults, report);
+    super::pod_spec_rules::check(pod, report);
+    if let Some(resources) = &pod.resources {
+        check_resources(resources, report);
+    }
+    check_storage(cluster, report);
+    check_anti_affinity(pod, report);
+    warn_ignored_fields(pod, report);
+    check_cluster_domain(pod.cluster_domain.as_deref(), report);
+    check_image_pull_secrets(&pod.image_pull_secrets, report);
+    check_priority_class(pod.priority_class_name.as_deref(), report);
+}
+
+/// Each label is the user's (the operator's selector labels are reserved), with a valid key
+/// and value.
+fn check_labels(labels: &BTreeMap<String, String>, report: &mut Report) {
+    for (key, value) in labels {
         let field = format!("spec.pod.labels[{key}]");
         if is_reserved_label(key) {
             report.refuse(
@@ -43,8 +64,12 @@ pub(crate) fn check(cluster: &EtcdCluster, defaults: &Defaults, report: &mut Rep
             );
         }
     }
-    for key in pod.annotations.keys() {
-        // The API server checks annotation keys lowercased (`ValidateAnnotations`).
+}
+
+/// Each annotation key is a qualified name, lowercased as the API server checks it
+/// (`ValidateAnnotations`).
+fn check_annotation_keys(annotations: &BTreeMap<String, String>, report: &mut Report) {
+    for key in annotations.keys() {
         if !is_qualified_name(&key.to_ascii_lowercase()) {
             report.refuse(
                 "annotation-syntax",
@@ -53,7 +78,11 @@ pub(crate) fn check(cluster: &EtcdCluster, defaults: &Defaults, report: &mut Rep
             );
         }
     }
-    for (key, value) in &pod.node_selector {
+}
+
+/// Each node selector term is a valid label key and value.
+fn check_node_selector(node_selector: &BTreeMap<String, String>, report: &mut Report) {
+    for (key, value) in node_selector {
         if !is_qualified_name(key) || !is_label_value(value) {
             report.refuse(
                 "label-syntax",
@@ -66,12 +95,10 @@ pub(crate) fn check(cluster: &EtcdCluster, defaults: &Defaults, report: &mut Rep
             );
         }
     }
-    check_env(cluster, defaults, report);
-    super::pod_spec_rules::check(pod, report);
-    if let Some(resources) = &pod.resources {
-        check_resources(resources, report);
-    }
-    check_storage(cluster, report);
+}
+
+/// `antiAffinity` and `affinity.podAntiAffinity` are two ways to say one thing: one of them.
+fn check_anti_affinity(pod: &PodPolicy, report: &mut Report) {
     if pod.anti_affinity
         && pod
             .affinity
@@ -84,6 +111,10 @@ pub(crate) fn check(cluster: &EtcdCluster, defaults: &Defaults, report: &mut Rep
             "cannot be combined with spec.pod.affinity.podAntiAffinity; set one of them",
         );
     }
+}
+
+/// CoreOS' fields for its DNS wait container, which this operator has no use for.
+fn warn_ignored_fields(pod: &PodPolicy, report: &mut Report) {
     if pod.busybox_image.is_some() {
         report.warn(
             "spec.pod.busyboxImage",
@@ -97,9 +128,11 @@ pub(crate) fn check(cluster: &EtcdCluster, defaults: &Defaults, report: &mut Rep
             "is ignored: this operator's members need no DNS init container to time out",
         );
     }
-    check_cluster_domain(pod.cluster_domain.as_deref(), report);
-    check_image_pull_secrets(&pod.image_pull_secrets, report);
-    if let Some(class) = &pod.priority_class_name
+}
+
+/// A priority class, when named, is a valid PriorityClass name.
+fn check_priority_class(class: Option<&str>, report: &mut Report) {
+    if let Some(class) = class
         && !is_dns1123_subdomain(class)
     {
         report.refuse(
