@@ -11,6 +11,7 @@ pub mod duration;
 pub mod endpoints;
 pub mod member_flags;
 pub mod names;
+pub mod schedule;
 pub mod tls;
 pub mod types;
 pub mod version;

@@ -27,7 +27,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use backup::{
-    BackupPolicy, EtcdBackup, EtcdBackupSpec, EtcdBackupStatus, SafetyBackup, SafetyBackupRecord,
+    BackupPolicy, EtcdBackup, EtcdBackupSpec, EtcdBackupStatus, Retention, SafetyBackup,
+    SafetyBackupRecord,
 };
 pub use phase::ClusterPhase;
 pub use restore::{

@@ -106,8 +106,8 @@ async fn start(
     let (view, tls_secret) = target(client, &config.policy, backup).await?;
     let access = member_access(client, &view, tls_secret.as_deref(), config.etcd_timeout).await?;
     let (endpoint, member, status) = most_advanced_member(client, &view, &access).await?;
-    let periodic = keys::interval(spec);
-    let file = keys::snapshot_key(&pvc.path, periodic.is_some(), status.revision, now);
+    let periodic = keys::is_periodic(spec);
+    let file = keys::snapshot_key(&pvc.path, periodic, status.revision, now);
     let limit = schedule::timeout(spec);
     let mut args = vec![
         "backup".to_string(),
@@ -120,7 +120,7 @@ async fn start(
         format!("--member={member}"),
         format!("--timeout-seconds={}", limit.as_secs()),
     ];
-    if periodic.is_some() {
+    if periodic {
         let max = spec.backup_policy.as_ref().map_or(0, |p| p.max_backups);
         args.push(format!("--prefix={}", in_claim(&pvc.path)));
         args.push(format!("--max-backups={max}"));

@@ -15,15 +15,16 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::TryStreamExt as _;
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::jiff::{Timestamp, tz::TimeZone};
 use kube::ResourceExt as _;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
 use object_store::{ObjectStore, ObjectStoreExt as _};
 use tracing::{info, warn};
 
-use etcd_shared::types::EtcdBackup;
+use etcd_shared::schedule::time_zone;
 use etcd_shared::types::storage::PVC_STORAGE_TYPE;
+use etcd_shared::types::{EtcdBackup, Retention};
 
 use super::claim_backup::{self, Progress};
 use super::config::BackupConfig;
@@ -82,8 +83,8 @@ impl Reconciled for BackupReconciler {
     fn retry(&self, backup: &EtcdBackup, error: &BackupError) -> Action {
         let delay = self.backoff.failed(&key(backup));
         warn!(backup = %key(backup), %error, retry_in = ?delay, "backup failed; retrying");
-        match keys::interval(&backup.spec) {
-            // A periodic backup never waits longer than its interval.
+        match schedule::period(&backup.spec, Timestamp::now()) {
+            // A periodic backup never waits longer than its interval or its next time.
             Some(every) => Action::requeue(delay.min(every)),
             None => Action::requeue(delay),
         }
@@ -101,11 +102,32 @@ async fn reconcile(
 ) -> Result<Action, BackupError> {
     let generation = backup.metadata.generation;
     let now = Timestamp::now();
-    match schedule::next(&backup.spec, backup.status.as_ref(), generation, now) {
+    let created = backup.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    let scheduled = match schedule::next(
+        &backup.spec,
+        backup.status.as_ref(),
+        generation,
+        created,
+        now,
+    ) {
         Next::Done => return Ok(Action::await_change()),
         Next::WaitFor(wait) => return Ok(Action::requeue(wait)),
-        Next::TakeNow => {}
-    }
+        Next::BadSchedule(message) => {
+            let status = schedule::failed(
+                backup.status.as_ref(),
+                "InvalidSchedule",
+                &message,
+                generation,
+                now,
+            );
+            if backup.status.as_ref() != Some(&status) {
+                write_status(&r.client, &*backup, &status).await?;
+            }
+            return Ok(Action::await_change());
+        }
+        Next::TakeNow => None,
+        Next::TakeScheduled(due) => Some(due),
+    };
     let limit = schedule::timeout(&backup.spec);
     let started = Instant::now();
     let outcome = if backup.spec.storage_type == PVC_STORAGE_TYPE {
@@ -125,12 +147,12 @@ async fn reconcile(
     let name = backup.name_any();
     match outcome {
         Ok(success) => {
-            let status = schedule::succeeded(
-                backup.status.as_ref(),
-                &success,
-                generation,
-                Timestamp::now(),
-            );
+            let done = Timestamp::now();
+            let mut status =
+                schedule::succeeded(backup.status.as_ref(), &success, generation, done);
+            if let (Some(due), Some(Ok(cron))) = (scheduled, schedule::cron(&backup.spec)) {
+                status = schedule::with_schedule_times(status, &cron, due, done);
+            }
             write_status(&r.client, &*backup, &status).await?;
             r.metrics.succeeded(
                 &namespace,
@@ -145,7 +167,7 @@ async fn reconcile(
                 .normal("BackupSucceeded", note.unwrap_or_default())
                 .await;
             info!(backup = %key(&*backup), path = %success.path, revision = success.revision, size = success.size, took = ?started.elapsed(), "backup written");
-            Ok(match keys::interval(&backup.spec) {
+            Ok(match schedule::period(&backup.spec, Timestamp::now()) {
                 Some(every) => Action::requeue(every),
                 None => Action::await_change(),
             })
@@ -181,7 +203,7 @@ async fn take(
     let spec = &backup.spec;
     let location = StoreLocation::from_source(&spec.storage_type, &spec.source)?;
     let (view, tls_secret) = target(&r.client, &r.config.policy, backup).await?;
-    let periodic = keys::interval(spec).is_some();
+    let periodic = keys::is_periodic(spec);
     let (success, bucket) = snapshot_cluster(
         &r.client,
         &view,
@@ -197,9 +219,21 @@ async fn take(
     .await?;
     if periodic {
         let max = spec.backup_policy.as_ref().map_or(0, |p| p.max_backups);
+        let rule = match &spec.retention {
+            // The webhook refuses an unknown zone; past it, nothing is pruned.
+            Some(policy) => time_zone(&spec.time_zone).map(|zone| Rule::Retention(policy, zone)),
+            None => Ok(Rule::MaxBackups(max)),
+        };
         let prefix = &location.key;
         let key = success.path.split_once('/').map_or("", |(_, k)| k);
-        if let Err(e) = retain(&bucket, prefix, max, key).await {
+        let pruned = match rule {
+            Ok(rule) => retain(&bucket, prefix, &rule, key).await,
+            Err(e) => {
+                warn!(backup = %namespace, error = %e, "spec.timeZone: old snapshots kept");
+                Ok(())
+            }
+        };
+        if let Err(e) = pruned {
             // The snapshot is written; old ones are tried again after the next one.
             warn!(backup = %namespace, error = %e, "deleting old snapshots failed");
         }
@@ -207,14 +241,23 @@ async fn take(
     Ok(success)
 }
 
-/// Deletes the periodic snapshots of `prefix` beyond `max`, keeping `keep`.
+/// Which old periodic snapshots go.
+enum Rule<'a> {
+    /// CoreOS' `maxBackups`: all but the newest N (0 keeps all).
+    MaxBackups(i64),
+    /// `spec.retention`, grandfather-father-son in the backup's time zone.
+    Retention(&'a Retention, TimeZone),
+}
+
+/// Deletes the periodic snapshots of `prefix` that `rule` does not keep, keeping `keep` (the
+/// decision is [`keys::expired`]'s or [`keys::expired_by_retention`]'s).
 async fn retain(
     bucket: &Arc<dyn ObjectStore>,
     prefix: &str,
-    max: i64,
+    rule: &Rule<'_>,
     keep: &str,
 ) -> Result<(), TransferError> {
-    if max <= 0 {
+    if matches!(rule, Rule::MaxBackups(max) if *max <= 0) {
         return Ok(());
     }
     // Listing is by directory: the objects beside the prefix's last component.
@@ -224,9 +267,16 @@ async fn retain(
         .try_collect()
         .await?;
     let keys: Vec<String> = listed.iter().map(|m| m.location.to_string()).collect();
-    for doomed in keys::expired(prefix, &keys, max, keep) {
+    let (doomed, why) = match rule {
+        Rule::MaxBackups(max) => (keys::expired(prefix, &keys, *max, keep), "maxBackups"),
+        Rule::Retention(policy, zone) => (
+            keys::expired_by_retention(prefix, &keys, policy, zone, keep),
+            "retention",
+        ),
+    };
+    for doomed in doomed {
         bucket.delete(&transfer::object_path(&doomed)?).await?;
-        info!(key = %doomed, "old snapshot deleted (maxBackups)");
+        info!(key = %doomed, "old snapshot deleted ({why})");
     }
     Ok(())
 }

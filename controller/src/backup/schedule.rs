@@ -7,6 +7,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
+use etcd_shared::schedule::{Schedule, ScheduleError};
 use etcd_shared::types::{EtcdBackupSpec, EtcdBackupStatus};
 
 use crate::conditions::{self, Stamp, bounded_message};
@@ -18,14 +19,33 @@ use crate::snapshot::keys::interval;
 pub const SUCCEEDED: &str = "Succeeded";
 
 /// What to do with a backup now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Next {
     /// Take a snapshot now.
     TakeNow,
+    /// Take a snapshot now for this time of the `schedule` (the latest one due: times missed
+    /// while the operator was down are made up once).
+    TakeScheduled(Timestamp),
     /// Nothing until then (a periodic backup not yet due).
     WaitFor(Duration),
     /// Nothing until the spec changes (a one-shot backup that succeeded).
     Done,
+    /// Nothing until the spec changes: the schedule does not parse (the webhook refuses it).
+    BadSchedule(String),
+}
+
+/// The backup's cron schedule, if it has one.
+pub fn cron(spec: &EtcdBackupSpec) -> Option<Result<Schedule, ScheduleError>> {
+    (!spec.schedule.is_empty()).then(|| Schedule::parse(&spec.schedule, &spec.time_zone))
+}
+
+/// How long a periodic backup waits at most: its interval, or until its schedule's next time.
+pub fn period(spec: &EtcdBackupSpec, now: Timestamp) -> Option<Duration> {
+    match cron(spec) {
+        Some(Ok(schedule)) => schedule.wait_from(now),
+        Some(Err(_)) => None,
+        None => interval(spec),
+    }
 }
 
 /// The whole backup's time limit (`timeoutInSecond`, CoreOS' default 60 s).
@@ -43,8 +63,15 @@ pub fn next(
     spec: &EtcdBackupSpec,
     status: Option<&EtcdBackupStatus>,
     generation: Option<i64>,
+    created: Option<Timestamp>,
     now: Timestamp,
 ) -> Next {
+    if let Some(schedule) = cron(spec) {
+        return match schedule {
+            Ok(schedule) => next_scheduled(&schedule, status, created, now),
+            Err(e) => Next::BadSchedule(format!("spec.schedule: {e}")),
+        };
+    }
     let current =
         status.filter(|s| s.observed_generation.is_some() && s.observed_generation == generation);
     let Some(status) = current else {
@@ -66,6 +93,47 @@ pub fn next(
             }
         }
     }
+}
+
+/// A `schedule`'s decision, computed from the schedule alone (never from the last run plus a
+/// period): the latest scheduled time after the one the last backup was for (else after the
+/// last success, else after the EtcdBackup's creation) and not after `now` is due, once,
+/// however many times were missed; otherwise wait for the next time. A failed run leaves the
+/// time owed (retried with backoff until a newer time replaces it).
+pub fn next_scheduled(
+    schedule: &Schedule,
+    status: Option<&EtcdBackupStatus>,
+    created: Option<Timestamp>,
+    now: Timestamp,
+) -> Next {
+    let since = status
+        .and_then(|s| {
+            s.last_schedule_time
+                .as_ref()
+                .or(s.last_success_date.as_ref())
+        })
+        .map(|t| t.0)
+        .or(created)
+        .unwrap_or(now);
+    if let Some(due) = schedule.latest_in(since, now) {
+        return Next::TakeScheduled(due);
+    }
+    match schedule.wait_from(now) {
+        Some(wait) => Next::WaitFor(wait),
+        None => Next::Done,
+    }
+}
+
+/// A status with the times of a `schedule`: the time this backup was for and the next one.
+pub fn with_schedule_times(
+    mut status: EtcdBackupStatus,
+    schedule: &Schedule,
+    scheduled: Timestamp,
+    now: Timestamp,
+) -> EtcdBackupStatus {
+    status.last_schedule_time = Some(Time(scheduled));
+    status.next_schedule_time = schedule.next_after(now.max(scheduled)).map(Time);
+    status
 }
 
 /// The status after a successful backup.
@@ -97,6 +165,8 @@ pub fn succeeded(
             old,
             Stamp::new(generation, now).condition(SUCCEEDED, true, "BackupSucceeded", message),
         ),
+        last_schedule_time: old.and_then(|o| o.last_schedule_time.clone()),
+        next_schedule_time: old.and_then(|o| o.next_schedule_time.clone()),
         observed_generation: generation,
     }
 }
@@ -212,8 +282,191 @@ mod tests {
             ),
         ];
         for (name, spec, status, want) in cases {
-            assert_eq!(next(&spec, status.as_ref(), Some(1), now), want, "{name}");
+            assert_eq!(
+                next(&spec, status.as_ref(), Some(1), None, now),
+                want,
+                "{name}"
+            );
         }
+    }
+
+    fn cron_spec(expression: &str, zone: &str) -> EtcdBackupSpec {
+        EtcdBackupSpec {
+            schedule: expression.into(),
+            time_zone: zone.into(),
+            ..EtcdBackupSpec::default()
+        }
+    }
+
+    fn scheduled_status(last: &str) -> EtcdBackupStatus {
+        EtcdBackupStatus {
+            succeeded: true,
+            last_schedule_time: Some(Time(at(last))),
+            last_success_date: Some(Time(at(last))),
+            observed_generation: Some(1),
+            ..EtcdBackupStatus::default()
+        }
+    }
+
+    /// Plays the reconciler: from `start` to `end`, a decision every `step` while the
+    /// operator is up (`down` says when it is not); each backup is written at once and
+    /// recorded. Returns the scheduled times taken and when.
+    fn play(
+        spec: &EtcdBackupSpec,
+        created: &str,
+        start: &str,
+        end: &str,
+        down: &dyn Fn(Timestamp) -> bool,
+    ) -> Vec<(Timestamp, Timestamp)> {
+        let (mut now, end) = (at(start), at(end));
+        let mut status: Option<EtcdBackupStatus> = None;
+        let mut taken = Vec::new();
+        let schedule = cron(spec).expect("a schedule").expect("parses");
+        while now <= end {
+            if !down(now)
+                && let Next::TakeScheduled(due) =
+                    next(spec, status.as_ref(), Some(1), Some(at(created)), now)
+            {
+                taken.push((due, now));
+                let mut s = status.clone().unwrap_or_default();
+                s.succeeded = true;
+                s.last_success_date = Some(Time(now));
+                status = Some(with_schedule_times(s, &schedule, due, now));
+            }
+            now = etcd_shared::schedule::plus_minutes(now, 1);
+        }
+        taken
+    }
+
+    #[test]
+    fn a_schedule_runs_on_its_times_and_makes_up_missed_ones_once() {
+        let spec = cron_spec("*/10 * * * *", "");
+        let now = at("2026-12-04T12:07:00Z");
+        // Created at 12:03: nothing until 12:10 (as a CronJob: no run at creation).
+        assert_eq!(
+            next(&spec, None, Some(1), Some(at("2026-12-04T12:03:00Z")), now),
+            Next::WaitFor(Duration::from_secs(180))
+        );
+        // Last taken for 12:00: 12:10 is next.
+        let last = scheduled_status("2026-12-04T12:00:00Z");
+        assert_eq!(
+            next(&spec, Some(&last), Some(1), None, now),
+            Next::WaitFor(Duration::from_secs(180))
+        );
+        // Down from 12:05 to 13:02: five times missed, the latest (13:00) taken once.
+        let late = at("2026-12-04T13:02:30Z");
+        let owed = next(&spec, Some(&last), Some(1), None, late);
+        assert_eq!(owed, Next::TakeScheduled(at("2026-12-04T13:00:00Z")));
+        let schedule = cron(&spec).unwrap().unwrap();
+        let after = with_schedule_times(last.clone(), &schedule, at("2026-12-04T13:00:00Z"), late);
+        assert_eq!(
+            after.next_schedule_time,
+            Some(Time(at("2026-12-04T13:10:00Z"))),
+            "the next time comes from the schedule, not from the run plus ten minutes"
+        );
+        assert_eq!(
+            next(&spec, Some(&after), Some(1), None, late),
+            Next::WaitFor(Duration::from_secs(450)),
+            "no burst: the other missed times are not taken"
+        );
+        // A failed run leaves its time owed: the status keeps the old schedule time.
+        let failed = failed(Some(&last), "StoreFailed", "x", Some(1), late);
+        assert_eq!(
+            next(&spec, Some(&failed), Some(1), None, late),
+            Next::TakeScheduled(at("2026-12-04T13:00:00Z"))
+        );
+        // A spec change does not take one at once (unlike an interval backup).
+        assert!(matches!(
+            next(&spec, Some(&after), Some(2), None, late),
+            Next::WaitFor(_)
+        ));
+        // A bad schedule (past the webhook) waits for a change.
+        assert!(matches!(
+            next(&cron_spec("0 3 * *", ""), None, Some(1), None, now),
+            Next::BadSchedule(m) if m.starts_with("spec.schedule: ")
+        ));
+
+        // A whole day every minute with the operator down 10:00-10:45: one run per time when
+        // up, one for 10:45 on return, none for the 44 others.
+        let taken = play(
+            &cron_spec("0,15,30,45 * * * *", ""),
+            "2026-12-03T23:59:00Z",
+            "2026-12-04T00:00:00Z",
+            "2026-12-04T23:59:00Z",
+            &|t| t >= at("2026-12-04T10:00:00Z") && t < at("2026-12-04T10:46:00Z"),
+        );
+        assert_eq!(taken.len(), 96 - 3, "{taken:?}");
+        assert!(taken.iter().all(|(due, when)| due <= when));
+        let made_up: Vec<_> = taken.iter().filter(|(due, when)| due != when).collect();
+        assert_eq!(
+            made_up,
+            [&(at("2026-12-04T10:45:00Z"), at("2026-12-04T10:46:00Z"))]
+        );
+    }
+
+    #[test]
+    fn daylight_saving_changes_in_the_zone() {
+        // Europe/Berlin: 2026-03-29 02:00 CET -> 03:00 CEST; 2026-10-25 03:00 CEST -> 02:00 CET.
+        let spec = cron_spec("30 2 * * *", "Europe/Berlin");
+        let spring = play(
+            &spec,
+            "2026-03-27T00:00:00Z",
+            "2026-03-27T00:00:00Z",
+            "2026-03-31T00:00:00Z",
+            &|_| false,
+        );
+        let dues: Vec<Timestamp> = spring.iter().map(|(d, _)| *d).collect();
+        assert_eq!(
+            dues,
+            [
+                at("2026-03-27T01:30:00Z"), // 02:30 CET
+                at("2026-03-28T01:30:00Z"),
+                at("2026-03-29T01:00:00Z"), // 02:30 does not exist: 03:00 CEST, once
+                at("2026-03-30T00:30:00Z"), // 02:30 CEST
+            ]
+        );
+        let autumn = play(
+            &spec,
+            "2026-10-24T00:00:00Z",
+            "2026-10-24T00:00:00Z",
+            "2026-10-27T00:00:00Z",
+            &|_| false,
+        );
+        let dues: Vec<Timestamp> = autumn.iter().map(|(d, _)| *d).collect();
+        assert_eq!(
+            dues,
+            [
+                at("2026-10-24T00:30:00Z"), // 02:30 CEST
+                at("2026-10-25T00:30:00Z"), // 02:30 happens twice: the first, once
+                at("2026-10-26T01:30:00Z"), // 02:30 CET
+            ]
+        );
+        // Down over the spring change, back on the 30th at 12:00: one run for the 30th only.
+        let back = scheduled_status("2026-03-28T01:30:00Z");
+        assert_eq!(
+            next(
+                &spec,
+                Some(&back),
+                Some(1),
+                None,
+                at("2026-03-30T10:00:00Z")
+            ),
+            Next::TakeScheduled(at("2026-03-30T00:30:00Z"))
+        );
+        // Hourly across the autumn change: 25 runs in the 25-hour day, an hour apart.
+        let hourly = play(
+            &cron_spec("0 * * * *", "Europe/Berlin"),
+            "2026-10-24T21:59:00Z",
+            "2026-10-24T22:00:00Z",
+            "2026-10-25T22:59:00Z",
+            &|_| false,
+        );
+        assert_eq!(hourly.len(), 25, "{hourly:?}");
+        assert!(
+            hourly
+                .windows(2)
+                .all(|w| w[1].0.duration_since(w[0].0).as_secs() == 3600)
+        );
     }
 
     #[test]

@@ -4,14 +4,20 @@
 
 use std::time::Duration;
 
-use k8s_openapi::jiff::{Timestamp, tz::TimeZone};
+use k8s_openapi::jiff::{Timestamp, civil::DateTime, tz::TimeZone};
 
-use etcd_shared::types::EtcdBackupSpec;
+use etcd_shared::types::{EtcdBackupSpec, Retention};
 
 /// The interval of a periodic backup; `None` for a one-shot one.
 pub fn interval(spec: &EtcdBackupSpec) -> Option<Duration> {
     let seconds = spec.backup_policy.as_ref()?.backup_interval_in_second;
     (seconds > 0).then(|| Duration::from_secs(seconds.unsigned_abs()))
+}
+
+/// Whether a backup is periodic: CoreOS' `backupIntervalInSecond` or this operator's cron
+/// `schedule`. Periodic snapshots get [`snapshot_key`]'s dated keys and are pruned.
+pub fn is_periodic(spec: &EtcdBackupSpec) -> bool {
+    interval(spec).is_some() || !spec.schedule.is_empty()
 }
 
 /// CoreOS' time layout in periodic keys, Go's `2006-01-02-15:04:05`, in UTC.
@@ -116,6 +122,97 @@ pub fn expired(prefix: &str, keys: &[String], max_backups: i64, keep: &str) -> V
     doomed
 }
 
+/// The time a periodic key carries (UTC, to the second).
+fn key_timestamp(time: &str) -> Option<Timestamp> {
+    let civil = DateTime::strptime("%Y-%m-%d-%H:%M:%S", time).ok()?;
+    civil.to_zoned(TimeZone::UTC).ok().map(|z| z.timestamp())
+}
+
+/// Grandfather-father-son retention (`spec.retention`): the keys it deletes among the periodic
+/// snapshots of `prefix` in `keys` (other objects are never touched), oldest first. The
+/// snapshots are taken newest first (by time, then revision); `keepLast` keeps the first N,
+/// and each of `keepHourly`, `keepDaily`, `keepWeekly` (ISO weeks) and `keepMonthly` keeps the
+/// newest snapshot of each of the N newest distinct hours, days, weeks or months in `zone`
+/// that have one (restic's `--keep-*`). A snapshot kept by any rule is kept; `keep` (the one
+/// just written) always is. A policy that keeps nothing deletes nothing.
+pub fn expired_by_retention(
+    prefix: &str,
+    keys: &[String],
+    policy: &Retention,
+    zone: &TimeZone,
+    keep: &str,
+) -> Vec<String> {
+    if policy.is_empty() {
+        return Vec::new();
+    }
+    let mut found: Vec<(Periodic, Timestamp)> = keys
+        .iter()
+        .filter_map(|k| parse_periodic(prefix, k))
+        .filter_map(|p| key_timestamp(&p.time).map(|t| (p, t)))
+        .collect();
+    found.sort_by(|a, b| b.0.cmp(&a.0));
+    let times: Vec<Timestamp> = found.iter().map(|(_, t)| *t).collect();
+    let kept = gfs_kept(&times, policy, zone);
+    let mut doomed: Vec<String> = found
+        .into_iter()
+        .enumerate()
+        .filter(|(i, (p, _))| !kept[*i] && p.key != keep)
+        .map(|(_, (p, _))| p.key)
+        .collect();
+    doomed.reverse();
+    doomed
+}
+
+/// Which of `times` (newest first) grandfather-father-son retention keeps.
+pub fn gfs_kept(times: &[Timestamp], policy: &Retention, zone: &TimeZone) -> Vec<bool> {
+    let mut kept = vec![false; times.len()];
+    let count = |n: i64| usize::try_from(n).unwrap_or(0);
+    for k in kept.iter_mut().take(count(policy.keep_last)) {
+        *k = true;
+    }
+    let zoned: Vec<_> = times.iter().map(|t| t.to_zoned(zone.clone())).collect();
+    let bucket = |unit: u8, i: usize| -> (i32, i32, i32, i32) {
+        let z = &zoned[i];
+        let (y, m, d, h) = (
+            i32::from(z.year()),
+            i32::from(z.month()),
+            i32::from(z.day()),
+            i32::from(z.hour()),
+        );
+        match unit {
+            0 => (y, m, d, h),
+            1 => (y, m, d, 0),
+            2 => {
+                let week = z.date().iso_week_date();
+                (i32::from(week.year()), i32::from(week.week()), 0, 0)
+            }
+            _ => (y, m, 0, 0),
+        }
+    };
+    for (unit, n) in [
+        (0u8, policy.keep_hourly),
+        (1, policy.keep_daily),
+        (2, policy.keep_weekly),
+        (3, policy.keep_monthly),
+    ] {
+        let n = count(n);
+        let mut last = None;
+        let mut taken = 0usize;
+        for (i, k) in kept.iter_mut().enumerate() {
+            if taken >= n {
+                break;
+            }
+            let b = bucket(unit, i);
+            if last != Some(b) {
+                *k = true;
+                last = Some(b);
+                taken += 1;
+            }
+        }
+    }
+    kept
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,5 +259,119 @@ mod tests {
         let doomed = expired("c/snap.db", &keys, 1, old_keep);
         assert!(!doomed.contains(&old_keep.to_string()));
         assert_eq!(doomed.len(), 3);
+    }
+
+    /// Keys of `prefix` for the given UTC times (`YYYY-MM-DDTHH:MM`), revisions rising.
+    fn keys_at(times: &[&str]) -> Vec<String> {
+        times
+            .iter()
+            .enumerate()
+            .map(|(i, t)| snapshot_key("c/s.db", true, 10 + i as i64, at(&format!("{t}:00Z"))))
+            .collect()
+    }
+
+    fn policy(last: i64, hourly: i64, daily: i64, weekly: i64, monthly: i64) -> Retention {
+        Retention {
+            keep_last: last,
+            keep_hourly: hourly,
+            keep_daily: daily,
+            keep_weekly: weekly,
+            keep_monthly: monthly,
+        }
+    }
+
+    /// The times (of `keys_at`'s keys) that survive.
+    fn survivors(times: &[&str], p: &Retention, zone: &str) -> Vec<String> {
+        let keys = keys_at(times);
+        let keep = keys.last().cloned().unwrap_or_default();
+        let zone = TimeZone::get(zone).expect("zone");
+        let doomed = expired_by_retention("c/s.db", &keys, p, &zone, &keep);
+        keys.iter()
+            .zip(times)
+            .filter(|(k, _)| !doomed.contains(k))
+            .map(|(_, t)| t.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn grandfather_father_son_keeps_the_newest_of_each_period() {
+        // Hourly backups over three days, the last one at 2026-03-04T10:00Z (a Wednesday).
+        let mut times: Vec<String> = Vec::new();
+        for day in 2..=4 {
+            for hour in 0..24 {
+                if day == 4 && hour > 10 {
+                    break;
+                }
+                times.push(format!("2026-03-{day:02}T{hour:02}:00"));
+            }
+        }
+        let times: Vec<&str> = times.iter().map(String::as_str).collect();
+        // keepLast 2 + keepHourly 3: the last three hours (two of them also the last two).
+        assert_eq!(
+            survivors(&times, &policy(2, 3, 0, 0, 0), "UTC"),
+            ["2026-03-04T08:00", "2026-03-04T09:00", "2026-03-04T10:00"]
+        );
+        // keepDaily 3: the newest of each day.
+        assert_eq!(
+            survivors(&times, &policy(0, 0, 3, 0, 0), "UTC"),
+            ["2026-03-02T23:00", "2026-03-03T23:00", "2026-03-04T10:00"]
+        );
+        // Days in Berlin (UTC+1 in March): a day ends at 23:00 UTC.
+        assert_eq!(
+            survivors(&times, &policy(0, 0, 3, 0, 0), "Europe/Berlin"),
+            ["2026-03-02T22:00", "2026-03-03T22:00", "2026-03-04T10:00"]
+        );
+        // One rule's pick counts once: keepLast 1 and keepDaily 1 keep the same snapshot.
+        assert_eq!(
+            survivors(&times, &policy(1, 0, 1, 0, 0), "UTC"),
+            ["2026-03-04T10:00"]
+        );
+    }
+
+    #[test]
+    fn weeks_and_months_reach_back() {
+        // Daily backups at 03:00 UTC from 2026-01-01 to 2026-03-10.
+        let mut times: Vec<String> = Vec::new();
+        for (month, days) in [(1, 31), (2, 28), (3, 10)] {
+            for day in 1..=days {
+                times.push(format!("2026-{month:02}-{day:02}T03:00"));
+            }
+        }
+        let times: Vec<&str> = times.iter().map(String::as_str).collect();
+        // 2026-03-10 is a Tuesday: weeks start 03-09, 03-02, 02-23 (Mondays).
+        assert_eq!(
+            survivors(&times, &policy(0, 0, 0, 3, 0), "UTC"),
+            ["2026-03-01T03:00", "2026-03-08T03:00", "2026-03-10T03:00"]
+        );
+        assert_eq!(
+            survivors(&times, &policy(0, 0, 0, 0, 3), "UTC"),
+            ["2026-01-31T03:00", "2026-02-28T03:00", "2026-03-10T03:00"]
+        );
+        // Fewer periods than asked: every period's newest, nothing more.
+        assert_eq!(survivors(&times, &policy(0, 0, 0, 0, 12), "UTC").len(), 3);
+        // All rules together: the union.
+        let all = survivors(&times, &policy(2, 0, 3, 2, 2), "UTC");
+        assert_eq!(
+            all,
+            [
+                "2026-02-28T03:00",
+                "2026-03-08T03:00",
+                "2026-03-09T03:00",
+                "2026-03-10T03:00"
+            ]
+        );
+        // The snapshot just written survives whatever its key says; others' keys untouched.
+        let mut keys = keys_at(&times);
+        keys.push("c/s.db".into());
+        keys.push("c/s.db_v1_not-a-time".into());
+        let zone = TimeZone::UTC;
+        let doomed = expired_by_retention("c/s.db", &keys, &policy(1, 0, 0, 0, 0), &zone, &keys[0]);
+        assert_eq!(doomed.len(), times.len() - 2);
+        assert!(!doomed.contains(&keys[0]) && !doomed.iter().any(|k| k == "c/s.db"));
+        assert_eq!(doomed[0], keys[1], "oldest first");
+        assert!(
+            expired_by_retention("c/s.db", &keys, &Retention::default(), &zone, "").is_empty(),
+            "a policy that keeps nothing deletes nothing"
+        );
     }
 }

@@ -8,6 +8,7 @@ use super::syntax::{clipped, is_dns1123_subdomain, quoted};
 use crate::EtcdCluster;
 use crate::endpoints::cluster_of_endpoints;
 use crate::names::ANNOTATION_RESTORE_SEED;
+use crate::schedule::{Schedule, ScheduleError, time_zone};
 use crate::types::storage::PVC_STORAGE_TYPE;
 use crate::types::{EtcdBackup, EtcdRestore, RestoreSeed};
 
@@ -41,6 +42,7 @@ pub(crate) fn check_backup(backup: &EtcdBackup, namespace: &str, report: &mut Re
             ),
         );
     }
+    check_schedule(backup, report);
     let Some(policy) = &spec.backup_policy else {
         return;
     };
@@ -58,10 +60,10 @@ pub(crate) fn check_backup(backup: &EtcdBackup, namespace: &str, report: &mut Re
         }
     }
     let interval = policy.backup_interval_in_second;
-    if policy.max_backups > 0 && interval <= 0 {
+    if policy.max_backups > 0 && interval <= 0 && spec.schedule.is_empty() {
         report.warn(
             "spec.backupPolicy.maxBackups",
-            "applies to periodic backups only: without backupIntervalInSecond one snapshot is taken and none is deleted",
+            "applies to periodic backups only: without backupIntervalInSecond or schedule one snapshot is taken and none is deleted",
         );
     }
     if (1..MIN_QUIET_INTERVAL_SECONDS).contains(&interval) {
@@ -70,6 +72,92 @@ pub(crate) fn check_backup(backup: &EtcdBackup, namespace: &str, report: &mut Re
             format_args!(
                 "a snapshot every {interval} s streams the whole database that often and loads the member it is taken from; {MIN_QUIET_INTERVAL_SECONDS} s or more is recommended"
             ),
+        );
+    }
+}
+
+/// `spec.schedule`, `spec.timeZone` and `spec.retention` (this operator's extensions): a cron
+/// expression of five fields instead of `backupIntervalInSecond`, a known time zone, a
+/// retention that keeps something instead of `maxBackups`.
+fn check_schedule(backup: &EtcdBackup, report: &mut Report) {
+    let spec = &backup.spec;
+    let policy = spec.backup_policy.as_ref();
+    let interval = policy.map_or(0, |p| p.backup_interval_in_second);
+    let max_backups = policy.map_or(0, |p| p.max_backups);
+    if !spec.time_zone.is_empty()
+        && let Err(e) = time_zone(&spec.time_zone)
+    {
+        report.refuse("backup-time-zone", "spec.timeZone", e.to_string());
+    }
+    if !spec.schedule.is_empty() {
+        if interval > 0 {
+            report.refuse(
+                "backup-schedule",
+                "spec.schedule",
+                format!(
+                    "and spec.backupPolicy.backupIntervalInSecond ({interval}) are both set: a periodic backup takes one or the other, the cron schedule or CoreOS' interval"
+                ),
+            );
+        }
+        match Schedule::parse(&spec.schedule, "") {
+            Err(ScheduleError::Expression(e)) => {
+                report.refuse("backup-schedule", "spec.schedule", e);
+            }
+            Err(ScheduleError::TimeZone(_)) | Ok(_) => {}
+        }
+    } else if !spec.time_zone.is_empty() && spec.retention.is_none() {
+        report.warn(
+            "spec.timeZone",
+            "has no effect without spec.schedule or spec.retention",
+        );
+    }
+    let Some(retention) = &spec.retention else {
+        return;
+    };
+    for (field, value) in [
+        ("keepLast", retention.keep_last),
+        ("keepHourly", retention.keep_hourly),
+        ("keepDaily", retention.keep_daily),
+        ("keepWeekly", retention.keep_weekly),
+        ("keepMonthly", retention.keep_monthly),
+    ] {
+        if value < 0 {
+            report.refuse(
+                "backup-retention",
+                format!("spec.retention.{field}"),
+                format!("must not be negative (0 keeps none by this rule), got {value}"),
+            );
+        }
+    }
+    if retention.is_empty() {
+        report.refuse(
+            "backup-retention",
+            "spec.retention",
+            "keeps nothing: set at least one of keepLast, keepHourly, keepDaily, keepWeekly, keepMonthly (or leave retention out to keep every snapshot)",
+        );
+    }
+    if max_backups > 0 {
+        report.refuse(
+            "backup-retention",
+            "spec.retention",
+            format!(
+                "and spec.backupPolicy.maxBackups ({max_backups}) are both set: old snapshots are deleted by one or the other"
+            ),
+        );
+    }
+    if spec.storage_type == PVC_STORAGE_TYPE {
+        report.refuse(
+            "backup-retention",
+            "spec.retention",
+            format!(
+                "is not supported yet for storageType {PVC_STORAGE_TYPE} (the pod that writes the file keeps backupPolicy.maxBackups only); use maxBackups"
+            ),
+        );
+    }
+    if interval <= 0 && spec.schedule.is_empty() {
+        report.warn(
+            "spec.retention",
+            "applies to periodic backups only: without backupIntervalInSecond or schedule one snapshot is taken and none is deleted",
         );
     }
 }

@@ -636,7 +636,7 @@ fn backup_policies() {
     assert_eq!(
         accepted(judge_backup(&policy("  maxBackups: 5\n"), None)),
         vec![
-            "spec.backupPolicy.maxBackups: applies to periodic backups only: without backupIntervalInSecond one snapshot is taken and none is deleted"
+            "spec.backupPolicy.maxBackups: applies to periodic backups only: without backupIntervalInSecond or schedule one snapshot is taken and none is deleted"
         ]
     );
     for field in ["timeoutInSecond", "backupIntervalInSecond", "maxBackups"] {
@@ -648,6 +648,152 @@ fn backup_policies() {
             ),
         );
     }
+}
+
+#[test]
+fn schedules_and_retention() {
+    // A daily schedule in Berlin keeping GFS: accepted without a word.
+    let gfs = "retention:\n  keepLast: 3\n  keepHourly: 24\n  keepDaily: 7\n  keepWeekly: 4\n  keepMonthly: 12\n";
+    assert_eq!(
+        judge_backup(
+            &good_backup(&format!(
+                "schedule: \"0 3 * * *\"\ntimeZone: Europe/Berlin\n{gfs}"
+            )),
+            None
+        ),
+        Ok(vec![])
+    );
+    assert_eq!(
+        judge_backup(
+            &good_backup(
+                "schedule: \"@hourly\"\nbackupPolicy:\n  maxBackups: 5\n  timeoutInSecond: 120\n"
+            ),
+            None
+        ),
+        Ok(vec![]),
+        "maxBackups and timeoutInSecond apply to a schedule"
+    );
+    assert_eq!(
+        judge_backup(
+            &good_backup(
+                "backupPolicy:\n  backupIntervalInSecond: 3600\nretention:\n  keepDaily: 7\n"
+            ),
+            None
+        ),
+        Ok(vec![]),
+        "retention applies to interval backups"
+    );
+    // Each refusal names its field.
+    assert_refused(
+        judge_backup(
+            &good_backup(
+                "schedule: \"0 3 * * *\"\nbackupPolicy:\n  backupIntervalInSecond: 3600\n",
+            ),
+            None,
+        ),
+        "backup-schedule",
+        "spec.schedule: and spec.backupPolicy.backupIntervalInSecond (3600) are both set: a periodic backup takes one or the other",
+    );
+    assert_refused(
+        judge_backup(&good_backup("schedule: \"0 3 * *\"\n"), None),
+        "backup-schedule",
+        "spec.schedule: must be a cron expression of five fields (minute hour day-of-month month day-of-week, such as \"0 3 * * *\"), got 4 fields in \"0 3 * *\"",
+    );
+    assert_refused(
+        judge_backup(&good_backup("schedule: \"0 0 3 * * *\"\n"), None),
+        "backup-schedule",
+        "spec.schedule: must be a cron expression of five fields",
+    );
+    assert_refused(
+        judge_backup(&good_backup("schedule: \"0 25 * * *\"\n"), None),
+        "backup-schedule",
+        "spec.schedule: is not a cron expression of five fields",
+    );
+    assert_refused(
+        judge_backup(&good_backup("schedule: \"0 0 30 2 *\"\n"), None),
+        "backup-schedule",
+        "spec.schedule: never matches a time",
+    );
+    assert_refused(
+        judge_backup(
+            &good_backup("schedule: \"0 3 * * *\"\ntimeZone: Mars/Olympus_Mons\n"),
+            None,
+        ),
+        "backup-time-zone",
+        "spec.timeZone: is not a time zone of the IANA database (such as \"Europe/Berlin\", \"America/New_York\" or \"UTC\"), got \"Mars/Olympus_Mons\"",
+    );
+    assert_refused(
+        judge_backup(&good_backup("schedule: \"@daily\"\nretention: {}\n"), None),
+        "backup-retention",
+        "spec.retention: keeps nothing: set at least one of keepLast, keepHourly, keepDaily, keepWeekly, keepMonthly",
+    );
+    for field in [
+        "keepLast",
+        "keepHourly",
+        "keepDaily",
+        "keepWeekly",
+        "keepMonthly",
+    ] {
+        assert_refused(
+            judge_backup(
+                &good_backup(&format!(
+                    "schedule: \"@daily\"\nretention:\n  {field}: -1\n"
+                )),
+                None,
+            ),
+            "backup-retention",
+            &format!(
+                "spec.retention.{field}: must not be negative (0 keeps none by this rule), got -1"
+            ),
+        );
+    }
+    assert_refused(
+        judge_backup(
+            &good_backup(
+                "schedule: \"@daily\"\nbackupPolicy:\n  maxBackups: 3\nretention:\n  keepDaily: 7\n",
+            ),
+            None,
+        ),
+        "backup-retention",
+        "spec.retention: and spec.backupPolicy.maxBackups (3) are both set: old snapshots are deleted by one or the other",
+    );
+    assert_refused(
+        judge_backup(
+            &pvc_backup(&format!(
+                "{PVC}schedule: \"@daily\"\nretention:\n  keepDaily: 7\n"
+            )),
+            None,
+        ),
+        "backup-retention",
+        "spec.retention: is not supported yet for storageType PVC",
+    );
+    // Warnings: settings that do nothing.
+    assert_eq!(
+        accepted(judge_backup(
+            &good_backup("retention:\n  keepLast: 2\n"),
+            None
+        )),
+        vec![
+            "spec.retention: applies to periodic backups only: without backupIntervalInSecond or schedule one snapshot is taken and none is deleted"
+        ]
+    );
+    assert_eq!(
+        accepted(judge_backup(
+            &good_backup("timeZone: Europe/Berlin\n"),
+            None
+        )),
+        vec!["spec.timeZone: has no effect without spec.schedule or spec.retention"]
+    );
+    // A PVC backup may have a schedule (its pod keeps maxBackups).
+    assert_eq!(
+        judge_backup(
+            &pvc_backup(&format!(
+                "{PVC}schedule: \"*/30 * * * *\"\nbackupPolicy:\n  maxBackups: 3\n"
+            )),
+            None
+        ),
+        Ok(vec![])
+    );
 }
 
 #[test]

@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 use super::storage::StorageSource;
 use super::{lenient, schema};
 
-/// A backup of an etcd cluster to object storage: once, or every `backupIntervalInSecond`.
+/// A backup of an etcd cluster to object storage: once, every `backupIntervalInSecond`, or on a
+/// cron `schedule`.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "etcd.database.coreos.com",
@@ -49,6 +50,32 @@ pub struct EtcdBackupSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup_policy: Option<BackupPolicy>,
 
+    /// An operator extension (not in CoreOS' API): when periodic backups are taken, a cron
+    /// expression of five fields (minute, hour, day of month, month, day of week, as in a
+    /// CronJob), such as `0 3 * * *` for 03:00 every day or `*/15 * * * *`; `@hourly`,
+    /// `@daily`, `@weekly` and `@monthly` too. Instead of `backupPolicy.backupIntervalInSecond`
+    /// (set one or the other). The first backup is taken at the first time after the
+    /// EtcdBackup is created; times missed while the operator was down are made up with one
+    /// backup on its return, never one per missed time. `backupPolicy.timeoutInSecond` and
+    /// `maxBackups` apply as to interval backups.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 256))]
+    pub schedule: String,
+
+    /// An operator extension: the IANA time zone `schedule` is read in, such as
+    /// `Europe/Berlin`; blank means UTC. Daylight saving changes are followed: a time that
+    /// falls in the skipped hour runs at the first minute after it, a time in the repeated
+    /// hour runs once. Also the zone of `retention`'s hours, days, weeks and months.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 64))]
+    pub time_zone: String,
+
+    /// An operator extension: which periodic snapshots are kept, grandfather-father-son; the
+    /// others are deleted after each backup. Instead of `backupPolicy.maxBackups` (set one or
+    /// the other). A snapshot kept by any rule is kept, the one just written always.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<Retention>,
+
     /// The storage location, inline: `s3`, `abs`, `gcs`, `oss` or (extension) `pvc`.
     #[serde(flatten)]
     pub source: StorageSource,
@@ -83,6 +110,53 @@ pub struct BackupPolicy {
     #[serde(default, skip_serializing_if = "is_zero")]
     #[schemars(range(min = 0, max = 10000))]
     pub max_backups: i64,
+}
+
+/// Grandfather-father-son retention of periodic snapshots (as restic's `--keep-*`): each
+/// count keeps the newest snapshot of that many distinct hours, days, weeks or months, newest
+/// first, in the backup's `timeZone`; 0 (or unset) means that rule keeps none.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Retention {
+    /// The newest snapshots kept, whatever their times.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(range(min = 0, max = 10000))]
+    pub keep_last: i64,
+
+    /// Hours, newest first, whose newest snapshot is kept.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(range(min = 0, max = 10000))]
+    pub keep_hourly: i64,
+
+    /// Days, newest first, whose newest snapshot is kept.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(range(min = 0, max = 10000))]
+    pub keep_daily: i64,
+
+    /// Weeks (ISO weeks, from Monday), newest first, whose newest snapshot is kept.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(range(min = 0, max = 10000))]
+    pub keep_weekly: i64,
+
+    /// Months, newest first, whose newest snapshot is kept.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(range(min = 0, max = 10000))]
+    pub keep_monthly: i64,
+}
+
+impl Retention {
+    /// Whether no rule keeps anything.
+    pub fn is_empty(&self) -> bool {
+        [
+            self.keep_last,
+            self.keep_hourly,
+            self.keep_daily,
+            self.keep_weekly,
+            self.keep_monthly,
+        ]
+        .iter()
+        .all(|n| *n <= 0)
+    }
 }
 
 fn is_zero(v: &i64) -> bool {
@@ -143,6 +217,15 @@ pub struct EtcdBackupStatus {
         skip_serializing_if = "Option::is_none"
     )]
     pub last_backup_sha256: Option<String>,
+
+    /// For a `schedule`: the scheduled time the latest backup was taken for (a backup made
+    /// up after the operator was down is for the latest time missed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_schedule_time: Option<Time>,
+
+    /// For a `schedule`: the next time a backup is due.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_schedule_time: Option<Time>,
 
     /// Conditions: Succeeded (the latest backup), Scheduled (a periodic backup is due).
     #[serde(
