@@ -573,3 +573,143 @@ fn ignored_pod_fields_are_warned_about_in_order() {
         ]
     );
 }
+
+/// A pod as JSON.
+fn pod(json: serde_json::Value) -> k8s_openapi::api::core::v1::Pod {
+    serde_json::from_value(json).expect("a pod")
+}
+
+/// The violations of a whole pod, displayed as `field: message`.
+fn shown(violations: Vec<super::pod_security::PodSecurityViolation>) -> Vec<String> {
+    violations
+        .into_iter()
+        .map(|v| format!("{}: {}", v.field, v.message))
+        .collect()
+}
+
+/// Pod Security on a whole pod (what the pod builder's tests hold the member pods to), every
+/// control in order: `baseline` (annotations, host namespaces, the pod's security context,
+/// hostPath volumes, then each container's ports and security context), then `restricted`
+/// (volume types, the pod's user, then each container's escalation, user, seccomp and
+/// capabilities, inheriting the pod's settings).
+#[test]
+fn pod_security_of_a_whole_pod_in_order() {
+    use super::pod_security::{baseline_violations, restricted_violations};
+    let unconfined =
+        serde_json::json!({"container.apparmor.security.beta.kubernetes.io/etcd": "unconfined"});
+    let everything = pod(serde_json::json!({
+        "metadata": {"annotations": unconfined},
+        "spec": {
+            "hostNetwork": true, "hostPID": true, "hostIPC": false,
+            "securityContext": {
+                "runAsUser": 0, "runAsNonRoot": false,
+                "seccompProfile": {"type": "Unconfined"},
+                "sysctls": [{"name": "kernel.msgmax", "value": "1"}]
+            },
+            "volumes": [
+                {"name": "a", "hostPath": {"path": "/"}},
+                {"name": "b", "emptyDir": {}},
+                {"name": "c", "gitRepo": {"repository": "x"}}
+            ],
+            "containers": [
+                {
+                    "name": "etcd",
+                    "ports": [{"containerPort": 1, "hostPort": 2379}, {"containerPort": 2, "hostPort": 0}],
+                    "securityContext": {
+                        "privileged": true,
+                        "capabilities": {"add": ["CHOWN", "SYS_ADMIN"], "drop": ["NET_RAW"]},
+                        "procMount": "Unmasked",
+                        "windowsOptions": {"hostProcess": true},
+                        "seLinuxOptions": {"type": "spc_t", "user": "u"},
+                        "appArmorProfile": {"type": "Unconfined"},
+                        "runAsUser": 0,
+                        "allowPrivilegeEscalation": true
+                    }
+                },
+                {
+                    "name": "ok",
+                    "securityContext": {
+                        "allowPrivilegeEscalation": false,
+                        "runAsNonRoot": true,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                        "capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}
+                    }
+                }
+            ],
+            "initContainers": [{"name": "init"}],
+            "ephemeralContainers": [
+                {"name": "debug", "securityContext": {"capabilities": {"add": ["NET_ADMIN"]}}}
+            ]
+        }
+    }));
+    let baseline = [
+        "metadata.annotations[\"container.apparmor.security.beta.kubernetes.io/etcd\"]: AppArmor profile \"unconfined\" is forbidden by Pod Security baseline (allowed: runtime/default, localhost/PROFILE)",
+        "spec.hostNetwork: host namespaces are forbidden by Pod Security baseline",
+        "spec.hostPID: host namespaces are forbidden by Pod Security baseline",
+        "spec.securityContext.seccompProfile.type: Unconfined is forbidden by Pod Security baseline (use RuntimeDefault or Localhost)",
+        "spec.securityContext.sysctls[0].name: \"kernel.msgmax\" is not a safe sysctl: Pod Security baseline allows only kernel.shm_rmid_forced, net.ipv4.ip_local_port_range, net.ipv4.ip_unprivileged_port_start, net.ipv4.tcp_syncookies, net.ipv4.ping_group_range, net.ipv4.ip_local_reserved_ports, net.ipv4.tcp_keepalive_time, net.ipv4.tcp_fin_timeout, net.ipv4.tcp_keepalive_intvl, net.ipv4.tcp_keepalive_probes, net.ipv4.tcp_rmem, net.ipv4.tcp_wmem",
+        "spec.volumes[0].hostPath: hostPath volumes are forbidden by Pod Security baseline",
+        "spec.containers[0].ports[0].hostPort: host ports are forbidden by Pod Security baseline",
+        "spec.containers[0].securityContext.privileged: privileged containers are forbidden by Pod Security baseline",
+        "spec.containers[0].securityContext.capabilities.add[1]: \"SYS_ADMIN\" is not a capability Pod Security baseline allows adding",
+        "spec.containers[0].securityContext.procMount: only the Default /proc mount is allowed by Pod Security baseline",
+        "spec.containers[0].securityContext.windowsOptions.hostProcess: HostProcess containers are forbidden by Pod Security baseline",
+        "spec.containers[0].securityContext.seLinuxOptions.type: SELinux type \"spc_t\" is forbidden by Pod Security baseline (allowed: container_t, container_init_t, container_kvm_t, container_engine_t)",
+        "spec.containers[0].securityContext.seLinuxOptions.user: setting the SELinux user is forbidden by Pod Security baseline",
+        "spec.containers[0].securityContext.appArmorProfile.type: Unconfined is forbidden by Pod Security baseline (use RuntimeDefault or Localhost)",
+        "spec.ephemeralContainers[0].securityContext.capabilities.add[0]: \"NET_ADMIN\" is not a capability Pod Security baseline allows adding",
+    ];
+    assert_eq!(shown(baseline_violations(&everything)), baseline);
+    let restricted = shown(restricted_violations(&everything));
+    assert_eq!(restricted[..baseline.len()], baseline);
+    assert_eq!(
+        restricted[baseline.len()..],
+        [
+            "spec.volumes[0]: hostPath volumes are forbidden by Pod Security restricted",
+            "spec.volumes[2]: gitRepo volumes are forbidden by Pod Security restricted",
+            "spec.securityContext.runAsUser: running as user 0 (root) is forbidden by Pod Security restricted",
+            "spec.securityContext.runAsNonRoot: must not be false under Pod Security restricted",
+            "spec.containers[0].securityContext.allowPrivilegeEscalation: must be false under Pod Security restricted",
+            "spec.containers[0].securityContext.runAsNonRoot: must be true (on the container or the pod) under Pod Security restricted",
+            "spec.containers[0].securityContext.runAsUser: running as user 0 (root) is forbidden by Pod Security restricted",
+            "spec.containers[0].securityContext.seccompProfile.type: must be RuntimeDefault or Localhost (on the container or the pod) under Pod Security restricted",
+            "spec.containers[0].securityContext.capabilities.drop: must include ALL under Pod Security restricted",
+            "spec.containers[0].securityContext.capabilities.add[0]: Pod Security restricted allows adding only NET_BIND_SERVICE",
+            "spec.containers[0].securityContext.capabilities.add[1]: Pod Security restricted allows adding only NET_BIND_SERVICE",
+            "spec.initContainers[0].securityContext.allowPrivilegeEscalation: must be false under Pod Security restricted",
+            "spec.initContainers[0].securityContext.runAsNonRoot: must be true (on the container or the pod) under Pod Security restricted",
+            "spec.initContainers[0].securityContext.seccompProfile.type: must be RuntimeDefault or Localhost (on the container or the pod) under Pod Security restricted",
+            "spec.initContainers[0].securityContext.capabilities.drop: must include ALL under Pod Security restricted",
+            "spec.ephemeralContainers[0].securityContext.allowPrivilegeEscalation: must be false under Pod Security restricted",
+            "spec.ephemeralContainers[0].securityContext.runAsNonRoot: must be true (on the container or the pod) under Pod Security restricted",
+            "spec.ephemeralContainers[0].securityContext.seccompProfile.type: must be RuntimeDefault or Localhost (on the container or the pod) under Pod Security restricted",
+            "spec.ephemeralContainers[0].securityContext.capabilities.drop: must include ALL under Pod Security restricted",
+            "spec.ephemeralContainers[0].securityContext.capabilities.add[0]: Pod Security restricted allows adding only NET_BIND_SERVICE",
+        ]
+    );
+    // Without a spec, only the annotations.
+    let bare = pod(serde_json::json!({"metadata": {"annotations": unconfined}}));
+    assert_eq!(
+        shown(restricted_violations(&bare)),
+        [
+            "metadata.annotations[\"container.apparmor.security.beta.kubernetes.io/etcd\"]: AppArmor profile \"unconfined\" is forbidden by Pod Security baseline (allowed: runtime/default, localhost/PROFILE)",
+        ]
+    );
+    // A container inherits the pod's runAsNonRoot and seccomp profile.
+    let inherits = pod(serde_json::json!({
+        "spec": {
+            "containers": [{"name": "e"}],
+            "securityContext": {
+                "runAsNonRoot": true,
+                "seccompProfile": {"type": "Localhost", "localhostProfile": "p"}
+            }
+        }
+    }));
+    assert_eq!(
+        shown(restricted_violations(&inherits)),
+        [
+            "spec.containers[0].securityContext.allowPrivilegeEscalation: must be false under Pod Security restricted",
+            "spec.containers[0].securityContext.capabilities.drop: must include ALL under Pod Security restricted",
+        ]
+    );
+}
