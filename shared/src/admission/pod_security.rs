@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     AppArmorProfile, Capabilities, Container, Pod, PodSecurityContext, PodSpec, SELinuxOptions,
-    SeccompProfile, Volume, WindowsSecurityContextOptions,
+    SeccompProfile, SecurityContext, Volume, WindowsSecurityContextOptions,
 };
 
 /// The sysctls `baseline` allows (the "safe" set of Kubernetes 1.32 and later); every other
@@ -168,7 +168,8 @@ pub fn baseline_annotations(
         .collect()
 }
 
-/// Every `baseline` control a pod breaks.
+/// Every `baseline` control a pod breaks: its AppArmor annotations, host namespaces, its
+/// security context, hostPath volumes, then each container's host ports and security context.
 pub fn baseline_violations(pod: &Pod) -> Vec<PodSecurityViolation> {
     let mut out = Vec::new();
     if let Some(annotations) = &pod.metadata.annotations {
@@ -177,18 +178,7 @@ pub fn baseline_violations(pod: &Pod) -> Vec<PodSecurityViolation> {
     let Some(spec) = &pod.spec else {
         return out;
     };
-    for (field, on) in [
-        ("spec.hostNetwork", spec.host_network),
-        ("spec.hostPID", spec.host_pid),
-        ("spec.hostIPC", spec.host_ipc),
-    ] {
-        if on == Some(true) {
-            out.push(PodSecurityViolation::new(
-                field,
-                "host namespaces are forbidden by Pod Security baseline",
-            ));
-        }
-    }
+    host_namespaces(spec, &mut out);
     if let Some(context) = &spec.security_context {
         out.extend(baseline_pod_security_context(
             context,
@@ -204,51 +194,81 @@ pub fn baseline_violations(pod: &Pod) -> Vec<PodSecurityViolation> {
         }
     }
     for (path, container) in containers(spec) {
-        for (j, port) in container.ports.iter().flatten().enumerate() {
-            if port.host_port.is_some_and(|p| p != 0) {
-                out.push(PodSecurityViolation::new(
-                    format!("{path}.ports[{j}].hostPort"),
-                    "host ports are forbidden by Pod Security baseline",
-                ));
-            }
+        host_ports(&container, &path, &mut out);
+        if let Some(context) = &container.security_context {
+            baseline_container_context(context, &format!("{path}.securityContext"), &mut out);
         }
-        let Some(context) = &container.security_context else {
-            continue;
-        };
-        let path = format!("{path}.securityContext");
-        if context.privileged == Some(true) {
-            out.push(PodSecurityViolation::new(
-                format!("{path}.privileged"),
-                "privileged containers are forbidden by Pod Security baseline",
-            ));
-        }
-        for (j, cap) in added(context.capabilities.as_ref()).enumerate() {
-            if !BASELINE_CAPABILITIES.contains(&cap) {
-                out.push(PodSecurityViolation::new(
-                    format!("{path}.capabilities.add[{j}]"),
-                    format!(
-                        "{} is not a capability Pod Security baseline allows adding",
-                        clip(cap)
-                    ),
-                ));
-            }
-        }
-        if context
-            .proc_mount
-            .as_deref()
-            .is_some_and(|m| m != "Default")
-        {
-            out.push(PodSecurityViolation::new(
-                format!("{path}.procMount"),
-                "only the Default /proc mount is allowed by Pod Security baseline",
-            ));
-        }
-        host_process(context.windows_options.as_ref(), &path, &mut out);
-        se_linux(context.se_linux_options.as_ref(), &path, &mut out);
-        seccomp_not_unconfined(context.seccomp_profile.as_ref(), &path, &mut out);
-        app_armor_not_unconfined(context.app_armor_profile.as_ref(), &path, &mut out);
     }
     out
+}
+
+/// `baseline`: no host network, PID or IPC namespace.
+fn host_namespaces(spec: &PodSpec, out: &mut Vec<PodSecurityViolation>) {
+    for (field, on) in [
+        ("spec.hostNetwork", spec.host_network),
+        ("spec.hostPID", spec.host_pid),
+        ("spec.hostIPC", spec.host_ipc),
+    ] {
+        if on == Some(true) {
+            out.push(PodSecurityViolation::new(
+                field,
+                "host namespaces are forbidden by Pod Security baseline",
+            ));
+        }
+    }
+}
+
+/// `baseline`: no host port (0 is none) on the container at `path`.
+fn host_ports(container: &Container, path: &str, out: &mut Vec<PodSecurityViolation>) {
+    for (j, port) in container.ports.iter().flatten().enumerate() {
+        if port.host_port.is_some_and(|p| p != 0) {
+            out.push(PodSecurityViolation::new(
+                format!("{path}.ports[{j}].hostPort"),
+                "host ports are forbidden by Pod Security baseline",
+            ));
+        }
+    }
+}
+
+/// `baseline` on a container's security context at `path`: not privileged, only the allowed
+/// capabilities added, the default /proc mount, then host processes, SELinux, seccomp and
+/// AppArmor as on the pod.
+fn baseline_container_context(
+    context: &SecurityContext,
+    path: &str,
+    out: &mut Vec<PodSecurityViolation>,
+) {
+    if context.privileged == Some(true) {
+        out.push(PodSecurityViolation::new(
+            format!("{path}.privileged"),
+            "privileged containers are forbidden by Pod Security baseline",
+        ));
+    }
+    for (j, cap) in added(context.capabilities.as_ref()).enumerate() {
+        if !BASELINE_CAPABILITIES.contains(&cap) {
+            out.push(PodSecurityViolation::new(
+                format!("{path}.capabilities.add[{j}]"),
+                format!(
+                    "{} is not a capability Pod Security baseline allows adding",
+                    clip(cap)
+                ),
+            ));
+        }
+    }
+    if context
+        .proc_mount
+        .as_deref()
+        .is_some_and(|m| m != "Default")
+    {
+        out.push(PodSecurityViolation::new(
+            format!("{path}.procMount"),
+            "only the Default /proc mount is allowed by Pod Security baseline",
+        ));
+    }
+    host_process(context.windows_options.as_ref(), path, out);
+    se_linux(context.se_linux_options.as_ref(), path, out);
+    seccomp_not_unconfined(context.seccomp_profile.as_ref(), path, out);
+    app_armor_not_unconfined(context.app_armor_profile.as_ref(), path, out);
 }
 
 /// Every `restricted` control a pod breaks (`restricted` includes `baseline`): besides the
@@ -260,16 +280,7 @@ pub fn restricted_violations(pod: &Pod) -> Vec<PodSecurityViolation> {
     let Some(spec) = &pod.spec else {
         return out;
     };
-    for (i, volume) in spec.volumes.iter().flatten().enumerate() {
-        if let Some(kind) = volume_type(volume)
-            && !RESTRICTED_VOLUME_TYPES.contains(&kind.as_str())
-        {
-            out.push(PodSecurityViolation::new(
-                format!("spec.volumes[{i}]"),
-                format!("{kind} volumes are forbidden by Pod Security restricted"),
-            ));
-        }
-    }
+    restricted_volumes(spec, &mut out);
     let pod_context = spec.security_context.clone().unwrap_or_default();
     if pod_context.run_as_user == Some(0) {
         out.push(PodSecurityViolation::new(
@@ -283,67 +294,106 @@ pub fn restricted_violations(pod: &Pod) -> Vec<PodSecurityViolation> {
             "must not be false under Pod Security restricted",
         ));
     }
-    let pod_seccomp = pod_context
-        .seccomp_profile
-        .as_ref()
-        .map(|s| s.type_.as_str());
     for (path, container) in containers(spec) {
         let context = container.security_context.clone().unwrap_or_default();
         let path = format!("{path}.securityContext");
-        if context.allow_privilege_escalation != Some(false) {
-            out.push(PodSecurityViolation::new(
-                format!("{path}.allowPrivilegeEscalation"),
-                "must be false under Pod Security restricted",
-            ));
-        }
-        let non_root = match context.run_as_non_root {
-            Some(v) => v,
-            None => pod_context.run_as_non_root == Some(true),
-        };
-        if !non_root {
-            out.push(PodSecurityViolation::new(
-                format!("{path}.runAsNonRoot"),
-                "must be true (on the container or the pod) under Pod Security restricted",
-            ));
-        }
-        if context.run_as_user == Some(0) {
-            out.push(PodSecurityViolation::new(
-                format!("{path}.runAsUser"),
-                "running as user 0 (root) is forbidden by Pod Security restricted",
-            ));
-        }
-        let seccomp = context
-            .seccomp_profile
-            .as_ref()
-            .map(|s| s.type_.as_str())
-            .or(pod_seccomp);
-        if !matches!(seccomp, Some("RuntimeDefault" | "Localhost")) {
-            out.push(PodSecurityViolation::new(
-                format!("{path}.seccompProfile.type"),
-                "must be RuntimeDefault or Localhost (on the container or the pod) under Pod Security restricted",
-            ));
-        }
-        let drops_all = context
-            .capabilities
-            .as_ref()
-            .and_then(|c| c.drop.as_ref())
-            .is_some_and(|d| d.iter().any(|c| c == "ALL"));
-        if !drops_all {
-            out.push(PodSecurityViolation::new(
-                format!("{path}.capabilities.drop"),
-                "must include ALL under Pod Security restricted",
-            ));
-        }
-        for (j, cap) in added(context.capabilities.as_ref()).enumerate() {
-            if cap != "NET_BIND_SERVICE" {
-                out.push(PodSecurityViolation::new(
-                    format!("{path}.capabilities.add[{j}]"),
-                    "Pod Security restricted allows adding only NET_BIND_SERVICE",
-                ));
-            }
-        }
+        restricted_container_user(&context, &pod_context, &path, &mut out);
+        restricted_container_seccomp(&context, &pod_context, &path, &mut out);
+        restricted_capabilities(context.capabilities.as_ref(), &path, &mut out);
     }
     out
+}
+
+/// `restricted`: only the volume types of [`RESTRICTED_VOLUME_TYPES`].
+fn restricted_volumes(spec: &PodSpec, out: &mut Vec<PodSecurityViolation>) {
+    for (i, volume) in spec.volumes.iter().flatten().enumerate() {
+        if let Some(kind) = volume_type(volume)
+            && !RESTRICTED_VOLUME_TYPES.contains(&kind.as_str())
+        {
+            out.push(PodSecurityViolation::new(
+                format!("spec.volumes[{i}]"),
+                format!("{kind} volumes are forbidden by Pod Security restricted"),
+            ));
+        }
+    }
+}
+
+/// `restricted` on who a container (security context at `path`) runs as: no privilege
+/// escalation, non-root (its own `runAsNonRoot`, else the pod's), not user 0.
+fn restricted_container_user(
+    context: &SecurityContext,
+    pod_context: &PodSecurityContext,
+    path: &str,
+    out: &mut Vec<PodSecurityViolation>,
+) {
+    if context.allow_privilege_escalation != Some(false) {
+        out.push(PodSecurityViolation::new(
+            format!("{path}.allowPrivilegeEscalation"),
+            "must be false under Pod Security restricted",
+        ));
+    }
+    let non_root = match context.run_as_non_root {
+        Some(v) => v,
+        None => pod_context.run_as_non_root == Some(true),
+    };
+    if !non_root {
+        out.push(PodSecurityViolation::new(
+            format!("{path}.runAsNonRoot"),
+            "must be true (on the container or the pod) under Pod Security restricted",
+        ));
+    }
+    if context.run_as_user == Some(0) {
+        out.push(PodSecurityViolation::new(
+            format!("{path}.runAsUser"),
+            "running as user 0 (root) is forbidden by Pod Security restricted",
+        ));
+    }
+}
+
+/// `restricted`: a container's seccomp profile (its own, else the pod's) is `RuntimeDefault`
+/// or `Localhost`.
+fn restricted_container_seccomp(
+    context: &SecurityContext,
+    pod_context: &PodSecurityContext,
+    path: &str,
+    out: &mut Vec<PodSecurityViolation>,
+) {
+    let seccomp = context
+        .seccomp_profile
+        .as_ref()
+        .or(pod_context.seccomp_profile.as_ref())
+        .map(|s| s.type_.as_str());
+    if !matches!(seccomp, Some("RuntimeDefault" | "Localhost")) {
+        out.push(PodSecurityViolation::new(
+            format!("{path}.seccompProfile.type"),
+            "must be RuntimeDefault or Localhost (on the container or the pod) under Pod Security restricted",
+        ));
+    }
+}
+
+/// `restricted`: a container drops `ALL` capabilities and adds back only `NET_BIND_SERVICE`.
+fn restricted_capabilities(
+    capabilities: Option<&Capabilities>,
+    path: &str,
+    out: &mut Vec<PodSecurityViolation>,
+) {
+    let drops_all = capabilities
+        .and_then(|c| c.drop.as_ref())
+        .is_some_and(|d| d.iter().any(|c| c == "ALL"));
+    if !drops_all {
+        out.push(PodSecurityViolation::new(
+            format!("{path}.capabilities.drop"),
+            "must include ALL under Pod Security restricted",
+        ));
+    }
+    for (j, cap) in added(capabilities).enumerate() {
+        if cap != "NET_BIND_SERVICE" {
+            out.push(PodSecurityViolation::new(
+                format!("{path}.capabilities.add[{j}]"),
+                "Pod Security restricted allows adding only NET_BIND_SERVICE",
+            ));
+        }
+    }
 }
 
 /// Every container of a pod with its path: containers, init containers, ephemeral containers.
