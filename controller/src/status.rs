@@ -504,15 +504,15 @@ pub fn after_step(
     new
 }
 
-/// The status of a reconciled cluster.
-pub fn compute(
-    view: &ClusterView,
-    obs: &Observed,
-    step: &Step,
-    previous: Option<&EtcdClusterStatus>,
-    now: Timestamp,
-) -> EtcdClusterStatus {
-    let generation = view.generation;
+/// Whether a quorum of the voters is healthy, and why, in words; the healthy members.
+struct Availability {
+    available: bool,
+    reason: &'static str,
+    message: String,
+    ready: usize,
+}
+
+fn availability(obs: &Observed) -> Availability {
     let members = obs.members.as_ref().ok();
     let voters: Vec<&MemberState> = members
         .map(|m| m.iter().filter(|m| !m.learner).collect())
@@ -522,9 +522,7 @@ pub fn compute(
         && !voters.is_empty()
         && healthy_voters >= ClusterView::quorum(voters.len());
     let ready = members.map_or(0, |m| m.iter().filter(|m| m.health.is_healthy()).count());
-    let previous_phase = previous.and_then(|s| s.phase);
-
-    let available_reason = match (&obs.members, available) {
+    let (reason, message) = match (&obs.members, available) {
         (_, true) => (
             "QuorumHealthy",
             format!(
@@ -548,6 +546,19 @@ pub fn compute(
             ),
         ),
     };
+    Availability {
+        available,
+        reason,
+        message,
+        ready,
+    }
+}
+
+/// The Degraded condition: whether the cluster is, its reason and message (the first of: a
+/// quorum lost, a recovery, a blocked change, an alarm, unreachable or stuck or unhealthy
+/// members).
+fn degradation(view: &ClusterView, obs: &Observed, step: &Step) -> (bool, &'static str, String) {
+    let members = obs.members.as_ref().ok();
     let unhealthy: Vec<String> = members
         .map(|m| {
             m.iter()
@@ -567,7 +578,7 @@ pub fn compute(
     };
     let alarm = alarm_report(obs);
     let stuck = stuck_report(obs, STUCK_REPORT_AFTER);
-    let (degraded, degraded_reason, degraded_message) = match step {
+    match step {
         Step::Blocked(Blocked::QuorumLost { unconfirmed, .. }) if obs.bootstrapped => (
             true,
             "QuorumLost",
@@ -624,9 +635,12 @@ pub fn compute(
             format!("unhealthy members: {}", unhealthy.join(", ")),
         ),
         _ => (false, "AsExpected", "all members are healthy".to_string()),
-    };
-    let progressing = step.is_change() || matches!(step, Step::Wait(_));
-    let progressing_reason = match step {
+    }
+}
+
+/// The Progressing condition's reason for `step` (every step of an adoption, of a rollout, ...).
+fn progressing_reason(obs: &Observed, step: &Step) -> &'static str {
+    match step {
         // Every step of an adoption (adding, promoting, waiting, handing over, removing).
         _ if !obs.coreos_members().is_empty() && !matches!(step, Step::Blocked(_)) => {
             "AdoptingCoreOSMembers"
@@ -663,24 +677,16 @@ pub fn compute(
         Step::Blocked(Blocked::Paused) => "Paused",
         Step::Blocked(_) => "Blocked",
         Step::Done => "Reconciled",
-    };
-    let progressing_message = match step {
-        Step::Done => "the cluster matches its spec".to_string(),
-        _ => format!("next: {}", describe(step)),
-    };
-    let (paused_reason, paused_message) = if view.paused {
-        (
-            "PausedBySpec",
-            "spec.paused is set: the operator makes no change",
-        )
-    } else {
-        ("NotPaused", "the operator manages the cluster")
-    };
-    let at = Stamp::new(generation, now);
-    let (available_reason, available_message) = available_reason;
-    let placement = placement::after(previous.map_or(&[][..], |p| p.placement.as_slice()), obs);
-    let shared = placement::shared_nodes(&placement);
-    let spread = if shared.is_empty() {
+    }
+}
+
+/// The Spread condition: whether two members are known to run on one node.
+fn spread_condition(
+    at: &Stamp,
+    placement: &[etcd_shared::types::MemberPlacement],
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+    let shared = placement::shared_nodes(placement);
+    if shared.is_empty() {
         at.condition(
             SPREAD,
             true,
@@ -697,22 +703,74 @@ pub fn compute(
                 shared.join("; ")
             ),
         )
+    }
+}
+
+/// The conditions of the status: Available, Progressing, Degraded (`degraded`, from
+/// [`degradation`]), Paused and Spread, each keeping its last transition time while it stays.
+fn conditions(
+    view: &ClusterView,
+    obs: &Observed,
+    step: &Step,
+    at: &Stamp,
+    placement: &[etcd_shared::types::MemberPlacement],
+    (degraded, degraded_reason, degraded_message): (bool, &'static str, String),
+    previous: Option<&EtcdClusterStatus>,
+) -> Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    let available = availability(obs);
+    let progressing = step.is_change() || matches!(step, Step::Wait(_));
+    let progressing_message = match step {
+        Step::Done => "the cluster matches its spec".to_string(),
+        _ => format!("next: {}", describe(step)),
+    };
+    let (paused_reason, paused_message) = if view.paused {
+        (
+            "PausedBySpec",
+            "spec.paused is set: the operator makes no change",
+        )
+    } else {
+        ("NotPaused", "the operator manages the cluster")
     };
     let mut conditions = vec![
-        at.condition(AVAILABLE, available, available_reason, available_message),
+        at.condition(
+            AVAILABLE,
+            available.available,
+            available.reason,
+            available.message,
+        ),
         at.condition(
             PROGRESSING,
             progressing,
-            progressing_reason,
+            progressing_reason(obs, step),
             progressing_message,
         ),
         at.condition(DEGRADED, degraded, degraded_reason, degraded_message),
         at.condition(PAUSED, view.paused, paused_reason, paused_message.into()),
-        spread,
+        spread_condition(at, placement),
     ];
     if let Some(prev) = previous {
         conditions::carry_transition_times(&mut conditions, &prev.conditions);
     }
+    conditions
+}
+
+/// The status of a reconciled cluster.
+pub fn compute(
+    view: &ClusterView,
+    obs: &Observed,
+    step: &Step,
+    previous: Option<&EtcdClusterStatus>,
+    now: Timestamp,
+) -> EtcdClusterStatus {
+    let generation = view.generation;
+    let members = obs.members.as_ref().ok();
+    let previous_phase = previous.and_then(|s| s.phase);
+    let ready = availability(obs).ready;
+    let degraded = degradation(view, obs, step);
+    let degraded_reason = degraded.1;
+    let at = Stamp::new(generation, now);
+    let placement = placement::after(previous.map_or(&[][..], |p| p.placement.as_slice()), obs);
+    let conditions = conditions(view, obs, step, &at, &placement, degraded, previous);
     // Pods on their way out (deleted, stuck terminating) are not members anyone waits for.
     let expected: Vec<String> = obs
         .pods
