@@ -2107,3 +2107,47 @@ fn versions_with_known_vulnerabilities_are_warned_about() {
         refused.message
     );
 }
+
+/// A running cluster's storage: every change of the claim template refused at once, in order
+/// (class, volumeMode, accessModes, size); the kind of volume and the emptyDir's medium alone.
+#[test]
+fn immutable_storage_refusals_in_order() {
+    const CLAIM: &str = "spec.pod.persistentVolumeClaimSpec";
+    let old =
+        with_claim("storageClassName: fast\nvolumeMode: Filesystem\naccessModes: [ReadWriteOnce]");
+    let new = cluster(
+        "pod:\n  persistentVolumeClaimSpec:\n    storageClassName: slow\n    volumeMode: Block\n    accessModes: [ReadWriteMany]\n    resources:\n      requests:\n        storage: 512Mi",
+    );
+    assert_eq!(
+        refusal(&new, Some(&old)),
+        [
+            format!(
+                "{CLAIM}.storageClassName: cannot change from \"fast\" to \"slow\": the existing members' volumes stay in their class"
+            ),
+            format!(
+                "{CLAIM}.volumeMode: cannot change from \"Filesystem\" to \"Block\" on a running cluster: a claim's volumeMode is immutable, and the existing members' claims keep theirs"
+            ),
+            format!(
+                "{CLAIM}.accessModes: cannot change from [ReadWriteOnce] to [ReadWriteMany] on a running cluster: a bound claim's accessModes are immutable, and the existing members' claims keep theirs"
+            ),
+            format!(
+                "{CLAIM}.resources.requests.storage: cannot shrink from 1Gi to 512Mi: Kubernetes volumes cannot shrink"
+            ),
+        ]
+    );
+    assert_eq!(
+        refusal(&cluster("size: 3"), Some(&old)),
+        [format!(
+            "{CLAIM}: cannot change from a persistent claim to an emptyDir on a running cluster: members would lose or strand their data; create a new cluster instead"
+        )]
+    );
+    assert_eq!(
+        refusal(
+            &cluster("pod:\n  storageMedium: Memory"),
+            Some(&cluster("pod:\n  storageMedium: \"\""))
+        ),
+        [
+            "spec.pod.storageMedium: cannot change from \"\" to \"Memory\" on a running cluster: the members' data volumes cannot move"
+        ]
+    );
+}
