@@ -225,6 +225,8 @@ fn modes_words(modes: &BTreeSet<&str>) -> String {
     format!("[{}]", words.join(", "))
 }
 
+/// A running cluster keeps its kind of storage (a claim or an emptyDir), its claim template
+/// (class, volumeMode, accessModes, no smaller size) or its emptyDir's medium.
 fn check_storage_immutable(new: &EtcdCluster, old: &EtcdCluster, report: &mut Report) {
     let new_pod = new.spec.pod.as_ref();
     let old_pod = old.spec.pod.as_ref();
@@ -232,84 +234,114 @@ fn check_storage_immutable(new: &EtcdCluster, old: &EtcdCluster, report: &mut Re
     let old_claim = old_pod.and_then(|p| p.persistent_volume_claim_spec.as_ref());
     match (old_claim, new_claim) {
         (None, Some(_)) | (Some(_), None) => {
-            let (from, to) = if old_claim.is_some() {
-                ("a persistent claim", "an emptyDir")
-            } else {
-                ("an emptyDir", "a persistent claim")
-            };
-            report.refuse(
-                "immutable-storage-kind",
-                "spec.pod.persistentVolumeClaimSpec",
-                format!("cannot change from {from} to {to} on a running cluster: members would lose or strand their data; create a new cluster instead"),
-            );
+            refuse_storage_kind_change(old_claim.is_some(), report);
         }
         (Some(o), Some(n)) => {
-            if o.storage_class_name != n.storage_class_name {
-                report.refuse(
-                    "immutable-storage-class",
-                    "spec.pod.persistentVolumeClaimSpec.storageClassName",
-                    format!(
-                        "cannot change from {} to {}: the existing members' volumes stay in their class",
-                        class_words(o.storage_class_name.as_deref()),
-                        class_words(n.storage_class_name.as_deref())
-                    ),
-                );
-            }
-            let (o_mode, n_mode) = (volume_mode(o), volume_mode(n));
-            if o_mode != n_mode {
-                report.refuse(
-                    "immutable-volume-mode",
-                    "spec.pod.persistentVolumeClaimSpec.volumeMode",
-                    format!(
-                        "cannot change from {} to {} on a running cluster: a claim's volumeMode is immutable, and the existing members' claims keep theirs",
-                        quoted(o_mode),
-                        quoted(n_mode)
-                    ),
-                );
-            }
-            let (o_modes, n_modes) = (access_modes(o), access_modes(n));
-            if o_modes != n_modes {
-                report.refuse(
-                    "immutable-access-modes",
-                    "spec.pod.persistentVolumeClaimSpec.accessModes",
-                    format!(
-                        "cannot change from {} to {} on a running cluster: a bound claim's accessModes are immutable, and the existing members' claims keep theirs",
-                        modes_words(&o_modes),
-                        modes_words(&n_modes)
-                    ),
-                );
-            }
-            if let (Some((o_text, o_bytes)), Some((n_text, n_bytes))) =
-                (claim_size(old_pod), claim_size(new_pod))
-                && n_bytes < o_bytes
-            {
-                report.refuse(
-                    "immutable-claim-shrink",
-                    "spec.pod.persistentVolumeClaimSpec.resources.requests.storage",
-                    format!(
-                        "cannot shrink from {} to {}: Kubernetes volumes cannot shrink",
-                        shown(&o_text),
-                        shown(&n_text)
-                    ),
-                );
-            }
+            check_claim_template_kept(o, n, report);
+            check_claim_not_shrunk(old_pod, new_pod, report);
         }
-        (None, None) => {
-            let medium = |p: Option<&PodPolicy>| {
-                p.and_then(|p| p.storage_medium.clone()).unwrap_or_default()
-            };
-            if medium(old_pod) != medium(new_pod) {
-                report.refuse(
-                    "immutable-storage-medium",
-                    "spec.pod.storageMedium",
-                    format!(
-                        "cannot change from {} to {} on a running cluster: the members' data volumes cannot move",
-                        quoted(&medium(old_pod)),
-                        quoted(&medium(new_pod))
-                    ),
-                );
-            }
-        }
+        (None, None) => check_medium_kept(old_pod, new_pod, report),
+    }
+}
+
+/// A running cluster moved from a claim to an emptyDir (`had_claim`), or back.
+fn refuse_storage_kind_change(had_claim: bool, report: &mut Report) {
+    let (from, to) = if had_claim {
+        ("a persistent claim", "an emptyDir")
+    } else {
+        ("an emptyDir", "a persistent claim")
+    };
+    report.refuse(
+        "immutable-storage-kind",
+        "spec.pod.persistentVolumeClaimSpec",
+        format!("cannot change from {from} to {to} on a running cluster: members would lose or strand their data; create a new cluster instead"),
+    );
+}
+
+/// The claim template's class, volumeMode and accessModes are the existing members' claims'
+/// (`o`, the old template; `n`, the new).
+fn check_claim_template_kept(
+    o: &PersistentVolumeClaimSpec,
+    n: &PersistentVolumeClaimSpec,
+    report: &mut Report,
+) {
+    if o.storage_class_name != n.storage_class_name {
+        report.refuse(
+            "immutable-storage-class",
+            "spec.pod.persistentVolumeClaimSpec.storageClassName",
+            format!(
+                "cannot change from {} to {}: the existing members' volumes stay in their class",
+                class_words(o.storage_class_name.as_deref()),
+                class_words(n.storage_class_name.as_deref())
+            ),
+        );
+    }
+    let (o_mode, n_mode) = (volume_mode(o), volume_mode(n));
+    if o_mode != n_mode {
+        report.refuse(
+            "immutable-volume-mode",
+            "spec.pod.persistentVolumeClaimSpec.volumeMode",
+            format!(
+                "cannot change from {} to {} on a running cluster: a claim's volumeMode is immutable, and the existing members' claims keep theirs",
+                quoted(o_mode),
+                quoted(n_mode)
+            ),
+        );
+    }
+    let (o_modes, n_modes) = (access_modes(o), access_modes(n));
+    if o_modes != n_modes {
+        report.refuse(
+            "immutable-access-modes",
+            "spec.pod.persistentVolumeClaimSpec.accessModes",
+            format!(
+                "cannot change from {} to {} on a running cluster: a bound claim's accessModes are immutable, and the existing members' claims keep theirs",
+                modes_words(&o_modes),
+                modes_words(&n_modes)
+            ),
+        );
+    }
+}
+
+/// The claims' size does not shrink (when both sizes are readable).
+fn check_claim_not_shrunk(
+    old_pod: Option<&PodPolicy>,
+    new_pod: Option<&PodPolicy>,
+    report: &mut Report,
+) {
+    if let (Some((o_text, o_bytes)), Some((n_text, n_bytes))) =
+        (claim_size(old_pod), claim_size(new_pod))
+        && n_bytes < o_bytes
+    {
+        report.refuse(
+            "immutable-claim-shrink",
+            "spec.pod.persistentVolumeClaimSpec.resources.requests.storage",
+            format!(
+                "cannot shrink from {} to {}: Kubernetes volumes cannot shrink",
+                shown(&o_text),
+                shown(&n_text)
+            ),
+        );
+    }
+}
+
+/// The emptyDir's medium (unset is `""`, the node's disk) stays the same.
+fn check_medium_kept(
+    old_pod: Option<&PodPolicy>,
+    new_pod: Option<&PodPolicy>,
+    report: &mut Report,
+) {
+    let medium =
+        |p: Option<&PodPolicy>| p.and_then(|p| p.storage_medium.clone()).unwrap_or_default();
+    if medium(old_pod) != medium(new_pod) {
+        report.refuse(
+            "immutable-storage-medium",
+            "spec.pod.storageMedium",
+            format!(
+                "cannot change from {} to {} on a running cluster: the members' data volumes cannot move",
+                quoted(&medium(old_pod)),
+                quoted(&medium(new_pod))
+            ),
+        );
     }
 }
 
