@@ -49,19 +49,7 @@ pub fn describe(step: &Step) -> String {
         }
         Step::CreatePod(p) => format!("create the pod of member {}", p.name),
         Step::PromoteLearner { name, .. } => format!("promote learner {name} to voter"),
-        Step::RemoveMember { name, reason, .. } => match reason {
-            RemovalReason::ScaleDown => format!("remove member {name} (scale down)"),
-            RemovalReason::Replace => format!("remove member {name} to replace it"),
-            RemovalReason::StuckTerminating => format!(
-                "remove member {name}, whose pod is stuck terminating past its grace period, to replace it under a new name"
-            ),
-            RemovalReason::Adopted => format!(
-                "remove member {name} of CoreOS' operator (this operator's members hold its data); its pod is deleted once it is out of the member list"
-            ),
-            RemovalReason::Rollout => format!(
-                "remove member {name}, made with TLS files it must no longer use (a member made with the current ones took its place)"
-            ),
-        },
+        Step::RemoveMember { name, reason, .. } => describe_removal(name, *reason),
         Step::RestartBootstrap(name) => format!(
             "start the cluster over: the first member {name} never became ready; its pod and data claim are deleted and a new first member is created"
         ),
@@ -105,29 +93,7 @@ pub fn describe(step: &Step) -> String {
         Step::UpgradeMember { name, version, .. } => format!("upgrade member {name} to {version}"),
         Step::TransferLeadership {
             from, to, before, ..
-        } => match before {
-            Handover::Upgrade => {
-                format!("hand leadership from {from} to {to} before upgrading {from}")
-            }
-            Handover::Removal => format!(
-                "hand leadership from {from} to {to} before removing {from}, the last member of CoreOS' operator"
-            ),
-            Handover::Rollout => format!(
-                "hand leadership from {from} to {to} before removing {from}, made with TLS files it must no longer use"
-            ),
-        },
-        Step::Wait(Waiting::MemberStarting(n)) => format!("wait for member {n} to start"),
-        Step::Wait(Waiting::MemberPending(n)) => format!(
-            "wait for the pod of member {n}, which is Pending (being scheduled, pulling its image or running its init containers)"
-        ),
-        Step::Wait(Waiting::PodTerminating(n)) => format!("wait for pod {n} to terminate"),
-        Step::Wait(Waiting::Unhealthy(ns)) => {
-            format!("wait for unhealthy members {} to recover", ns.join(", "))
-        }
-        Step::Wait(Waiting::LearnerCatchingUp(n)) => format!("wait for learner {n} to catch up"),
-        Step::Wait(Waiting::MemberUpgrading(n)) => {
-            format!("wait for member {n} to restart on the new version")
-        }
+        } => describe_handover(from, to, *before),
         Step::SetServing { name, serving } => {
             if *serving {
                 format!("put member {name} back into the client Service: it serves again")
@@ -137,24 +103,75 @@ pub fn describe(step: &Step) -> String {
                 )
             }
         }
-        Step::Wait(Waiting::LeavingService(n)) => format!(
-            "wait until the client Service no longer sends clients to member {n} before taking it down"
-        ),
-        Step::Wait(Waiting::DisruptionBudget(n)) => format!(
-            "wait for the disruption budget to allow taking member {n} down (it allows none now: a drain is evicting a member, or a member is not Ready)"
-        ),
         Step::RecordSnapshotBarrier { index } => format!(
             "record raft index {index} as the point the members must snapshot past before the upgrade (members created on etcd 3.4 or older wrote v2-format entries, which 3.7 cannot replay)"
         ),
-        Step::Wait(Waiting::SnapshotBeforeUpgrade {
+        Step::Wait(w) => describe_wait(w),
+        Step::Blocked(b) => blocked_message(b),
+        Step::Done => String::new(),
+    }
+}
+
+/// A removal of member `name` for `reason`, in words.
+fn describe_removal(name: &str, reason: RemovalReason) -> String {
+    match reason {
+        RemovalReason::ScaleDown => format!("remove member {name} (scale down)"),
+        RemovalReason::Replace => format!("remove member {name} to replace it"),
+        RemovalReason::StuckTerminating => format!(
+            "remove member {name}, whose pod is stuck terminating past its grace period, to replace it under a new name"
+        ),
+        RemovalReason::Adopted => format!(
+            "remove member {name} of CoreOS' operator (this operator's members hold its data); its pod is deleted once it is out of the member list"
+        ),
+        RemovalReason::Rollout => format!(
+            "remove member {name}, made with TLS files it must no longer use (a member made with the current ones took its place)"
+        ),
+    }
+}
+
+/// A leadership handover from `from` to `to` before what `before` says, in words.
+fn describe_handover(from: &str, to: &str, before: Handover) -> String {
+    match before {
+        Handover::Upgrade => {
+            format!("hand leadership from {from} to {to} before upgrading {from}")
+        }
+        Handover::Removal => format!(
+            "hand leadership from {from} to {to} before removing {from}, the last member of CoreOS' operator"
+        ),
+        Handover::Rollout => format!(
+            "hand leadership from {from} to {to} before removing {from}, made with TLS files it must no longer use"
+        ),
+    }
+}
+
+/// What the planner waits for, in words.
+fn describe_wait(wait: &Waiting) -> String {
+    match wait {
+        Waiting::MemberStarting(n) => format!("wait for member {n} to start"),
+        Waiting::MemberPending(n) => format!(
+            "wait for the pod of member {n}, which is Pending (being scheduled, pulling its image or running its init containers)"
+        ),
+        Waiting::PodTerminating(n) => format!("wait for pod {n} to terminate"),
+        Waiting::Unhealthy(ns) => {
+            format!("wait for unhealthy members {} to recover", ns.join(", "))
+        }
+        Waiting::LearnerCatchingUp(n) => format!("wait for learner {n} to catch up"),
+        Waiting::MemberUpgrading(n) => {
+            format!("wait for member {n} to restart on the new version")
+        }
+        Waiting::LeavingService(n) => format!(
+            "wait until the client Service no longer sends clients to member {n} before taking it down"
+        ),
+        Waiting::DisruptionBudget(n) => format!(
+            "wait for the disruption budget to allow taking member {n} down (it allows none now: a drain is evicting a member, or a member is not Ready)"
+        ),
+        Waiting::SnapshotBeforeUpgrade {
             members,
             entries_left,
-        }) => format!(
+        } => format!(
             "wait for members {} to take a raft snapshot past the v2-format entries of etcd 3.4 and older before moving to a line that cannot replay them (about {entries_left} more applied entries; etcd snapshots every --snapshot-count entries)",
             members.join(", ")
         ),
-        Step::Blocked(b) => blocked_message(b),
-        Step::Done => String::new(),
     }
 }
 
