@@ -175,6 +175,69 @@ fn describe_wait(wait: &Waiting) -> String {
     }
 }
 
+/// Quorum lost: who is missing, and what is not known of them (a silent node's members).
+fn quorum_lost_message(
+    missing: &[String],
+    voters: usize,
+    unconfirmed: &[crate::planner::Unconfirmed],
+) -> String {
+    let lost = format!(
+        "quorum lost: {} of {voters} voting members are unhealthy ({}); the operator makes no membership change until a majority is back",
+        missing.len(),
+        missing.join(", ")
+    );
+    if unconfirmed.is_empty() {
+        return lost;
+    }
+    let said: Vec<String> = unconfirmed
+        .iter()
+        .map(|u| format!("{}: {}", u.member, u.why))
+        .collect();
+    let mut nodes: Vec<&str> = unconfirmed
+        .iter()
+        .filter_map(|u| u.node.as_deref())
+        .collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    let declare = if nodes.is_empty() {
+        "if you know their processes are gone, approve a recovery".to_string()
+    } else {
+        format!(
+            "if the node is down for good, say so and the operator acts: {}",
+            crate::planner::liveness::out_of_service_command(&nodes)
+        )
+    };
+    format!(
+        "{lost}; not known to be gone, so neither recovered nor replaced (their etcd may still run and hold the quorum): {}; {declare}",
+        said.join("; ")
+    )
+}
+
+/// Quorum lost for good: what was lost, and how to approve a recovery from where.
+fn quorum_lost_for_good_message(loss: &crate::planner::PermanentLoss, approve: &str) -> String {
+    let lost = if loss.voters == 0 {
+        "every member and its data is gone (no pod that may run again, no claim)".to_string()
+    } else {
+        format!(
+            "quorum lost for good: the data of {} of {} voting members is gone ({}), so quorum cannot come back by itself",
+            loss.lost.len(),
+            loss.voters,
+            loss.lost.join(", ")
+        )
+    };
+    match &loss.from {
+        Some(RecoverFrom::Member { name, raft_index }) => format!(
+            "{lost}; spec.recovery.policy is Manual: to recover from member {name} (raft index {raft_index}; writes only the lost members had are lost), run: {approve}"
+        ),
+        Some(RecoverFrom::Backup) => format!(
+            "{lost}, and no member's data survives; spec.recovery.policy is Manual: to recover from the newest backup of the cluster that checks (its safety backups and EtcdBackups), run: {approve}"
+        ),
+        None => format!(
+            "{lost}; waiting for the members that may still hold data to answer before choosing where to recover from"
+        ),
+    }
+}
+
 fn blocked_message(b: &Blocked) -> String {
     match b {
         Blocked::Paused => "spec.paused is set: no change is made".into(),
@@ -187,63 +250,13 @@ fn blocked_message(b: &Blocked) -> String {
             missing,
             voters,
             unconfirmed,
-        } => {
-            let lost = format!(
-                "quorum lost: {} of {voters} voting members are unhealthy ({}); the operator makes no membership change until a majority is back",
-                missing.len(),
-                missing.join(", ")
-            );
-            if unconfirmed.is_empty() {
-                return lost;
-            }
-            let said: Vec<String> = unconfirmed
-                .iter()
-                .map(|u| format!("{}: {}", u.member, u.why))
-                .collect();
-            let mut nodes: Vec<&str> = unconfirmed.iter().filter_map(|u| u.node.as_deref()).collect();
-            nodes.sort_unstable();
-            nodes.dedup();
-            let declare = if nodes.is_empty() {
-                "if you know their processes are gone, approve a recovery".to_string()
-            } else {
-                format!(
-                    "if the node is down for good, say so and the operator acts: {}",
-                    crate::planner::liveness::out_of_service_command(&nodes)
-                )
-            };
-            format!(
-                "{lost}; not known to be gone, so neither recovered nor replaced (their etcd may still run and hold the quorum): {}; {declare}",
-                said.join("; ")
-            )
-        }
+        } => quorum_lost_message(missing, *voters, unconfirmed),
         Blocked::AllMembersLost => "every member and its data is gone (members kept their data in emptyDirs); delete and recreate the EtcdCluster to start an empty cluster, or restore from a backup".into(),
         Blocked::UpgradeNotSupported(why) => format!("upgrade blocked: {why}"),
         Blocked::SafetyBackupFailed { change, reason } => format!(
             "{change} waits for its safety backup (spec.safetyBackup), which failed: {reason}"
         ),
-        Blocked::QuorumLostForGood { loss, approve } => {
-            let lost = if loss.voters == 0 {
-                "every member and its data is gone (no pod that may run again, no claim)".to_string()
-            } else {
-                format!(
-                    "quorum lost for good: the data of {} of {} voting members is gone ({}), so quorum cannot come back by itself",
-                    loss.lost.len(),
-                    loss.voters,
-                    loss.lost.join(", ")
-                )
-            };
-            match &loss.from {
-                Some(RecoverFrom::Member { name, raft_index }) => format!(
-                    "{lost}; spec.recovery.policy is Manual: to recover from member {name} (raft index {raft_index}; writes only the lost members had are lost), run: {approve}"
-                ),
-                Some(RecoverFrom::Backup) => format!(
-                    "{lost}, and no member's data survives; spec.recovery.policy is Manual: to recover from the newest backup of the cluster that checks (its safety backups and EtcdBackups), run: {approve}"
-                ),
-                None => format!(
-                    "{lost}; waiting for the members that may still hold data to answer before choosing where to recover from"
-                ),
-            }
-        }
+        Blocked::QuorumLostForGood { loss, approve } => quorum_lost_for_good_message(loss, approve),
         Blocked::DataCorrupted { members } => format!(
             "etcd raised the CORRUPT alarm for {}: that member's data differs from the others' (the corruption check found a different hash); the operator changes nothing and never disarms it: find the member whose data is wrong (etcdctl endpoint hashkv), remove and replace it, then disarm the alarm (etcdctl alarm disarm)",
             members.join(", ")
@@ -771,6 +784,26 @@ fn conditions(
     conditions
 }
 
+/// The snapshot a restored cluster was seeded from.
+fn restored_from(view: &ClusterView) -> Option<RestoredFrom> {
+    view.seed.as_ref().map(|seed| RestoredFrom {
+        restore: seed.restore.clone(),
+        path: seed.source.path().unwrap_or_default().to_string(),
+        revision: seed.revision,
+        sha256: seed.sha256.clone(),
+        etcd_version: seed.etcd_version.clone(),
+    })
+}
+
+/// The scale subresource's label selector of the member pods (CoreOS' while its members run).
+fn selector(view: &ClusterView, obs: &Observed) -> String {
+    crate::builders::member_selector(view, !obs.coreos_members().is_empty())
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// The status of a reconciled cluster.
 pub fn compute(
     view: &ClusterView,
@@ -825,13 +858,7 @@ pub fn compute(
         service_name: Some(names::client_service_name(&view.name)),
         client_port: Some(CLIENT_PORT),
         next_step: Some(describe(step)).filter(|s| !s.is_empty()),
-        restored_from: view.seed.as_ref().map(|seed| RestoredFrom {
-            restore: seed.restore.clone(),
-            path: seed.source.path().unwrap_or_default().to_string(),
-            revision: seed.revision,
-            sha256: seed.sha256.clone(),
-            etcd_version: seed.etcd_version.clone(),
-        }),
+        restored_from: restored_from(view),
         // Written by the pipeline when it takes one; kept until the next.
         last_safety_backup: previous.and_then(|p| p.last_safety_backup.clone()),
         // Written by the pipeline once the step is carried out (see
@@ -839,13 +866,7 @@ pub fn compute(
         maintenance: previous.and_then(|p| p.maintenance.clone()),
         recovery: previous.and_then(|p| p.recovery.clone()),
         last_recovery: previous.and_then(|p| p.last_recovery.clone()),
-        selector: Some(
-            crate::builders::member_selector(view, !obs.coreos_members().is_empty())
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect::<Vec<_>>()
-                .join(","),
-        ),
+        selector: Some(selector(view, obs)),
         placement,
         another_operator_pods: obs.another_operator.clone(),
         coreos_members: obs
