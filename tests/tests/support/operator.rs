@@ -252,7 +252,7 @@ impl Controller {
             .sum()
     }
 
-    fn counter_sum(&self, family: &str) -> u64 {
+    pub fn counter_sum(&self, family: &str) -> u64 {
         self.metrics
             .registry()
             .gather()
