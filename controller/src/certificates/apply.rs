@@ -287,6 +287,40 @@ async fn settle_ca(
     Ok(Some((ca, rotation, false)))
 }
 
+/// What the rotation's next move depends on: its phase, whether a rotation is `wanted`,
+/// whether every member pod (and a pod of every member the status lists) was made with the
+/// current bundle, and, once the new CA signs, whether every member serves its certificates.
+async fn rotation_facts(
+    view: &ClusterView,
+    members: &MemberFiles<'_>,
+    held: &Secrets,
+    ca: &HeldCa,
+    rotation: &inspect::HeldRotation,
+    wanted: bool,
+) -> RotationFacts {
+    let bundle = rotation.bundle(ca);
+    let trust = rotation::fingerprint([bundle.as_str()]);
+    let members_trust_bundle = !members.pods.is_empty()
+        && members
+            .pods
+            .iter()
+            .all(|p| p.trust.as_deref() == Some(trust.as_str()))
+        && members
+            .listed
+            .iter()
+            .all(|name| members.pods.iter().any(|p| &p.name == name));
+    let phase = rotation.phase();
+    let members_serve_leaves = phase == CaPhase::LeavesMoved
+        && members_trust_bundle
+        && serve_current_leaves(view, &held.leaves, ca, &bundle, members).await;
+    RotationFacts {
+        phase,
+        wanted,
+        members_trust_bundle,
+        members_serve_leaves,
+    }
+}
+
 /// The rotation's next move ([`rotation::next_move`]) on what the members run with, carried
 /// out; the CA that signs and the rotation after it.
 #[allow(
@@ -303,28 +337,9 @@ async fn rotate(
     now: OffsetDateTime,
     out: &mut Outcome,
 ) -> Result<(HeldCa, inspect::HeldRotation), Error> {
-    let bundle = rotation.bundle(&ca);
-    let trust = rotation::fingerprint([bundle.as_str()]);
-    let members_trust_bundle = !members.pods.is_empty()
-        && members
-            .pods
-            .iter()
-            .all(|p| p.trust.as_deref() == Some(trust.as_str()))
-        && members
-            .listed
-            .iter()
-            .all(|name| members.pods.iter().any(|p| &p.name == name));
-    let phase = rotation.phase();
-    let members_serve_leaves = phase == CaPhase::LeavesMoved
-        && members_trust_bundle
-        && serve_current_leaves(view, &held.leaves, &ca, &bundle, members).await;
     let requested = members.rotate.is_some() && members.rotate != rotation.rotated_for.as_deref();
-    let facts = RotationFacts {
-        phase,
-        wanted: due || requested,
-        members_trust_bundle,
-        members_serve_leaves,
-    };
+    let facts = rotation_facts(view, members, held, &ca, &rotation, due || requested).await;
+    let phase = facts.phase;
     let generation = ca.name.generation;
     match rotation::next_move(facts) {
         CaMove::Stay => {
