@@ -867,6 +867,33 @@ async fn bad_backups_and_restores_are_refused_at_kubectl_apply(
             "spec.s3.path",
         ),
         (
+            backup(
+                "schedule-and-interval",
+                &format!(
+                    "  etcdEndpoints: [\"http://demo-client:2379\"]\n  storageType: S3\n  schedule: \"0 3 * * *\"\n  backupPolicy:\n    backupIntervalInSecond: 3600\n{s3}"
+                ),
+            ),
+            "spec.schedule: and spec.backupPolicy.backupIntervalInSecond (3600) are both set",
+        ),
+        (
+            backup(
+                "bad-cron",
+                &format!(
+                    "  etcdEndpoints: [\"http://demo-client:2379\"]\n  storageType: S3\n  schedule: \"0 3 * *\"\n{s3}"
+                ),
+            ),
+            "spec.schedule: must be a cron expression of five fields",
+        ),
+        (
+            backup(
+                "bad-zone",
+                &format!(
+                    "  etcdEndpoints: [\"http://demo-client:2379\"]\n  storageType: S3\n  schedule: \"0 3 * * *\"\n  timeZone: Europe/Berlim\n{s3}"
+                ),
+            ),
+            "spec.timeZone: is not a time zone of the IANA database",
+        ),
+        (
             restore(
                 "no-cluster",
                 &format!("  etcdCluster:\n    name: \"\"\n  backupStorageType: S3\n{s3}"),
