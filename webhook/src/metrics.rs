@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::connections::ConnectionMetrics;
+use prometheus::core::Collector;
 use prometheus::{
     Encoder, Gauge, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
     Registry, TextEncoder,
@@ -57,95 +58,81 @@ pub struct Metrics {
 impl Metrics {
     /// Creates the metrics in a new registry.
     pub fn new() -> Result<Self, prometheus::Error> {
-        let registry = Registry::new();
-        let requests = IntCounterVec::new(
-            Opts::new(
-                "etcd_webhook_requests_total",
-                "Admission requests answered, by endpoint (validate, mutate), operation (CREATE, UPDATE, DELETE, CONNECT; unknown when unreadable) and result (allowed, denied, error).",
-            ),
-            &["endpoint", "operation", "result"],
-        )?;
-        let refusals = IntCounterVec::new(
-            Opts::new(
-                "etcd_webhook_refusals_total",
-                "Violated admission rules, by rule name, one per violation of a refused object.",
-            ),
-            &["rule"],
-        )?;
-        let duration = HistogramVec::new(
-            HistogramOpts::new(
-                "etcd_webhook_request_duration_seconds",
-                "Time from the request's arrival to its answer, by endpoint.",
-            )
-            .buckets(DURATION_BUCKETS.to_vec()),
-            &["endpoint"],
-        )?;
-        let in_flight = IntGauge::new(
-            "etcd_webhook_requests_in_flight",
-            "Admission requests being received or answered.",
-        )?;
-        let certificate_expiry = Gauge::new(
-            "etcd_webhook_certificate_expiry_timestamp_seconds",
-            "notAfter of the serving certificate in use, as a Unix timestamp.",
-        )?;
-        let certificate_reloads = IntCounter::new(
-            "etcd_webhook_certificate_reloads_total",
-            "Times a changed certificate and key pair was loaded and put in use.",
-        )?;
-        let certificate_reload_failures = IntCounter::new(
-            "etcd_webhook_certificate_reload_failures_total",
-            "Times a changed certificate or key file could not be used (the previous pair stays in use).",
-        )?;
-        let shed = IntCounter::new(
-            "etcd_webhook_requests_shed_total",
-            "Admission requests answered 429 because the memory budget of the requests in flight stayed exhausted (--max-in-flight-memory).",
-        )?;
-        let reserved_bytes = IntGauge::new(
-            "etcd_webhook_in_flight_reserved_bytes",
-            "Bytes of the memory budget reserved by the admission requests in flight.",
-        )?;
-        let connections = ConnectionMetrics {
-            open: IntGauge::new(
-                "etcd_webhook_open_connections",
-                "Connections open on the webhook's listeners (admission, metrics, probes).",
+        let metrics = Metrics {
+            registry: Registry::new(),
+            requests: IntCounterVec::new(
+                Opts::new(
+                    "etcd_webhook_requests_total",
+                    "Admission requests answered, by endpoint (validate, mutate), operation (CREATE, UPDATE, DELETE, CONNECT; unknown when unreadable) and result (allowed, denied, error).",
+                ),
+                &["endpoint", "operation", "result"],
             )?,
-            rejected: IntCounter::new(
-                "etcd_webhook_connections_rejected_total",
-                "Connections closed as soon as accepted because --max-connections were open on that listener.",
+            refusals: IntCounterVec::new(
+                Opts::new(
+                    "etcd_webhook_refusals_total",
+                    "Violated admission rules, by rule name, one per violation of a refused object.",
+                ),
+                &["rule"],
             )?,
-            idle_closed: IntCounter::new(
-                "etcd_webhook_connections_idle_closed_total",
-                "Connections closed because no byte moved for --idle-timeout.",
+            duration: HistogramVec::new(
+                HistogramOpts::new(
+                    "etcd_webhook_request_duration_seconds",
+                    "Time from the request's arrival to its answer, by endpoint.",
+                )
+                .buckets(DURATION_BUCKETS.to_vec()),
+                &["endpoint"],
             )?,
+            in_flight: IntGauge::new(
+                "etcd_webhook_requests_in_flight",
+                "Admission requests being received or answered.",
+            )?,
+            certificate_expiry: Gauge::new(
+                "etcd_webhook_certificate_expiry_timestamp_seconds",
+                "notAfter of the serving certificate in use, as a Unix timestamp.",
+            )?,
+            certificate_reloads: IntCounter::new(
+                "etcd_webhook_certificate_reloads_total",
+                "Times a changed certificate and key pair was loaded and put in use.",
+            )?,
+            certificate_reload_failures: IntCounter::new(
+                "etcd_webhook_certificate_reload_failures_total",
+                "Times a changed certificate or key file could not be used (the previous pair stays in use).",
+            )?,
+            shed: IntCounter::new(
+                "etcd_webhook_requests_shed_total",
+                "Admission requests answered 429 because the memory budget of the requests in flight stayed exhausted (--max-in-flight-memory).",
+            )?,
+            reserved_bytes: IntGauge::new(
+                "etcd_webhook_in_flight_reserved_bytes",
+                "Bytes of the memory budget reserved by the admission requests in flight.",
+            )?,
+            connections: connection_metrics()?,
         };
-        registry.register(Box::new(shed.clone()))?;
-        registry.register(Box::new(reserved_bytes.clone()))?;
-        registry.register(Box::new(connections.open.clone()))?;
-        registry.register(Box::new(connections.rejected.clone()))?;
-        registry.register(Box::new(connections.idle_closed.clone()))?;
-        registry.register(Box::new(requests.clone()))?;
-        registry.register(Box::new(refusals.clone()))?;
-        registry.register(Box::new(duration.clone()))?;
-        registry.register(Box::new(in_flight.clone()))?;
-        registry.register(Box::new(certificate_expiry.clone()))?;
-        registry.register(Box::new(certificate_reloads.clone()))?;
-        registry.register(Box::new(certificate_reload_failures.clone()))?;
-        for endpoint in ["validate", "mutate"] {
-            duration.with_label_values(&[endpoint]);
+        for collector in metrics.collectors() {
+            metrics.registry.register(collector)?;
         }
-        Ok(Metrics {
-            registry,
-            requests,
-            refusals,
-            duration,
-            in_flight,
-            certificate_expiry,
-            certificate_reloads,
-            certificate_reload_failures,
-            shed,
-            reserved_bytes,
-            connections,
-        })
+        for endpoint in ["validate", "mutate"] {
+            metrics.duration.with_label_values(&[endpoint]);
+        }
+        Ok(metrics)
+    }
+
+    /// Every metric, in the order they are registered.
+    fn collectors(&self) -> [Box<dyn Collector>; 12] {
+        [
+            Box::new(self.shed.clone()),
+            Box::new(self.reserved_bytes.clone()),
+            Box::new(self.connections.open.clone()),
+            Box::new(self.connections.rejected.clone()),
+            Box::new(self.connections.idle_closed.clone()),
+            Box::new(self.requests.clone()),
+            Box::new(self.refusals.clone()),
+            Box::new(self.duration.clone()),
+            Box::new(self.in_flight.clone()),
+            Box::new(self.certificate_expiry.clone()),
+            Box::new(self.certificate_reloads.clone()),
+            Box::new(self.certificate_reload_failures.clone()),
+        ]
     }
 
     /// Counts a request answered 429 for want of memory budget.
@@ -210,6 +197,24 @@ impl Metrics {
         TextEncoder::new().encode(&self.registry.gather(), &mut buf)?;
         String::from_utf8(buf).map_err(|e| prometheus::Error::Msg(e.to_string()))
     }
+}
+
+/// The counters of the connections on the webhook's listeners, which their guards update.
+fn connection_metrics() -> Result<ConnectionMetrics, prometheus::Error> {
+    Ok(ConnectionMetrics {
+        open: IntGauge::new(
+            "etcd_webhook_open_connections",
+            "Connections open on the webhook's listeners (admission, metrics, probes).",
+        )?,
+        rejected: IntCounter::new(
+            "etcd_webhook_connections_rejected_total",
+            "Connections closed as soon as accepted because --max-connections were open on that listener.",
+        )?,
+        idle_closed: IntCounter::new(
+            "etcd_webhook_connections_idle_closed_total",
+            "Connections closed because no byte moved for --idle-timeout.",
+        )?,
+    })
 }
 
 #[cfg(test)]
