@@ -194,15 +194,7 @@ pub fn policy_from_args(args: &Args) -> Result<AdmissionPolicy, ServerError> {
 /// bound. `shutdown` stops the servers started here.
 pub async fn start(args: &Args, shutdown: Shutdown) -> Result<RunningServer, ServerError> {
     let policy = policy_from_args(args)?;
-    if args.idle_timeout <= args.request_timeout {
-        return Err(ServerError::Config {
-            flag: "--idle-timeout",
-            message: format!(
-                "{:?} must be longer than --request-timeout ({:?}), or requests being answered would be cut",
-                args.idle_timeout, args.request_timeout
-            ),
-        });
-    }
+    check_timeouts(args)?;
     let metrics = Metrics::new()?;
     let (reloader, resolver) = CertReloader::start(
         &args.tls_cert_file,
@@ -210,63 +202,18 @@ pub async fn start(args: &Args, shutdown: Shutdown) -> Result<RunningServer, Ser
         metrics.clone(),
     )?;
     let tls = RustlsConfig::from_config(Arc::new(server_config(resolver.clone())?));
-
-    const TLS_FLAG: &str = "--bind-address";
-    let tls_listener =
-        args.bind_address
-            .bind_flag(TLS_FLAG)?
-            .ok_or_else(|| ServerError::Config {
-                flag: TLS_FLAG,
-                message: "the admission server cannot be turned off".into(),
-            })?;
-    let tls_bind_error = |source| BindError {
-        flag: TLS_FLAG,
-        address: args.bind_address.to_string(),
-        source,
-    };
-    let tls_addr = tls_listener.local_addr().map_err(tls_bind_error)?;
+    let (tls_listener, tls_addr) = bind_admission(args)?;
 
     let readiness = Readiness::new();
     let mut servers = Servers::new();
-
-    let state = Arc::new(WebhookState {
-        reviewer: Reviewer::new(policy),
-        metrics: metrics.clone(),
-        max_body_bytes: args.max_request_body_size,
-        request_timeout: args.request_timeout,
-        budget: InflightBudget::new(
-            args.max_in_flight_memory,
-            BUDGET_WAIT,
-            metrics.reserved_bytes().clone(),
-        ),
-    });
     let limits = ConnectionLimits {
         max: args.max_connections as usize,
         idle_timeout: args.idle_timeout,
     };
-    let tls_handle = servers.handle();
-    let tls_acceptor = RustlsAcceptor::new(tls).handshake_timeout(HANDSHAKE_TIMEOUT);
-    let mut server = admin::http_server(tls_listener).map_err(tls_bind_error)?;
-    bound_connection_buffers(server.http_builder());
-    let server = server
-        .acceptor(GuardAcceptor::new(limits, metrics.connections().clone()).acceptor(tls_acceptor))
-        .handle(tls_handle.clone());
-    servers.spawn(
-        "admission",
-        server.serve(webhook_router(state).into_make_service()),
-    );
+    let state = webhook_state(args, policy, &metrics);
+    let tls_handle = serve_admission(args, tls_listener, tls, state, limits, &mut servers)?;
     let admin = admin::start(
-        AdminConfig {
-            probes: args.health_probe_bind_address.clone(),
-            metrics: args.metrics_bind_address.clone(),
-            readiness: readiness.clone(),
-            source: Arc::new(metrics.clone()),
-            limits: ConnectionLimits {
-                max: args.max_admin_connections as usize,
-                ..limits
-            },
-            connections: metrics.connections().clone(),
-        },
+        admin_config(args, &readiness, &metrics, limits),
         &mut servers,
     )?;
     let (metrics_addr, probe_addr) = (admin.metrics, admin.probes);
@@ -304,6 +251,112 @@ pub async fn start(args: &Args, shutdown: Shutdown) -> Result<RunningServer, Ser
         shutdown,
         supervisor,
     })
+}
+
+/// The flag of the admission listener's address.
+const TLS_FLAG: &str = "--bind-address";
+
+/// `--idle-timeout` is longer than `--request-timeout`: a connection is not closed as idle
+/// while its request is being answered.
+fn check_timeouts(args: &Args) -> Result<(), ServerError> {
+    if args.idle_timeout <= args.request_timeout {
+        return Err(ServerError::Config {
+            flag: "--idle-timeout",
+            message: format!(
+                "{:?} must be longer than --request-timeout ({:?}), or requests being answered would be cut",
+                args.idle_timeout, args.request_timeout
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Binds the admission listener (it cannot be turned off), with its address.
+fn bind_admission(args: &Args) -> Result<(std::net::TcpListener, SocketAddr), ServerError> {
+    let listener = args
+        .bind_address
+        .bind_flag(TLS_FLAG)?
+        .ok_or_else(|| ServerError::Config {
+            flag: TLS_FLAG,
+            message: "the admission server cannot be turned off".into(),
+        })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|source| admission_bind_error(args, source))?;
+    Ok((listener, addr))
+}
+
+/// A failure of the admission listener, named by its flag and address.
+fn admission_bind_error(args: &Args, source: std::io::Error) -> BindError {
+    BindError {
+        flag: TLS_FLAG,
+        address: args.bind_address.to_string(),
+        source,
+    }
+}
+
+/// What the admission handlers share: the rules, the metrics, the request bounds and the
+/// memory budget of the requests in flight.
+fn webhook_state(args: &Args, policy: AdmissionPolicy, metrics: &Metrics) -> Arc<WebhookState> {
+    Arc::new(WebhookState {
+        reviewer: Reviewer::new(policy),
+        metrics: metrics.clone(),
+        max_body_bytes: args.max_request_body_size,
+        request_timeout: args.request_timeout,
+        budget: InflightBudget::new(
+            args.max_in_flight_memory,
+            BUDGET_WAIT,
+            metrics.reserved_bytes().clone(),
+        ),
+    })
+}
+
+/// Serves the admission router over TLS on `listener` as the server `admission`: the
+/// handshake timeout, the bounded connection buffers and the connection cap; answers the
+/// handle that tells when it is accepting.
+fn serve_admission(
+    args: &Args,
+    listener: std::net::TcpListener,
+    tls: RustlsConfig,
+    state: Arc<WebhookState>,
+    limits: ConnectionLimits,
+    servers: &mut Servers,
+) -> Result<axum_server::Handle<SocketAddr>, ServerError> {
+    let handle = servers.handle();
+    let tls_acceptor = RustlsAcceptor::new(tls).handshake_timeout(HANDSHAKE_TIMEOUT);
+    let connections = state.metrics.connections().clone();
+    let mut server =
+        admin::http_server(listener).map_err(|source| admission_bind_error(args, source))?;
+    bound_connection_buffers(server.http_builder());
+    let server = server
+        .acceptor(GuardAcceptor::new(limits, connections).acceptor(tls_acceptor))
+        .handle(handle.clone());
+    servers.spawn(
+        "admission",
+        server.serve(webhook_router(state).into_make_service()),
+    );
+    Ok(handle)
+}
+
+/// The metrics and probe servers: their flags, the readiness `/readyz` answers, the metrics
+/// `/metrics` renders, and the admission listener's `limits` with `--max-admin-connections`.
+fn admin_config(
+    args: &Args,
+    readiness: &Readiness,
+    metrics: &Metrics,
+    limits: ConnectionLimits,
+) -> AdminConfig {
+    AdminConfig {
+        probes: args.health_probe_bind_address.clone(),
+        metrics: args.metrics_bind_address.clone(),
+        readiness: readiness.clone(),
+        source: Arc::new(metrics.clone()),
+        limits: ConnectionLimits {
+            max: args.max_admin_connections as usize,
+            ..limits
+        },
+        connections: metrics.connections().clone(),
+    }
 }
 
 /// What one connection of the admission listener may buffer: [`HTTP1_MAX_BUF_BYTES`] of an
