@@ -126,6 +126,7 @@ impl Drop for InFlight<'_> {
     }
 }
 
+/// Answers one admission request within the request timeout, counts it and logs it.
 async fn handle(state: Arc<WebhookState>, endpoint: Endpoint, request: Request) -> Response {
     let started = Instant::now();
     let _in_flight = InFlight::enter(&state.metrics);
@@ -145,67 +146,69 @@ async fn handle(state: Arc<WebhookState>, endpoint: Endpoint, request: Request) 
     });
     let elapsed = started.elapsed();
     match answered {
-        Ok(Answer { body, verdict }) => {
-            let result = if verdict.allowed {
-                RequestResult::Allowed
-            } else {
-                RequestResult::Denied
-            };
-            state
-                .metrics
-                .observe_request(endpoint.as_str(), verdict.operation, result, elapsed);
-            for rule in &verdict.rules {
-                state.metrics.count_refusal(rule);
-            }
-            let namespace = verdict.namespace.as_deref().unwrap_or("");
-            if let Some(message) = verdict.message.as_deref() {
-                info!(
-                    endpoint = endpoint.as_str(),
-                    uid = %verdict.uid,
-                    operation = verdict.operation,
-                    namespace,
-                    name = %verdict.name,
-                    dry_run = verdict.dry_run,
-                    rules = ?verdict.rules,
-                    refusal = message,
-                    "refused"
-                );
-            }
-            debug!(
-                endpoint = endpoint.as_str(),
-                uid = %verdict.uid,
-                operation = verdict.operation,
-                namespace,
-                name = %verdict.name,
-                dry_run = verdict.dry_run,
-                allowed = verdict.allowed,
-                warnings = verdict.warnings.len(),
-                patch_operations = verdict.patch_operations,
-                micros = elapsed.as_micros() as u64,
-                "admission request"
-            );
-            let mut response = Response::new(Body::from(body));
-            response.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
-            response
-        }
-        Err(e) => {
-            state.metrics.observe_request(
-                endpoint.as_str(),
-                "unknown",
-                RequestResult::Error,
-                elapsed,
-            );
-            if e.status.is_server_error() {
-                warn!(endpoint = endpoint.as_str(), status = e.status.as_u16(), error = %e.message, "admission request failed");
-            } else {
-                debug!(endpoint = endpoint.as_str(), status = e.status.as_u16(), error = %e.message, "bad admission request");
-            }
-            e.into_response()
-        }
+        Ok(answer) => reviewed(&state.metrics, endpoint, answer, elapsed),
+        Err(e) => failed(&state.metrics, endpoint, e, elapsed),
     }
+}
+
+/// The answer of a request reviewed: counted by its result and each rule it broke, logged
+/// (at info when refused), sent as JSON.
+fn reviewed(metrics: &Metrics, endpoint: Endpoint, answer: Answer, elapsed: Duration) -> Response {
+    let Answer { body, verdict } = answer;
+    let result = if verdict.allowed {
+        RequestResult::Allowed
+    } else {
+        RequestResult::Denied
+    };
+    metrics.observe_request(endpoint.as_str(), verdict.operation, result, elapsed);
+    for rule in &verdict.rules {
+        metrics.count_refusal(rule);
+    }
+    let namespace = verdict.namespace.as_deref().unwrap_or("");
+    if let Some(message) = verdict.message.as_deref() {
+        info!(
+            endpoint = endpoint.as_str(),
+            uid = %verdict.uid,
+            operation = verdict.operation,
+            namespace,
+            name = %verdict.name,
+            dry_run = verdict.dry_run,
+            rules = ?verdict.rules,
+            refusal = message,
+            "refused"
+        );
+    }
+    debug!(
+        endpoint = endpoint.as_str(),
+        uid = %verdict.uid,
+        operation = verdict.operation,
+        namespace,
+        name = %verdict.name,
+        dry_run = verdict.dry_run,
+        allowed = verdict.allowed,
+        warnings = verdict.warnings.len(),
+        patch_operations = verdict.patch_operations,
+        micros = elapsed.as_micros() as u64,
+        "admission request"
+    );
+    let mut response = Response::new(Body::from(body));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// The HTTP error of a request not reviewed: counted as `result="error"` of an unknown
+/// operation, logged (a warning when the webhook is at fault).
+fn failed(metrics: &Metrics, endpoint: Endpoint, e: HttpError, elapsed: Duration) -> Response {
+    metrics.observe_request(endpoint.as_str(), "unknown", RequestResult::Error, elapsed);
+    if e.status.is_server_error() {
+        warn!(endpoint = endpoint.as_str(), status = e.status.as_u16(), error = %e.message, "admission request failed");
+    } else {
+        debug!(endpoint = endpoint.as_str(), status = e.status.as_u16(), error = %e.message, "bad admission request");
+    }
+    e.into_response()
 }
 
 async fn answer(
