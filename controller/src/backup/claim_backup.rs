@@ -124,6 +124,22 @@ async fn start(
         let max = spec.backup_policy.as_ref().map_or(0, |p| p.max_backups);
         args.push(format!("--prefix={}", in_claim(&pvc.path)));
         args.push(format!("--max-backups={max}"));
+        if let Some(r) = &spec.retention {
+            for (flag, n) in [
+                ("keep-last", r.keep_last),
+                ("keep-hourly", r.keep_hourly),
+                ("keep-daily", r.keep_daily),
+                ("keep-weekly", r.keep_weekly),
+                ("keep-monthly", r.keep_monthly),
+            ] {
+                if n > 0 {
+                    args.push(format!("--{flag}={n}"));
+                }
+            }
+            if !spec.time_zone.is_empty() {
+                args.push(format!("--time-zone={}", spec.time_zone));
+            }
+        }
     }
     if tls_secret.is_some() {
         args.push(format!("--tls-dir={TLS_DIR}"));

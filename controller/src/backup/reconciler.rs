@@ -15,16 +15,15 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::TryStreamExt as _;
-use k8s_openapi::jiff::{Timestamp, tz::TimeZone};
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
 use object_store::{ObjectStore, ObjectStoreExt as _};
 use tracing::{info, warn};
 
-use etcd_shared::schedule::time_zone;
+use etcd_shared::types::EtcdBackup;
 use etcd_shared::types::storage::PVC_STORAGE_TYPE;
-use etcd_shared::types::{EtcdBackup, Retention};
 
 use super::claim_backup::{self, Progress};
 use super::config::BackupConfig;
@@ -218,16 +217,11 @@ async fn take(
     )
     .await?;
     if periodic {
-        let max = spec.backup_policy.as_ref().map_or(0, |p| p.max_backups);
-        let rule = match &spec.retention {
-            // The webhook refuses an unknown zone; past it, nothing is pruned.
-            Some(policy) => time_zone(&spec.time_zone).map(|zone| Rule::Retention(policy, zone)),
-            None => Ok(Rule::MaxBackups(max)),
-        };
         let prefix = &location.key;
         let key = success.path.split_once('/').map_or("", |(_, k)| k);
-        let pruned = match rule {
+        let pruned = match keys::Pruning::of(spec) {
             Ok(rule) => retain(&bucket, prefix, &rule, key).await,
+            // The webhook refuses an unknown zone; past it, nothing is pruned.
             Err(e) => {
                 warn!(backup = %namespace, error = %e, "spec.timeZone: old snapshots kept");
                 Ok(())
@@ -241,23 +235,14 @@ async fn take(
     Ok(success)
 }
 
-/// Which old periodic snapshots go.
-enum Rule<'a> {
-    /// CoreOS' `maxBackups`: all but the newest N (0 keeps all).
-    MaxBackups(i64),
-    /// `spec.retention`, grandfather-father-son in the backup's time zone.
-    Retention(&'a Retention, TimeZone),
-}
-
-/// Deletes the periodic snapshots of `prefix` that `rule` does not keep, keeping `keep` (the
-/// decision is [`keys::expired`]'s or [`keys::expired_by_retention`]'s).
+/// Deletes the periodic snapshots of `prefix` that `rule` does not keep, keeping `keep`.
 async fn retain(
     bucket: &Arc<dyn ObjectStore>,
     prefix: &str,
-    rule: &Rule<'_>,
+    rule: &keys::Pruning,
     keep: &str,
 ) -> Result<(), TransferError> {
-    if matches!(rule, Rule::MaxBackups(max) if *max <= 0) {
+    if rule.keeps_all() {
         return Ok(());
     }
     // Listing is by directory: the objects beside the prefix's last component.
@@ -267,16 +252,9 @@ async fn retain(
         .try_collect()
         .await?;
     let keys: Vec<String> = listed.iter().map(|m| m.location.to_string()).collect();
-    let (doomed, why) = match rule {
-        Rule::MaxBackups(max) => (keys::expired(prefix, &keys, *max, keep), "maxBackups"),
-        Rule::Retention(policy, zone) => (
-            keys::expired_by_retention(prefix, &keys, policy, zone, keep),
-            "retention",
-        ),
-    };
-    for doomed in doomed {
+    for doomed in rule.expired(prefix, &keys, keep) {
         bucket.delete(&transfer::object_path(&doomed)?).await?;
-        info!(key = %doomed, "old snapshot deleted ({why})");
+        info!(key = %doomed, "old snapshot deleted ({})", rule.field());
     }
     Ok(())
 }

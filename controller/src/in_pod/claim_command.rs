@@ -17,11 +17,14 @@ use std::time::Duration;
 
 use clap::{Args as ClapArgs, Parser, Subcommand};
 
+use etcd_shared::types::Retention;
+
 use super::claim_files::{self, FileError, Metadata};
 use super::pod_report::PodReport;
 use crate::builders::claim_pod::TERMINATION_LOG;
 use crate::etcd::EtcdAccess;
 use crate::etcd_tls::MemberTls;
+use crate::snapshot::keys::Pruning;
 
 /// `etcd-controller backup ...`.
 #[derive(Debug, Parser)]
@@ -42,7 +45,7 @@ pub struct BackupCommand {
 #[derive(Debug, Subcommand)]
 pub enum BackupStep {
     /// Stream a snapshot from a member into a file of the claim.
-    Save(SaveArgs),
+    Save(Box<SaveArgs>),
     /// Check a snapshot file of the claim.
     Verify(VerifyArgs),
 }
@@ -69,6 +72,24 @@ pub struct SaveArgs {
     /// Periodic snapshots of `prefix` kept; 0 keeps all.
     #[arg(long, default_value_t = 0)]
     pub max_backups: i64,
+    /// `spec.retention.keepLast` (any `--keep-*` above 0: retention instead of maxBackups).
+    #[arg(long, default_value_t = 0)]
+    pub keep_last: i64,
+    /// `spec.retention.keepHourly`.
+    #[arg(long, default_value_t = 0)]
+    pub keep_hourly: i64,
+    /// `spec.retention.keepDaily`.
+    #[arg(long, default_value_t = 0)]
+    pub keep_daily: i64,
+    /// `spec.retention.keepWeekly`.
+    #[arg(long, default_value_t = 0)]
+    pub keep_weekly: i64,
+    /// `spec.retention.keepMonthly`.
+    #[arg(long, default_value_t = 0)]
+    pub keep_monthly: i64,
+    /// `spec.timeZone`, the zone of the retention's periods; blank is UTC.
+    #[arg(long, default_value = "")]
+    pub time_zone: String,
     /// etcd version of the member (recorded in the metadata).
     #[arg(long)]
     pub etcd_version: String,
@@ -162,6 +183,24 @@ pub(crate) fn member_tls(dir: &Path, server_name: &str) -> Result<MemberTls, Com
     MemberTls::new(&ca, &cert, &key, server_name).map_err(|e| tls_error(e.to_string()))
 }
 
+impl SaveArgs {
+    /// The retention rule the arguments say: `--keep-*` if any, else `--max-backups`.
+    pub fn pruning(&self) -> Result<Pruning, String> {
+        let retention = Retention {
+            keep_last: self.keep_last,
+            keep_hourly: self.keep_hourly,
+            keep_daily: self.keep_daily,
+            keep_weekly: self.keep_weekly,
+            keep_monthly: self.keep_monthly,
+        };
+        if retention.is_empty() {
+            return Ok(Pruning::MaxBackups(self.max_backups));
+        }
+        let zone = etcd_shared::schedule::time_zone(&self.time_zone).map_err(|e| e.to_string())?;
+        Ok(Pruning::Retention(retention, zone))
+    }
+}
+
 /// `save`: the snapshot, its metadata, retention.
 pub async fn save(args: &SaveArgs) -> Result<PodReport, CommandError> {
     let limit = Duration::from_secs(args.timeout_seconds.max(1));
@@ -191,7 +230,7 @@ pub async fn save(args: &SaveArgs) -> Result<PodReport, CommandError> {
             let room = args.max_backups.saturating_sub(1).max(1);
             pruned = match &args.prefix {
                 Some(prefix) if args.max_backups > 1 => {
-                    claim_files::retain(prefix, room, Path::new(""))?
+                    claim_files::retain(prefix, &Pruning::MaxBackups(room), Path::new(""))?
                 }
                 _ => Vec::new(),
             };
@@ -233,10 +272,15 @@ pub async fn save(args: &SaveArgs) -> Result<PodReport, CommandError> {
     }
     if let Some(prefix) = &args.prefix {
         // The snapshot is written; a failed deletion is reported and retried after the next.
-        match claim_files::retain(prefix, args.max_backups, &args.file) {
-            Ok(deleted) if !deleted.is_empty() => {
+        let pruned = args.pruning().and_then(|rule| {
+            claim_files::retain(prefix, &rule, &args.file)
+                .map(|deleted| (deleted, rule.field()))
+                .map_err(|e| e.to_string())
+        });
+        match pruned {
+            Ok((deleted, field)) if !deleted.is_empty() => {
                 message.push_str(&format!(
-                    "; {} old snapshot(s) deleted (maxBackups)",
+                    "; {} old snapshot(s) deleted ({field})",
                     deleted.len()
                 ));
             }
@@ -297,6 +341,32 @@ mod tests {
         assert!(
             matches!(c.step, BackupStep::Save(ref s) if s.max_backups == 3 && s.tls_dir.is_none())
         );
+        let BackupStep::Save(ref s) = c.step else {
+            panic!("save")
+        };
+        assert!(matches!(s.pruning(), Ok(Pruning::MaxBackups(3))));
+        let r = BackupCommand::try_parse_from([
+            "backup",
+            "save",
+            "--endpoint=http://10.0.0.1:2379",
+            "--file=/backup/demo/snap.db_v7_2026-01-01-00:00:00",
+            "--prefix=/backup/demo/snap.db",
+            "--keep-last=2",
+            "--keep-daily=7",
+            "--time-zone=Europe/Berlin",
+            "--etcd-version=3.6.16",
+            "--revision=7",
+            "--cluster=ns/demo",
+            "--member=demo-0",
+        ])
+        .expect("parses");
+        let BackupStep::Save(ref s) = r.step else {
+            panic!("save")
+        };
+        assert!(matches!(
+            s.pruning(),
+            Ok(Pruning::Retention(ref p, _)) if p.keep_last == 2 && p.keep_daily == 7
+        ));
         assert_eq!(c.termination_message_path, PathBuf::from("/tmp/t"));
         let v = BackupCommand::try_parse_from(["backup", "verify", "--file=/restore/s.db"])
             .expect("parses");

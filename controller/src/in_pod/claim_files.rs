@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use etcd_shared::admission::{METADATA_SUFFIX, TEMPORARY_SUFFIX};
 
 use crate::snapshot::integrity::{CheckedSnapshot, IntegrityError, SnapshotHasher};
-use crate::snapshot::keys;
+use crate::snapshot::keys::{self, Pruning};
 
 /// What is recorded beside each snapshot file, as JSON in `FILE.meta.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -281,10 +281,11 @@ where
 }
 
 /// Deletes the periodic snapshots of `prefix` (the path's file, without the periodic suffix)
-/// beyond `max_backups`, never `keep` (the one just written), each with its metadata; files
-/// not named as periodic snapshots of `prefix` are never touched. Returns what was deleted.
-pub fn retain(prefix: &Path, max_backups: i64, keep: &Path) -> Result<Vec<PathBuf>, FileError> {
-    if max_backups <= 0 {
+/// that `rule` does not keep (`maxBackups` or `retention`), never `keep` (the one just
+/// written), each with its metadata; files not named as periodic snapshots of `prefix` are
+/// never touched. Returns what was deleted.
+pub fn retain(prefix: &Path, rule: &Pruning, keep: &Path) -> Result<Vec<PathBuf>, FileError> {
+    if rule.keeps_all() {
         return Ok(Vec::new());
     }
     let dir = prefix.parent().unwrap_or(Path::new("."));
@@ -293,12 +294,7 @@ pub fn retain(prefix: &Path, max_backups: i64, keep: &Path) -> Result<Vec<PathBu
         let entry = entry.map_err(io("listing", dir))?;
         names.push(entry.path().to_string_lossy().into_owned());
     }
-    let doomed = keys::expired(
-        &prefix.to_string_lossy(),
-        &names,
-        max_backups,
-        &keep.to_string_lossy(),
-    );
+    let doomed = rule.expired(&prefix.to_string_lossy(), &names, &keep.to_string_lossy());
     let mut deleted = Vec::new();
     for file in doomed {
         let file = PathBuf::from(file);
@@ -447,15 +443,31 @@ mod tests {
             std::fs::write(f, b"x").expect("write");
         }
         assert_eq!(
-            retain(&prefix, 0, &files[3]).expect("none"),
+            retain(&prefix, &Pruning::MaxBackups(0), &files[3]).expect("none"),
             Vec::<PathBuf>::new()
         );
-        let deleted = retain(&prefix, 2, &files[3]).expect("retained");
+        let deleted = retain(&prefix, &Pruning::MaxBackups(2), &files[3]).expect("retained");
         assert_eq!(deleted, vec![files[0].clone(), files[1].clone()]);
         for f in &files[..2] {
             assert!(!f.exists() && !metadata_path(f).exists(), "{}", f.display());
         }
         for f in files[2..].iter().chain(&others) {
+            assert!(f.exists(), "{}", f.display());
+        }
+        // Retention: keepLast 1 and keepWeekly 2 keep 01-04 and 01-03's week's newest... the
+        // 1st to 4th of January 2026 are Thursday to Sunday, one ISO week: 01-04 alone.
+        let weekly = Pruning::Retention(
+            etcd_shared::types::Retention {
+                keep_last: 1,
+                keep_weekly: 2,
+                ..Default::default()
+            },
+            k8s_openapi::jiff::tz::TimeZone::UTC,
+        );
+        let deleted = retain(&prefix, &weekly, &files[3]).expect("retained");
+        assert_eq!(deleted, vec![files[2].clone()]);
+        assert!(files[3].exists() && !metadata_path(&files[2]).exists());
+        for f in &others {
             assert!(f.exists(), "{}", f.display());
         }
     }

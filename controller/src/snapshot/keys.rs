@@ -122,6 +122,59 @@ pub fn expired(prefix: &str, keys: &[String], max_backups: i64, keep: &str) -> V
     doomed
 }
 
+/// Which old periodic snapshots go after a backup: the object stores' and the claim pod's
+/// retention alike.
+#[derive(Debug, Clone)]
+pub enum Pruning {
+    /// CoreOS' `maxBackups`: all but the newest N (0 keeps all), [`expired`].
+    MaxBackups(i64),
+    /// `spec.retention`, grandfather-father-son in the backup's time zone,
+    /// [`expired_by_retention`].
+    Retention(Retention, TimeZone),
+}
+
+impl Pruning {
+    /// The rule of a periodic backup's spec: `retention` (in `timeZone`) if set, else
+    /// `maxBackups`; an unknown zone (past the webhook) is an error.
+    pub fn of(spec: &EtcdBackupSpec) -> Result<Pruning, etcd_shared::schedule::ScheduleError> {
+        match &spec.retention {
+            Some(policy) => Ok(Pruning::Retention(
+                policy.clone(),
+                etcd_shared::schedule::time_zone(&spec.time_zone)?,
+            )),
+            None => Ok(Pruning::MaxBackups(
+                spec.backup_policy.as_ref().map_or(0, |p| p.max_backups),
+            )),
+        }
+    }
+
+    /// Whether the rule deletes nothing whatever the keys.
+    pub fn keeps_all(&self) -> bool {
+        match self {
+            Pruning::MaxBackups(max) => *max <= 0,
+            Pruning::Retention(policy, _) => policy.is_empty(),
+        }
+    }
+
+    /// The keys the rule deletes, oldest first (never `keep`, never another prefix's).
+    pub fn expired(&self, prefix: &str, keys: &[String], keep: &str) -> Vec<String> {
+        match self {
+            Pruning::MaxBackups(max) => expired(prefix, keys, *max, keep),
+            Pruning::Retention(policy, zone) => {
+                expired_by_retention(prefix, keys, policy, zone, keep)
+            }
+        }
+    }
+
+    /// The spec field that decides, for logs and messages.
+    pub fn field(&self) -> &'static str {
+        match self {
+            Pruning::MaxBackups(_) => "maxBackups",
+            Pruning::Retention(..) => "retention",
+        }
+    }
+}
+
 /// The time a periodic key carries (UTC, to the second).
 fn key_timestamp(time: &str) -> Option<Timestamp> {
     let civil = DateTime::strptime("%Y-%m-%d-%H:%M:%S", time).ok()?;

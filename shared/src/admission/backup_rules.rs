@@ -78,7 +78,8 @@ pub(crate) fn check_backup(backup: &EtcdBackup, namespace: &str, report: &mut Re
 
 /// `spec.schedule`, `spec.timeZone` and `spec.retention` (this operator's extensions): a cron
 /// expression of five fields instead of `backupIntervalInSecond`, a known time zone, a
-/// retention that keeps something instead of `maxBackups`.
+/// retention that keeps something instead of `maxBackups` (for every storage type: the PVC
+/// pod gets it as `--keep-*` arguments).
 fn check_schedule(backup: &EtcdBackup, report: &mut Report) {
     let spec = &backup.spec;
     let policy = spec.backup_policy.as_ref();
@@ -142,15 +143,6 @@ fn check_schedule(backup: &EtcdBackup, report: &mut Report) {
             "spec.retention",
             format!(
                 "and spec.backupPolicy.maxBackups ({max_backups}) are both set: old snapshots are deleted by one or the other"
-            ),
-        );
-    }
-    if spec.storage_type == PVC_STORAGE_TYPE {
-        report.refuse(
-            "backup-retention",
-            "spec.retention",
-            format!(
-                "is not supported yet for storageType {PVC_STORAGE_TYPE} (the pod that writes the file keeps backupPolicy.maxBackups only); use maxBackups"
             ),
         );
     }

@@ -757,15 +757,15 @@ fn schedules_and_retention() {
         "backup-retention",
         "spec.retention: and spec.backupPolicy.maxBackups (3) are both set: old snapshots are deleted by one or the other",
     );
-    assert_refused(
+    assert_eq!(
         judge_backup(
             &pvc_backup(&format!(
-                "{PVC}schedule: \"@daily\"\nretention:\n  keepDaily: 7\n"
+                "{PVC}schedule: \"@daily\"\ntimeZone: Europe/Berlin\nretention:\n  keepDaily: 7\n"
             )),
             None,
         ),
-        "backup-retention",
-        "spec.retention: is not supported yet for storageType PVC",
+        Ok(vec![]),
+        "retention for PVC backups too (the pod gets --keep-* arguments)"
     );
     // Warnings: settings that do nothing.
     assert_eq!(
@@ -784,7 +784,7 @@ fn schedules_and_retention() {
         )),
         vec!["spec.timeZone: has no effect without spec.schedule or spec.retention"]
     );
-    // A PVC backup may have a schedule (its pod keeps maxBackups).
+    // A PVC backup may have a schedule and maxBackups.
     assert_eq!(
         judge_backup(
             &pvc_backup(&format!(
