@@ -45,6 +45,11 @@ fn main() -> std::process::ExitCode {
             periodic_pvc_backups_keep_max_backups,
         )
         .with_timeout(long),
+        etcd_tests::Test::new(
+            "pvc_retention_keeps_the_newest_of_each_day",
+            pvc_retention_keeps_the_newest_of_each_day,
+        )
+        .with_timeout(long),
     ];
     etcd_tests::run_suite_with_kubelet(tests)
 }
@@ -314,5 +319,73 @@ async fn periodic_pvc_backups_keep_max_backups(ctx: TestContext) -> anyhow::Resu
         ensure!(names.contains(&format!("{name}.meta.json")), "{names:?}");
     }
     ensure!(names.len() == snapshots.len() * 2, "{names:?}");
+    Ok(())
+}
+
+/// Issue 35, item 1, the PVC target: `spec.retention` reaches the claim pod (`--keep-*`,
+/// `--time-zone`), which deletes the files (and their metadata) it does not keep: with
+/// `keepLast: 1, keepDaily: 2` and older snapshots seeded yesterday at 10:00 and 12:00 and
+/// three days ago, one backup leaves itself and yesterday's 12:00.
+async fn pvc_retention_keeps_the_newest_of_each_day(ctx: TestContext) -> anyhow::Result<()> {
+    use k8s_openapi::jiff::{Timestamp, ToSpan as _, tz::TimeZone};
+
+    install(&ctx).await?;
+    OperatorBinaries::locate()?.register(ctx.kubelet()?);
+    let _controller = Controller::start(&ctx)?;
+    create_claim(&ctx).await?;
+    create_settled(&ctx, "pg", 1, None).await?;
+    let dir = claim_dir(&ctx)?.join("pg");
+    std::fs::create_dir_all(&dir)?;
+    let today = Timestamp::now().to_zoned(TimeZone::UTC).date();
+    let seeded = |days_ago: i64, hour: i8| -> anyhow::Result<String> {
+        let t = today
+            .checked_sub(days_ago.days())?
+            .at(hour, 0, 0, 0)
+            .to_zoned(TimeZone::UTC)?
+            .timestamp();
+        let name = etcd_controller::snapshot::keys::snapshot_key("snap.db", true, 1, t);
+        std::fs::write(dir.join(&name), b"seeded")?;
+        std::fs::write(dir.join(format!("{name}.meta.json")), b"{}")?;
+        Ok(name)
+    };
+    let (d1_10, d1_12, d3) = (seeded(1, 10)?, seeded(1, 12)?, seeded(3, 12)?);
+    create::<EtcdBackup>(
+        &ctx,
+        &backup_yaml(
+            "gfs",
+            "pg",
+            "pg/snap.db",
+            "  backupPolicy:\n    backupIntervalInSecond: 3600\n  timeZone: UTC\n  retention:\n    keepLast: 1\n    keepDaily: 2\n",
+        ),
+    )
+    .await?;
+    let api: Api<EtcdBackup> = ctx.api();
+    let path = poll_until("the backup written", WAIT, || async {
+        anyhow::Ok(
+            api.get("gfs")
+                .await?
+                .status
+                .filter(|s| s.succeeded)
+                .and_then(|s| s.last_backup_path),
+        )
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let written = path.rsplit('/').next().context("a file name")?.to_string();
+    let mut names: Vec<String> = std::fs::read_dir(&dir)?
+        .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect::<Result<_, _>>()?;
+    names.sort();
+    let mut want = vec![
+        d1_12.clone(),
+        format!("{d1_12}.meta.json"),
+        written.clone(),
+        format!("{written}.meta.json"),
+    ];
+    want.sort();
+    ensure!(
+        names == want,
+        "keepLast 1 + keepDaily 2 keep {written} and yesterday's newest ({d1_12}), not {d1_10} or {d3}: {names:?}"
+    );
     Ok(())
 }
