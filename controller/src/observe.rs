@@ -459,29 +459,71 @@ pub struct Recorded<'a> {
     pub safety: crate::planner::SafetyBackups,
 }
 
-/// Reads the pods, claims and etcd members of a cluster.
-pub async fn observe(
+/// The member pods and data claims in the caches, as the planner sees them: this cluster's,
+/// those of a cluster a recovery replaces (not this cluster's), members whose pod is gone
+/// (with the node it last ran on), and what the API says of their nodes.
+struct PodsSeen {
+    pods: Vec<PodState>,
+    replaced_pods: Vec<PodState>,
+    absent: Vec<AbsentPod>,
+    claims: ClaimsSeen,
+}
+
+async fn pods_seen(
     client: &kube::Client,
     caches: &Caches,
     view: &ClusterView,
-    recorded: Recorded<'_>,
-    timeout: Duration,
-    pool: Option<Arc<EtcdPool>>,
-) -> Result<Observation, Error> {
-    let Recorded {
-        bootstrapped,
-        replaced,
-        placement,
-        ..
-    } = recorded.clone();
-    let now = Timestamp::now();
+    replaced: &[String],
+    placement: &[MemberPlacement],
+    now: Timestamp,
+) -> PodsSeen {
     let mut claim_selector = names::selector_labels(&view.name);
     claim_selector.insert(names::LABEL_COMPONENT.into(), "data".into());
-    let pods = member_pods(caches, view);
     let claims = cache::select(&caches.claims, &view.namespace, &claim_selector);
-    let tls = operator_tls(client, view).await?;
-    // The version each member's claim was made under, from its annotation.
-    let claim_created_on: BTreeMap<String, EtcdVersion> = claims
+    let claim_created_on = claim_created_on(&claims);
+    let pods: Vec<PodState> = member_pods(caches, view)
+        .iter()
+        .filter_map(|(p, origin)| pod_state(p, *origin, &claim_created_on, now))
+        .collect();
+    let (replaced_pods, mut pods): (Vec<PodState>, Vec<PodState>) =
+        pods.into_iter().partition(|p| replaced.contains(&p.name));
+    let mut absent = absent_pods(placement, &pods, replaced);
+    read_nodes(client, &mut pods, &mut absent).await;
+    PodsSeen {
+        pods,
+        replaced_pods,
+        absent,
+        claims: claims_seen(&claims, replaced),
+    }
+}
+
+/// The pods of a cluster a recovery replaces, their client endpoints, and whether that
+/// cluster still serves (then it was not lost).
+async fn replaced_cluster(
+    view: &ClusterView,
+    access: &EtcdAccess,
+    pods: Vec<PodState>,
+) -> (Vec<ReplacedPod>, Vec<(String, String)>, Option<String>) {
+    let endpoints = running_endpoints(view, &pods);
+    let serves = if endpoints.is_empty() {
+        None
+    } else {
+        lost_cluster_serves(access, &endpoints).await
+    };
+    let pods = pods
+        .into_iter()
+        .map(|p| ReplacedPod {
+            name: p.name,
+            uid: p.uid,
+            terminating: p.terminating,
+        })
+        .collect();
+    (pods, endpoints, serves)
+}
+
+/// The version each member's claim was made under, from its annotation.
+fn claim_created_on(claims: &[Arc<crate::cache::CachedClaim>]) -> BTreeMap<String, EtcdVersion> {
+    claims
         .iter()
         .filter_map(|c| {
             let member = c.metadata.labels.as_ref()?.get(names::LABEL_MEMBER)?;
@@ -494,16 +536,19 @@ pub async fn observe(
                 .ok()?;
             Some((member.clone(), version))
         })
-        .collect();
-    let pods: Vec<PodState> = pods
-        .iter()
-        .filter_map(|(p, origin)| pod_state(p, *origin, &claim_created_on, now))
-        .collect();
-    // The pods and claims of a cluster being replaced by a recovery are not this cluster's.
-    let (replaced_pods, mut pods): (Vec<PodState>, Vec<PodState>) =
-        pods.into_iter().partition(|p| replaced.contains(&p.name));
-    let mut absent = absent_pods(placement, &pods, replaced);
-    read_nodes(client, &mut pods, &mut absent).await;
+        .collect()
+}
+
+/// The data claims of a cluster, by member: their UIDs, those of this cluster, those of a
+/// cluster a recovery replaces, and those being deleted.
+struct ClaimsSeen {
+    uids: BTreeMap<String, String>,
+    claims: Vec<String>,
+    replaced: Vec<String>,
+    deleting: Vec<String>,
+}
+
+fn claims_seen(claims: &[Arc<crate::cache::CachedClaim>], replaced: &[String]) -> ClaimsSeen {
     let member_of = |c: &crate::cache::CachedClaim| {
         c.metadata
             .labels
@@ -511,106 +556,76 @@ pub async fn observe(
             .get(names::LABEL_MEMBER)
             .cloned()
     };
-    let claim_uids: BTreeMap<String, String> = claims
+    let uids: BTreeMap<String, String> = claims
         .iter()
         .filter_map(|c| Some((member_of(c)?, c.metadata.uid.clone()?)))
         .collect();
     let (deleting, claims): (Vec<_>, Vec<_>) = claims
         .iter()
         .partition(|c| c.metadata.deletion_timestamp.is_some());
-    let (replaced_claims, claims): (Vec<String>, Vec<String>) = claims
+    let (replaced, claims): (Vec<String>, Vec<String>) = claims
         .into_iter()
         .filter_map(|c| member_of(c))
         .partition(|c| replaced.contains(c));
-    let deleting_claims: Vec<String> = deleting.into_iter().filter_map(|c| member_of(c)).collect();
+    let deleting = deleting.into_iter().filter_map(|c| member_of(c)).collect();
+    ClaimsSeen {
+        uids,
+        claims,
+        replaced,
+        deleting,
+    }
+}
 
-    let (tls, tls_id) = match tls {
-        Some((tls, id)) => (Some(tls), id),
-        None => (None, 0),
-    };
-    let access = EtcdAccess {
-        tls,
-        tls_id,
-        timeout,
-        pool: pool.map(|p| (p, format!("{}/{}", view.namespace, view.name))),
-    };
-    // Terminating pods are asked too: a pod evicted from a silent node may still run its
-    // member, and a member that answers is alive, whatever the API says of its pod.
-    let by_ip = running_endpoints(view, &pods);
-    let replaced_endpoints = running_endpoints(view, &replaced_pods);
-    let lost_cluster_serves = if replaced_endpoints.is_empty() {
-        None
-    } else {
-        lost_cluster_serves(&access, &replaced_endpoints).await
-    };
-    let replaced_pods: Vec<ReplacedPod> = replaced_pods
-        .into_iter()
-        .map(|p| ReplacedPod {
-            name: p.name,
-            uid: p.uid,
-            terminating: p.terminating,
-        })
-        .collect();
-
-    // Every running member says who it is, who leads and whether it is a learner first, so
-    // the member API is only asked where it is served: learners refuse it.
-    let statuses: Vec<PodStatus> = join_all(by_ip.iter().map(|(pod, endpoint)| {
-        let access = access.clone();
-        async move {
-            PodStatus {
-                pod: pod.clone(),
-                endpoint: endpoint.clone(),
-                status: access.status(endpoint).await.map_err(|e| e.to_string()),
-            }
+/// The members etcd lists, each with what its own Status said (health, applied index, sizes);
+/// started members that are unhealthy are added to `health_failures`.
+fn member_states(
+    view: &ClusterView,
+    listed: &[ListedMember],
+    statuses: &[PodStatus],
+    health_failures: &mut Vec<(String, String)>,
+) -> Vec<MemberState> {
+    let mut states = Vec::new();
+    for m in listed {
+        let name = member_name(view, m);
+        let health = health_of(&name, statuses);
+        let own = statuses
+            .iter()
+            .find(|p| p.pod == name)
+            .and_then(|p| p.status.as_ref().ok());
+        if let Health::Unhealthy(why) = &health
+            && !m.name.is_empty()
+        {
+            health_failures.push((name.clone(), why.clone()));
         }
-    }))
-    .await;
-    let member_api = member_api_endpoints(&statuses);
+        states.push(MemberState {
+            id: m.id,
+            name,
+            learner: m.learner,
+            started: !m.name.is_empty(),
+            health,
+            applied_index: own.map_or(0, |s| s.applied_index),
+            db: own.map_or(DbSize::default(), |s| DbSize {
+                total: u64::try_from(s.db_size).unwrap_or(0),
+                in_use: u64::try_from(s.db_size_in_use).unwrap_or(0),
+            }),
+            revision: own.map_or(0, |s| s.revision),
+            answered: own.is_some(),
+            raft_index: own.map_or(0, |s| s.raft_index),
+            peer_url: m.peer_urls.first().cloned(),
+        });
+    }
+    states
+}
 
-    let mut health_failures = Vec::new();
-    let members = if by_ip.is_empty() {
-        Err("no member pod is running with an IP yet".to_string())
-    } else {
-        match access.member_list(&member_api).await {
-            Err(e) => Err(e.to_string()),
-            Ok(listed) => {
-                let mut states = Vec::new();
-                for m in &listed {
-                    let name = member_name(view, m);
-                    let health = health_of(&name, &statuses);
-                    let own = statuses
-                        .iter()
-                        .find(|p| p.pod == name)
-                        .and_then(|p| p.status.as_ref().ok());
-                    let applied_index = own.map_or(0, |s| s.applied_index);
-                    if let Health::Unhealthy(why) = &health
-                        && !m.name.is_empty()
-                    {
-                        health_failures.push((name.clone(), why.clone()));
-                    }
-                    states.push(MemberState {
-                        id: m.id,
-                        name,
-                        learner: m.learner,
-                        started: !m.name.is_empty(),
-                        health,
-                        applied_index,
-                        db: own.map_or(DbSize::default(), |s| DbSize {
-                            total: u64::try_from(s.db_size).unwrap_or(0),
-                            in_use: u64::try_from(s.db_size_in_use).unwrap_or(0),
-                        }),
-                        revision: own.map_or(0, |s| s.revision),
-                        answered: own.is_some(),
-                        raft_index: own.map_or(0, |s| s.raft_index),
-                        peer_url: m.peer_urls.first().cloned(),
-                    });
-                }
-                Ok(states)
-            }
-        }
-    };
-    // Alarms: the members list them in their Status (3.4+); older lines are asked through the
-    // Alarm API, which needs quorum (a raft request).
+/// The alarms raised: the members list them in their Status (3.4+); older lines are asked
+/// through the Alarm API, which needs quorum (a raft request), when the member list was read.
+async fn raised_alarms(
+    view: &ClusterView,
+    access: &EtcdAccess,
+    statuses: &[PodStatus],
+    member_api: &[String],
+    members_read: bool,
+) -> Vec<RaisedAlarm> {
     let mut raised: Vec<RaisedAlarm> = statuses
         .iter()
         .filter_map(|p| p.status.as_ref().ok())
@@ -623,74 +638,202 @@ pub async fn observe(
         .min()
         .and_then(|v| v.capabilities())
         .is_some_and(|c| c.status_lists_alarms);
-    if !lists_alarms && members.is_ok() {
-        match access.alarms(&member_api).await {
+    if !lists_alarms && members_read {
+        match access.alarms(member_api).await {
             Ok(listed) => raised.extend(listed),
             Err(e) => tracing::debug!(cluster = %view.name, error = %e, "alarm list failed"),
         }
     }
+    raised
+}
+
+impl EtcdAccess {
+    /// How the members of `view`'s cluster are reached: over TLS with the operator's client
+    /// certificate (and its identity, for the pool's connections) if it has one.
+    fn new(
+        tls: Option<(Arc<MemberTls>, u64)>,
+        timeout: Duration,
+        pool: Option<Arc<EtcdPool>>,
+        view: &ClusterView,
+    ) -> Self {
+        let (tls, tls_id) = match tls {
+            Some((tls, id)) => (Some(tls), id),
+            None => (None, 0),
+        };
+        EtcdAccess {
+            tls,
+            tls_id,
+            timeout,
+            pool: pool.map(|p| (p, format!("{}/{}", view.namespace, view.name))),
+        }
+    }
+}
+
+/// Every running member's own Status: who it is, who leads, whether it is a learner (asked
+/// first, so the member API is only asked where it is served: learners refuse it).
+async fn pod_statuses(access: &EtcdAccess, by_ip: &[(String, String)]) -> Vec<PodStatus> {
+    join_all(by_ip.iter().map(|(pod, endpoint)| {
+        let access = access.clone();
+        async move {
+            PodStatus {
+                pod: pod.clone(),
+                endpoint: endpoint.clone(),
+                status: access.status(endpoint).await.map_err(|e| e.to_string()),
+            }
+        }
+    }))
+    .await
+}
+
+/// What the members say: the endpoints the member API is asked at, the member list (or why
+/// it could not be read), the alarms raised, the members whose health check failed, and the
+/// backend quota.
+struct MembersSeen {
+    member_api: Vec<String>,
+    members: Result<Vec<MemberState>, String>,
+    alarms: Vec<Alarm>,
+    health_failures: Vec<(String, String)>,
+    quota_bytes: u64,
+}
+
+async fn members_seen(
+    view: &ClusterView,
+    access: &EtcdAccess,
+    by_ip: &[(String, String)],
+) -> MembersSeen {
+    let statuses = pod_statuses(access, by_ip).await;
+    let member_api = member_api_endpoints(&statuses);
+    let mut health_failures = Vec::new();
+    let members = members_of(
+        view,
+        access,
+        by_ip,
+        &statuses,
+        &member_api,
+        &mut health_failures,
+    )
+    .await;
+    let raised = raised_alarms(view, access, &statuses, &member_api, members.is_ok()).await;
     let alarms = named_alarms(&raised, members.as_deref().unwrap_or(&[]));
-    // A cluster CoreOS' operator made exists, whatever our status says of it.
-    let bootstrapped = bootstrapped || pods.iter().any(|p| p.coreos);
-    let quota_bytes = quota_bytes(view, &statuses);
-    let mut model = Observed {
-        pods,
-        claims,
+    MembersSeen {
+        quota_bytes: quota_bytes(view, &statuses),
+        member_api,
         members,
-        bootstrapped,
-        deleting_claims,
         alarms,
-        quota_bytes,
-        maintenance: crate::planner::Maintenance::default(),
-        recovery: None,
-        // The status's record, set by the pipeline.
-        last_version: None,
-        safety: crate::planner::SafetyBackups::default(),
-        absent,
-        disruptions_allowed: caches
-            .pdbs
-            .get(
-                &kube::runtime::reflector::ObjectRef::new(&names::pdb_name(&view.name))
-                    .within(&view.namespace),
-            )
-            .and_then(|pdb| pdb.disruptions_allowed()),
+        health_failures,
+    }
+}
+
+/// The member list as the members answer it, with each member's own Status; why not, when no
+/// member pod runs or none answers.
+async fn members_of(
+    view: &ClusterView,
+    access: &EtcdAccess,
+    by_ip: &[(String, String)],
+    statuses: &[PodStatus],
+    member_api: &[String],
+    health_failures: &mut Vec<(String, String)>,
+) -> Result<Vec<MemberState>, String> {
+    if by_ip.is_empty() {
+        return Err("no member pod is running with an IP yet".to_string());
+    }
+    match access.member_list(member_api).await {
+        Err(e) => Err(e.to_string()),
+        Ok(listed) => Ok(member_states(view, &listed, statuses, health_failures)),
+    }
+}
+
+/// How many more member pods a voluntary disruption may take now, as the cluster's budget in
+/// the cache says.
+fn disruptions_allowed(caches: &Caches, view: &ClusterView) -> Option<i32> {
+    caches
+        .pdbs
+        .get(
+            &kube::runtime::reflector::ObjectRef::new(&names::pdb_name(&view.name))
+                .within(&view.namespace),
+        )
+        .and_then(|pdb| pdb.disruptions_allowed())
+}
+
+/// Reads the pods, claims and etcd members of a cluster.
+pub async fn observe(
+    client: &kube::Client,
+    caches: &Caches,
+    view: &ClusterView,
+    recorded: Recorded<'_>,
+    timeout: Duration,
+    pool: Option<Arc<EtcdPool>>,
+) -> Result<Observation, Error> {
+    let now = Timestamp::now();
+    let tls = operator_tls(client, view).await?;
+    let seen = pods_seen(
+        client,
+        caches,
+        view,
+        recorded.replaced,
+        recorded.placement,
+        now,
+    )
+    .await;
+    let access = EtcdAccess::new(tls, timeout, pool, view);
+    // Terminating pods are asked too: a pod evicted from a silent node may still run its
+    // member, and a member that answers is alive, whatever the API says of its pod.
+    let by_ip = running_endpoints(view, &seen.pods);
+    let (replaced_pods, replaced_endpoints, lost_cluster_serves) =
+        replaced_cluster(view, &access, seen.replaced_pods).await;
+    let said = members_seen(view, &access, &by_ip).await;
+    let claims = seen.claims;
+    let recovery = recorded.recovering.map(|r| crate::planner::Recovering {
+        seed: crate::planner::recovery::seed_plan(r),
+        replaced_pods: replaced_pods.clone(),
+        replaced_claims: claims.replaced.clone(),
+        lost_names: r.replaced.clone(),
+        lost_cluster_serves: lost_cluster_serves.clone(),
+    });
+    let in_service = if seen.pods.iter().any(|p| p.serving == Some(false)) {
+        in_service(client, view).await
+    } else {
+        None
+    };
+    let mut model = Observed {
+        // A cluster CoreOS' operator made exists, whatever our status says of it.
+        bootstrapped: recorded.bootstrapped || seen.pods.iter().any(|p| p.coreos),
+        pods: seen.pods,
+        claims: claims.claims,
+        members: said.members,
+        deleting_claims: claims.deleting,
+        alarms: said.alarms,
+        quota_bytes: said.quota_bytes,
+        maintenance: crate::planner::maintenance::observed(
+            recorded.maintenance,
+            &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
+        ),
+        recovery,
+        last_version: recorded.current_version.and_then(|v| v.parse().ok()),
+        safety: recorded.safety.clone(),
+        absent: seen.absent,
+        disruptions_allowed: disruptions_allowed(caches, view),
         another_operator: Vec::new(),
-        in_service: None,
+        in_service,
         tls: recorded.tls.cloned(),
     };
-    model.maintenance = crate::planner::maintenance::observed(
-        recorded.maintenance,
-        &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
-    );
-    model.last_version = recorded.current_version.and_then(|v| v.parse().ok());
-    model.safety = recorded.safety.clone();
-    if model.pods.iter().any(|p| p.serving == Some(false)) {
-        model.in_service = in_service(client, view).await;
-    }
     model.another_operator = crate::planner::adoption::another_operator(
         &model,
         recorded.ours,
         recorded.coreos_members,
         recorded.another_operator_pods,
     );
-    model.recovery = recorded.recovering.map(|r| crate::planner::Recovering {
-        seed: crate::planner::recovery::seed_plan(r),
-        replaced_pods: replaced_pods.clone(),
-        replaced_claims: replaced_claims.clone(),
-        lost_names: r.replaced.clone(),
-        lost_cluster_serves: lost_cluster_serves.clone(),
-    });
     Ok(Observation {
         model,
         member_endpoints: by_ip,
-        member_api,
+        member_api: said.member_api,
         access,
-        health_failures,
+        health_failures: said.health_failures,
         replaced_pods,
         lost_cluster_serves,
         replaced_endpoints,
-        claim_uids,
-        replaced_claims,
+        claim_uids: claims.uids,
+        replaced_claims: claims.replaced,
     })
 }
 
