@@ -202,6 +202,42 @@ fn version_of_image(image: &str) -> Option<EtcdVersion> {
     tag.strip_prefix('v').unwrap_or(tag).parse().ok()
 }
 
+/// The version a member pod runs: its version label, else its image's tag.
+fn pod_version(pod: &CachedPod, image: &str) -> Option<EtcdVersion> {
+    pod.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(names::LABEL_VERSION))
+        .and_then(|v| v.parse::<EtcdVersion>().ok())
+        .or_else(|| version_of_image(image))
+}
+
+/// Whether a member pod is Ready as its containers are, and whether it has the serving gate:
+/// the gate is the operator's own word, read apart (`serving`), or a member it took out of
+/// the Service would look unready to it.
+fn containers_ready(pod: &CachedPod) -> (bool, bool) {
+    let gated = pod
+        .spec
+        .readiness_gates
+        .iter()
+        .any(|g| g.condition_type == names::CONDITION_SERVING);
+    let ready = if gated {
+        pod.condition_is_true("ContainersReady")
+    } else {
+        pod.condition_is_true("Ready")
+    };
+    (ready, gated)
+}
+
+/// The version a pod's data began under: its own, or its claim's when the claim is older.
+fn data_created_on(own: Option<EtcdVersion>, claim: Option<&EtcdVersion>) -> Option<EtcdVersion> {
+    match (own, claim) {
+        (Some(own), Some(claim)) => Some(own.min(*claim)),
+        (own, None) => own,
+        (None, Some(_)) => None,
+    }
+}
+
 fn pod_state(
     pod: &CachedPod,
     origin: PodOrigin,
@@ -215,53 +251,14 @@ fn pod_state(
         .creation_timestamp
         .as_ref()
         .map_or(0, |t| (now.as_second() - t.0.as_second()).max(0));
-    let image = pod
-        .spec
-        .containers
-        .iter()
-        .find(|c| c.name == "etcd")
-        .and_then(|c| c.image.clone())
-        .unwrap_or_default();
-    let version = pod
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(names::LABEL_VERSION))
-        .and_then(|v| v.parse::<EtcdVersion>().ok())
-        .or_else(|| version_of_image(&image));
-    let restarts = status
-        .container_statuses
-        .iter()
-        .find(|c| c.name == "etcd")
-        .map_or(0, |c| c.restart_count);
-    let annotation = |key: &str| {
-        pod.metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(key))
-            .map(String::as_str)
-    };
-    let restarts_at_upgrade =
-        annotation(names::ANNOTATION_RESTARTS_AT_UPGRADE).and_then(|n| n.parse().ok());
-    let gated = pod
-        .spec
-        .readiness_gates
-        .iter()
-        .any(|g| g.condition_type == names::CONDITION_SERVING);
-    // Ready as the member's containers are: the serving gate is the operator's own word, read
-    // apart (`serving`), or a member it took out of the Service would look unready to it.
-    let ready = if gated {
-        pod.condition_is_true("ContainersReady")
-    } else {
-        pod.condition_is_true("Ready")
-    };
+    let image = pod.image_of("etcd").unwrap_or_default().to_string();
+    let version = pod_version(pod, &image);
+    let etcd_status = pod.container_status("etcd");
+    let annotation = |key: &str| pod.annotation(key);
+    let (ready, gated) = containers_ready(pod);
     let own_created_on: Option<EtcdVersion> =
         annotation(names::ANNOTATION_CREATED_ON).and_then(|v| v.parse().ok());
-    let data_created_on = match (own_created_on, claim_created_on.get(&name)) {
-        (Some(own), Some(claim)) => Some(own.min(*claim)),
-        (own, None) => own,
-        (None, Some(_)) => None,
-    };
+    let data_created_on = data_created_on(own_created_on, claim_created_on.get(&name));
     let since = |t: Timestamp| {
         Duration::from_secs(u64::try_from((now.as_second() - t.as_second()).max(0)).unwrap_or(0))
     };
@@ -270,7 +267,6 @@ fn pod_state(
         .deletion_timestamp
         .as_ref()
         .map_or(Duration::ZERO, |deadline| since(deadline.0));
-    let etcd_status = status.container_statuses.iter().find(|c| c.name == "etcd");
     let running_for = etcd_status.and_then(|c| c.earliest_start()).map(since);
     let container_stopped =
         etcd_status.is_some_and(|c| c.state.terminated.is_some() && c.state.running.is_none());
@@ -279,8 +275,9 @@ fn pod_state(
         uid: pod.metadata.uid.clone(),
         version,
         image,
-        restarts,
-        restarts_at_upgrade,
+        restarts: etcd_status.map_or(0, |c| c.restart_count),
+        restarts_at_upgrade: annotation(names::ANNOTATION_RESTARTS_AT_UPGRADE)
+            .and_then(|n| n.parse().ok()),
         phase: PodPhase::parse(status.phase.as_deref()),
         ready,
         ip: status.pod_ip.clone().filter(|ip| !ip.is_empty()),

@@ -203,6 +203,32 @@ impl CachedPod {
             .iter()
             .any(|c| c.type_ == type_ && c.status == "True")
     }
+
+    /// The value of the operator's annotation `key` (the cache keeps no other).
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        self.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .map(String::as_str)
+    }
+
+    /// The status the kubelet reports of the container named `name`.
+    pub fn container_status(&self, name: &str) -> Option<&CachedContainerStatus> {
+        self.status
+            .container_statuses
+            .iter()
+            .find(|c| c.name == name)
+    }
+
+    /// The image of the container named `name`.
+    pub fn image_of(&self, name: &str) -> Option<&str> {
+        self.spec
+            .containers
+            .iter()
+            .find(|c| c.name == name)
+            .and_then(|c| c.image.as_deref())
+    }
 }
 
 /// A Service or disruption budget as the operator compares it with what it applies: metadata,
