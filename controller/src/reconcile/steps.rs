@@ -265,6 +265,39 @@ async fn carry_out(
             delete_pod(&pods, obs, name).await?;
             delete_claim(ctx, view, obs, name).await?;
         }
+        Step::Compact { .. } | Step::Defragment { .. } | Step::DisarmAlarm(_) => {
+            maintain(obs, step).await?;
+        }
+        // Carried out by `execute` (it yields a record); nothing to call for the finish.
+        Step::StartRecovery { .. }
+        | Step::FinishRecovery
+        | Step::AbortRecovery { .. }
+        | Step::TakeSafetyBackup { .. } => {}
+        Step::UpgradeMember {
+            name,
+            image,
+            version,
+        } => {
+            upgrade_pod(&pods, obs, name, image, version).await?;
+            ctx.config.failpoints.pass(Failpoint::MidUpgrade)?;
+        }
+        Step::TransferLeadership { from, to_id, .. } => {
+            let endpoint = obs
+                .endpoint_of(from)
+                .ok_or_else(|| Error::NoEndpoint(from.clone()))?;
+            obs.access.move_leader(endpoint, *to_id).await?;
+        }
+        Step::RecordSnapshotBarrier { index } => {
+            record_snapshot_barrier(&pods, obs, *index).await?;
+        }
+        Step::Wait(_) | Step::Blocked(_) | Step::Done => return Ok(false),
+    }
+    Ok(true)
+}
+
+/// A maintenance step through etcd's API: a compaction, a defragmentation, a disarm.
+async fn maintain(obs: &Observation, step: &Step) -> Result<(), Error> {
+    match step {
         Step::Compact { revision } => {
             obs.access
                 .compact(obs.member_change_endpoint()?, *revision)
@@ -284,56 +317,56 @@ async fn carry_out(
                     .await?;
             }
         }
-        // Carried out by `execute` (it yields a record); nothing to call for the finish.
-        Step::StartRecovery { .. }
-        | Step::FinishRecovery
-        | Step::AbortRecovery { .. }
-        | Step::TakeSafetyBackup { .. } => {}
-        Step::UpgradeMember {
-            name,
-            image,
-            version,
-        } => {
-            // The restart count goes with the image, so the planner can tell the new
-            // container's readiness from the old one's.
-            let restarts = obs.model.pod(name).map_or(0, |p| p.restarts);
-            let patch = serde_json::json!({
-                "metadata": {
-                    "labels": BTreeMap::from([(names::LABEL_VERSION, version.to_string())]),
-                    "annotations": BTreeMap::from([(
-                        names::ANNOTATION_RESTARTS_AT_UPGRADE,
-                        restarts.to_string(),
-                    )]),
-                },
-                "spec": { "containers": [ { "name": "etcd", "image": image } ] },
-            });
-            pods.patch(name, &PatchParams::default(), &Patch::Strategic(&patch))
-                .await
-                .map_err(Error::kube(format!("upgrade pod {name}")))?;
-            ctx.config.failpoints.pass(Failpoint::MidUpgrade)?;
-        }
-        Step::TransferLeadership { from, to_id, .. } => {
-            let endpoint = obs
-                .endpoint_of(from)
-                .ok_or_else(|| Error::NoEndpoint(from.clone()))?;
-            obs.access.move_leader(endpoint, *to_id).await?;
-        }
-        Step::RecordSnapshotBarrier { index } => {
-            let patch = serde_json::json!({
-                "metadata": { "annotations": { names::ANNOTATION_SNAPSHOT_BARRIER: index.to_string() } },
-            });
-            for pod in &obs.model.pods {
-                pods.patch(&pod.name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                    .map_err(Error::kube(format!(
-                        "record the snapshot barrier on {}",
-                        pod.name
-                    )))?;
-            }
-        }
-        Step::Wait(_) | Step::Blocked(_) | Step::Done => return Ok(false),
+        _ => {}
     }
-    Ok(true)
+    Ok(())
+}
+
+/// Moves member pod `name` to `image` (the kubelet restarts the container). The restart count
+/// goes with the image, so the planner can tell the new container's readiness from the old
+/// one's.
+async fn upgrade_pod(
+    pods: &Api<Pod>,
+    obs: &Observation,
+    name: &str,
+    image: &str,
+    version: &etcd_shared::version::EtcdVersion,
+) -> Result<(), Error> {
+    let restarts = obs.model.pod(name).map_or(0, |p| p.restarts);
+    let patch = serde_json::json!({
+        "metadata": {
+            "labels": BTreeMap::from([(names::LABEL_VERSION, version.to_string())]),
+            "annotations": BTreeMap::from([(
+                names::ANNOTATION_RESTARTS_AT_UPGRADE,
+                restarts.to_string(),
+            )]),
+        },
+        "spec": { "containers": [ { "name": "etcd", "image": image } ] },
+    });
+    pods.patch(name, &PatchParams::default(), &Patch::Strategic(&patch))
+        .await
+        .map_err(Error::kube(format!("upgrade pod {name}")))?;
+    Ok(())
+}
+
+/// Records raft index `index` as the snapshot barrier on every member pod.
+async fn record_snapshot_barrier(
+    pods: &Api<Pod>,
+    obs: &Observation,
+    index: u64,
+) -> Result<(), Error> {
+    let patch = serde_json::json!({
+        "metadata": { "annotations": { names::ANNOTATION_SNAPSHOT_BARRIER: index.to_string() } },
+    });
+    for pod in &obs.model.pods {
+        pods.patch(&pod.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(Error::kube(format!(
+                "record the snapshot barrier on {}",
+                pod.name
+            )))?;
+    }
+    Ok(())
 }
 
 /// Sets member pod `name`'s serving gate condition (a strategic merge of that one condition
