@@ -66,6 +66,53 @@ pub fn member_pod(view: &ClusterView, plan: &MemberPlan) -> Pod {
         ..ObjectMeta::default()
     };
 
+    let mut args = member_args(view, plan, caps);
+    let mut mounts = vec![VolumeMount {
+        name: "data".into(),
+        mount_path: DATA_DIR.into(),
+        ..VolumeMount::default()
+    }];
+    let mut volumes = vec![data_volume(view, &plan.name)];
+    add_tls_files(view, &mut args, &mut mounts, &mut volumes);
+
+    // The container's own variables, from the one list the admission rules reserve.
+    let mut env: Vec<EnvVar> = POD_ENV
+        .iter()
+        .map(|(name, path)| field_env(name, path))
+        .collect();
+    env.extend(view.pod.etcd_env.iter().cloned());
+
+    let mut ports = vec![port("client", CLIENT_PORT), port("peer", PEER_PORT)];
+    if caps.metrics_urls {
+        ports.push(port("metrics", METRICS_PORT));
+    }
+    let container = Container {
+        name: "etcd".into(),
+        image: Some(view.image(&plan.version)),
+        command: Some(vec![ETCD_BINARY.into()]),
+        args: Some(args),
+        env: Some(env),
+        ports: Some(ports),
+        volume_mounts: Some(mounts),
+        resources: view.pod.resources.clone(),
+        readiness_probe: Some(readiness_probe(caps, view.tls.server_secret.is_some())),
+        security_context: Some(container_security_context()),
+        ..Container::default()
+    };
+    Pod {
+        metadata,
+        spec: Some(member_pod_spec(view, plan, container, volumes)),
+        status: None,
+    }
+}
+
+/// etcd's flags for a member (every flag through MemberFlag: the admission rules reserve
+/// their ETCD_* variables), before those of its TLS files.
+fn member_args(
+    view: &ClusterView,
+    plan: &MemberPlan,
+    caps: &etcd_shared::version::LineCapabilities,
+) -> Vec<String> {
     let client_scheme = view.client_scheme();
     let peer_scheme = if view.tls.peer_secret.is_some() {
         "https"
@@ -78,7 +125,6 @@ pub fn member_pod(view: &ClusterView, plan: &MemberPlan) -> Pod {
         .map(|(n, url)| format!("{n}={url}"))
         .collect::<Vec<_>>()
         .join(",");
-    // Every flag through MemberFlag: the admission rules reserve their ETCD_* variables.
     let mut args = vec![
         MemberFlag::Name.arg(&plan.name),
         MemberFlag::DataDir.arg(format_args!("{DATA_DIR}/data")),
@@ -102,12 +148,16 @@ pub fn member_pod(view: &ClusterView, plan: &MemberPlan) -> Pod {
     if caps.zap_logger {
         args.push(MemberFlag::Logger.arg("zap"));
     }
-    let mut mounts = vec![VolumeMount {
-        name: "data".into(),
-        mount_path: DATA_DIR.into(),
-        ..VolumeMount::default()
-    }];
-    let mut volumes = vec![data_volume(view, &plan.name)];
+    args
+}
+
+/// The member's TLS files: the flags that name them, their mounts and their Secret volumes.
+fn add_tls_files(
+    view: &ClusterView,
+    args: &mut Vec<String>,
+    mounts: &mut Vec<VolumeMount>,
+    volumes: &mut Vec<Volume>,
+) {
     if let Some(secret) = &view.tls.peer_secret {
         args.extend([
             MemberFlag::PeerCertFile.arg(format_args!("{PEER_TLS_DIR}/peer.crt")),
@@ -138,62 +188,39 @@ pub fn member_pod(view: &ClusterView, plan: &MemberPlan) -> Pod {
             etcd_shared::tls::CertKind::Server,
         ));
     }
+}
 
-    // The container's own variables, from the one list the admission rules reserve.
-    let mut env: Vec<EnvVar> = POD_ENV
-        .iter()
-        .map(|(name, path)| field_env(name, path))
-        .collect();
-    env.extend(view.pod.etcd_env.iter().cloned());
-
-    let mut ports = vec![port("client", CLIENT_PORT), port("peer", PEER_PORT)];
-    if caps.metrics_urls {
-        ports.push(port("metrics", METRICS_PORT));
-    }
-
-    let container = Container {
-        name: "etcd".into(),
-        image: Some(view.image(&plan.version)),
-        command: Some(vec![ETCD_BINARY.into()]),
-        args: Some(args),
-        env: Some(env),
-        ports: Some(ports),
-        volume_mounts: Some(mounts),
-        resources: view.pod.resources.clone(),
-        readiness_probe: Some(readiness_probe(caps, view.tls.server_secret.is_some())),
-        security_context: Some(container_security_context()),
-        ..Container::default()
-    };
-
-    Pod {
-        metadata,
-        spec: Some(PodSpec {
-            hostname: Some(plan.name.clone()),
-            subdomain: Some(names::peer_service_name(&view.name)),
-            containers: vec![container],
-            volumes: Some(volumes),
-            restart_policy: Some("Always".into()),
-            node_selector: (!view.pod.node_selector.is_empty())
-                .then(|| view.pod.node_selector.clone()),
-            affinity: affinity(view),
-            tolerations: (!view.pod.tolerations.is_empty()).then(|| view.pod.tolerations.clone()),
-            topology_spread_constraints: Some(topology_spread(view)),
-            // The operator takes the member out of the client Service before it stops it.
-            readiness_gates: Some(vec![PodReadinessGate {
-                condition_type: names::CONDITION_SERVING.into(),
-            }]),
-            priority_class_name: view.pod.priority_class_name.clone(),
-            image_pull_secrets: super::with_pull_secrets(
-                None,
-                view.pod.image_pull_secrets.iter().map(|s| s.name.as_str()),
-            ),
-            security_context: Some(pod_security_context(view.pod.security_context.as_ref())),
-            automount_service_account_token: Some(false),
-            enable_service_links: Some(false),
-            termination_grace_period_seconds: Some(30),
-            ..PodSpec::default()
-        }),
-        status: None,
+/// The pod spec around a member's etcd container.
+fn member_pod_spec(
+    view: &ClusterView,
+    plan: &MemberPlan,
+    container: Container,
+    volumes: Vec<Volume>,
+) -> PodSpec {
+    PodSpec {
+        hostname: Some(plan.name.clone()),
+        subdomain: Some(names::peer_service_name(&view.name)),
+        containers: vec![container],
+        volumes: Some(volumes),
+        restart_policy: Some("Always".into()),
+        node_selector: (!view.pod.node_selector.is_empty()).then(|| view.pod.node_selector.clone()),
+        affinity: affinity(view),
+        tolerations: (!view.pod.tolerations.is_empty()).then(|| view.pod.tolerations.clone()),
+        topology_spread_constraints: Some(topology_spread(view)),
+        // The operator takes the member out of the client Service before it stops it.
+        readiness_gates: Some(vec![PodReadinessGate {
+            condition_type: names::CONDITION_SERVING.into(),
+        }]),
+        priority_class_name: view.pod.priority_class_name.clone(),
+        image_pull_secrets: super::with_pull_secrets(
+            None,
+            view.pod.image_pull_secrets.iter().map(|s| s.name.as_str()),
+        ),
+        security_context: Some(pod_security_context(view.pod.security_context.as_ref())),
+        automount_service_account_token: Some(false),
+        enable_service_links: Some(false),
+        termination_grace_period_seconds: Some(30),
+        ..PodSpec::default()
     }
 }
 
