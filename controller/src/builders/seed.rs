@@ -67,7 +67,74 @@ pub fn seed_member(
     restore_image: &OperatorImage,
 ) {
     let caps = plan.version.capabilities().unwrap_or(view.capabilities);
-    let peer_url = view.peer_url(&plan.name);
+    let (fetch, source_volume) = fetch_container(view, seed, restore_image);
+    let restore = restore_container(view, plan, seed, &caps);
+    let place = place_container(restore_image);
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.init_containers = Some(vec![fetch, restore, place]);
+        // The operator's image may come from another registry than etcd's.
+        spec.image_pull_secrets = super::with_pull_secrets(
+            spec.image_pull_secrets.take(),
+            restore_image.pull_secrets.iter().map(String::as_str),
+        );
+        if let Some(volume) = source_volume {
+            spec.volumes.get_or_insert_with(Vec::new).push(volume);
+        }
+    }
+}
+
+/// The fetch's flags and mounts for a snapshot in an object store (S3, ABS, GCS); the
+/// credentials' Secret volume, if the store has one.
+fn store_source(
+    source: &etcd_shared::types::StorageSource,
+    fetch_args: &mut Vec<String>,
+    fetch_mounts: &mut Vec<VolumeMount>,
+) -> Option<Volume> {
+    let (storage_type, path, endpoint, force_path_style, secret) =
+        match (&source.s3, &source.abs, &source.gcs) {
+            (Some(s3), _, _) => (
+                "S3",
+                s3.path.as_str(),
+                s3.endpoint.as_str(),
+                s3.force_path_style,
+                s3.aws_secret.as_str(),
+            ),
+            (None, Some(abs), _) => (
+                "ABS",
+                abs.path.as_str(),
+                abs.endpoint.as_str(),
+                false,
+                abs.abs_secret.as_str(),
+            ),
+            (None, None, Some(gcs)) => {
+                ("GCS", gcs.path.as_str(), "", false, gcs.gcp_secret.as_str())
+            }
+            // The webhook refuses a seed without one of them; the fetch then fails clearly.
+            (None, None, None) => ("", "", "", false, ""),
+        };
+    fetch_args.push(format!("--storage-type={storage_type}"));
+    fetch_args.push(format!("--path={path}"));
+    if !endpoint.is_empty() {
+        fetch_args.push(format!("--endpoint={endpoint}"));
+    }
+    if force_path_style {
+        fetch_args.push("--force-path-style".into());
+    }
+    if secret.is_empty() {
+        return None;
+    }
+    fetch_args.push(format!("--credentials-dir={CREDENTIALS_DIR}"));
+    fetch_mounts.push(read_only_mount(CREDENTIALS_VOLUME, CREDENTIALS_DIR));
+    Some(secret_volume(CREDENTIALS_VOLUME, secret, 0o440))
+}
+
+/// The init container that fetches the snapshot (from a store, a claim or a member) and
+/// checks its SHA-256; the volume of its source, if it needs one.
+fn fetch_container(
+    view: &ClusterView,
+    seed: &SeedPlan,
+    restore_image: &OperatorImage,
+) -> (Container, Option<Volume>) {
     let mut fetch_args = vec![
         "restore".to_string(),
         "fetch".into(),
@@ -111,41 +178,7 @@ pub fn seed_member(
             ..Volume::default()
         });
     } else {
-        let (storage_type, path, endpoint, force_path_style, secret) =
-            match (&source.s3, &source.abs, &source.gcs) {
-                (Some(s3), _, _) => (
-                    "S3",
-                    s3.path.as_str(),
-                    s3.endpoint.as_str(),
-                    s3.force_path_style,
-                    s3.aws_secret.as_str(),
-                ),
-                (None, Some(abs), _) => (
-                    "ABS",
-                    abs.path.as_str(),
-                    abs.endpoint.as_str(),
-                    false,
-                    abs.abs_secret.as_str(),
-                ),
-                (None, None, Some(gcs)) => {
-                    ("GCS", gcs.path.as_str(), "", false, gcs.gcp_secret.as_str())
-                }
-                // The webhook refuses a seed without one of them; the fetch then fails clearly.
-                (None, None, None) => ("", "", "", false, ""),
-            };
-        fetch_args.push(format!("--storage-type={storage_type}"));
-        fetch_args.push(format!("--path={path}"));
-        if !endpoint.is_empty() {
-            fetch_args.push(format!("--endpoint={endpoint}"));
-        }
-        if force_path_style {
-            fetch_args.push("--force-path-style".into());
-        }
-        if !secret.is_empty() {
-            fetch_args.push(format!("--credentials-dir={CREDENTIALS_DIR}"));
-            fetch_mounts.push(read_only_mount(CREDENTIALS_VOLUME, CREDENTIALS_DIR));
-            source_volume = Some(secret_volume(CREDENTIALS_VOLUME, secret, 0o440));
-        }
+        source_volume = store_source(source, &mut fetch_args, &mut fetch_mounts).or(source_volume);
     }
     let fetch = Container {
         name: "restore-fetch".into(),
@@ -156,6 +189,19 @@ pub fn seed_member(
         security_context: Some(container_security_context()),
         ..Container::default()
     };
+    (fetch, source_volume)
+}
+
+/// The init container that restores the snapshot into a data directory with the member's
+/// name, token and peer URL (etcdutl where the line has it, with `--bump-revision` and
+/// `--mark-compacted` when the seed asks for them).
+fn restore_container(
+    view: &ClusterView,
+    plan: &MemberPlan,
+    seed: &SeedPlan,
+    caps: &etcd_shared::version::LineCapabilities,
+) -> Container {
+    let peer_url = view.peer_url(&plan.name);
     let (tool, env) = if caps.etcdutl {
         (ETCDUTL_BINARY, None)
     } else {
@@ -168,7 +214,7 @@ pub fn seed_member(
             }]),
         )
     };
-    let restore = Container {
+    Container {
         name: "restore".into(),
         image: Some(view.image(&plan.version)),
         command: Some(vec![tool.into()]),
@@ -203,8 +249,12 @@ pub fn seed_member(
         volume_mounts: Some(vec![data_mount()]),
         security_context: Some(container_security_context()),
         ..Container::default()
-    };
-    let place = Container {
+    }
+}
+
+/// The init container that moves the restored data directory into place.
+fn place_container(restore_image: &OperatorImage) -> Container {
+    Container {
         name: "restore-place".into(),
         image: Some(restore_image.reference.clone()),
         command: Some(vec![CONTROLLER_BINARY.into()]),
@@ -217,17 +267,6 @@ pub fn seed_member(
         volume_mounts: Some(vec![data_mount()]),
         security_context: Some(container_security_context()),
         ..Container::default()
-    };
-    if let Some(spec) = pod.spec.as_mut() {
-        spec.init_containers = Some(vec![fetch, restore, place]);
-        // The operator's image may come from another registry than etcd's.
-        spec.image_pull_secrets = super::with_pull_secrets(
-            spec.image_pull_secrets.take(),
-            restore_image.pull_secrets.iter().map(String::as_str),
-        );
-        if let Some(volume) = source_volume {
-            spec.volumes.get_or_insert_with(Vec::new).push(volume);
-        }
     }
 }
 
