@@ -68,7 +68,7 @@ pub fn seed_member(
 ) {
     let caps = plan.version.capabilities().unwrap_or(view.capabilities);
     let (fetch, source_volume) = fetch_container(view, seed, restore_image);
-    let restore = restore_container(view, plan, seed, &caps);
+    let restore = restore_container(view, plan, seed, caps);
     let place = place_container(restore_image);
     if let Some(spec) = pod.spec.as_mut() {
         spec.init_containers = Some(vec![fetch, restore, place]);
