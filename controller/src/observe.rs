@@ -280,6 +280,7 @@ fn pod_state(
             .and_then(|n| n.parse().ok()),
         phase: PodPhase::parse(status.phase.as_deref()),
         ready,
+        in_service: pod.condition_is_true("Ready"),
         ip: status.pod_ip.clone().filter(|ip| !ip.is_empty()),
         terminating: pod.metadata.deletion_timestamp.is_some(),
         age: Duration::from_secs(u64::try_from(age).unwrap_or(0)),

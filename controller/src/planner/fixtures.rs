@@ -12,6 +12,7 @@ pub(crate) fn ready_pod(i: u32, version: &str) -> super::PodState {
         restarts_at_upgrade: None,
         phase: super::PodPhase::Running,
         ready: true,
+        in_service: true,
         ip: Some(format!("10.0.0.{i}")),
         terminating: false,
         age: std::time::Duration::from_secs(3600),

@@ -25,6 +25,9 @@ pub struct PodState {
     /// The pod is Ready as far as its containers go (its `ContainersReady` condition when it has
     /// the serving gate, else its `Ready` condition): the serving gate is read apart.
     pub ready: bool,
+    /// The pod's own Ready condition, as the kubelet reports it (its containers and, where it
+    /// has one, the serving gate): clients of the client Service reach it.
+    pub in_service: bool,
     /// `status.podIP`.
     pub ip: Option<String>,
     /// The pod has a deletion timestamp.

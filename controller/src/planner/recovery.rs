@@ -208,13 +208,18 @@ pub fn plan_recovery(
     {
         return Some(Step::AbortRecovery { why: why.clone() });
     }
-    let healthy = obs
-        .members
-        .as_ref()
-        .map_or(0, |m| m.iter().filter(|m| m.health.is_healthy()).count());
+    let members = obs.members.as_ref().map_or(&[][..], Vec::as_slice);
+    let healthy = members.iter().filter(|m| m.health.is_healthy()).count();
     if healthy > 0 {
-        // Keep the only other copy until the new cluster is one a single failure cannot lose.
-        if healthy < ClusterView::quorum(view.size) {
+        // Keep the only other copy until the new cluster is one a single failure cannot lose:
+        // a quorum of its size of voters (a learner counts for no quorum) that answer and serve
+        // (their pods Ready, in the client Service).
+        let serving_voters = members
+            .iter()
+            .filter(|m| m.health.is_healthy() && !m.learner)
+            .filter(|m| obs.pod(&m.name).is_some_and(|p| p.in_service))
+            .count();
+        if serving_voters < ClusterView::quorum(view.size) {
             return None;
         }
         if let Some(pod) = recovering.replaced_pods.iter().find(|p| !p.terminating) {

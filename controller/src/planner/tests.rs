@@ -1307,10 +1307,21 @@ fn a_recovery_in_progress_seeds_then_removes_the_lost_cluster() {
     obs.pods[0].ready = true;
     obs.members = Ok(vec![member(3, "3.6.16")]);
     assert_eq!(plan_for("size: 3", &obs), add(4, true));
-    // A quorum of its size healthy: the lost cluster goes, pods then claims, then the recovery
-    // is over.
+    // The second member still a learner, then a voter whose pod is not in the client Service
+    // yet: no quorum of its size holds the data, the survivor stays.
     obs.pods.push(pod(4, "3.6.16"));
-    members(&mut obs).push(member(4, "3.6.16"));
+    members(&mut obs).push(learner(member(4, "3.6.16")));
+    assert!(
+        matches!(plan_for("size: 3", &obs), Step::PromoteLearner { id: 104, .. }),
+        "{:?}",
+        plan_for("size: 3", &obs)
+    );
+    members(&mut obs)[1].learner = false;
+    obs.pods[1].in_service = false;
+    assert_ne!(plan_for("size: 3", &obs), Step::DeletePod("demo-0".into()));
+    // A quorum of its size healthy and serving: the lost cluster goes, pods then claims, then
+    // the recovery is over.
+    obs.pods[1].in_service = true;
     assert_eq!(plan_for("size: 3", &obs), Step::DeletePod("demo-0".into()));
     // A pod of the lost cluster already being deleted (a finalizer, a silent node) is not
     // deleted again: the recovery goes on past it (issue 32, item 3).
