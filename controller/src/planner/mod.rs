@@ -194,7 +194,7 @@ pub enum Blocked {
     /// snapshot's retry is not due).
     SafetyBackupFailed {
         /// The change, e.g. `upgrade to 3.7`.
-        change: String,
+        change: safety::RiskyChange,
         /// Why the snapshot failed.
         reason: String,
     },
@@ -339,8 +339,8 @@ pub enum Step {
     /// scale-down); `guarded` is the step that starts the change, planned again on a fresh
     /// observation once the snapshot is recorded.
     TakeSafetyBackup {
-        /// The change, in words (the key the status records).
-        change: String,
+        /// The change (its words are the key the status records).
+        change: safety::RiskyChange,
         /// The step the snapshot comes before.
         guarded: Box<Step>,
     },

@@ -9,26 +9,71 @@
 use super::{Blocked, Observed, RemovalReason, Step};
 use crate::view::ClusterView;
 
-/// The risky change `step` starts, in words (also the key the status records), when the
-/// cluster asks for safety backups: a member moving to another minor line (once per line:
-/// `upgrade to 3.7`), or a member removed because the spec asks for fewer
-/// (`scale down to 3 (generation 4)`). `None` for every other step.
-pub fn before(view: &ClusterView, model: &Observed, step: &Step) -> Option<String> {
+/// A change `spec.safetyBackup` takes a snapshot before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RiskyChange {
+    /// A member moves to another minor line (once per line).
+    Upgrade {
+        /// The line's major version.
+        major: u64,
+        /// The line's minor version.
+        minor: u64,
+    },
+    /// A member is removed because the spec asks for fewer.
+    ScaleDown {
+        /// The size the spec asks for.
+        size: usize,
+        /// The spec's generation that asks for it.
+        generation: i64,
+    },
+}
+
+impl std::fmt::Display for RiskyChange {
+    /// The change in words, as the status records it: `upgrade to 3.7`,
+    /// `scale down to 3 (generation 4)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RiskyChange::Upgrade { major, minor } => write!(f, "upgrade to {major}.{minor}"),
+            RiskyChange::ScaleDown { size, generation } => {
+                write!(f, "scale down to {size} (generation {generation})")
+            }
+        }
+    }
+}
+
+impl RiskyChange {
+    /// The part of a snapshot's object key that names the change: `upgrade-3.7`,
+    /// `scale-down-3`.
+    pub fn slug(&self) -> String {
+        match self {
+            RiskyChange::Upgrade { major, minor } => format!("upgrade-{major}.{minor}"),
+            RiskyChange::ScaleDown { size, .. } => format!("scale-down-{size}"),
+        }
+    }
+}
+
+/// The risky change `step` starts, when the cluster asks for safety backups: a member moving
+/// to another minor line, or a member removed because the spec asks for fewer. `None` for
+/// every other step.
+pub fn before(view: &ClusterView, model: &Observed, step: &Step) -> Option<RiskyChange> {
     view.safety_backup.as_ref()?;
     match step {
         Step::UpgradeMember { name, version, .. } => {
             let current = model.pod(name)?.version?;
-            ((current.major, current.minor) != (version.major, version.minor))
-                .then(|| format!("upgrade to {}.{}", version.major, version.minor))
+            ((current.major, current.minor) != (version.major, version.minor)).then_some(
+                RiskyChange::Upgrade {
+                    major: version.major,
+                    minor: version.minor,
+                },
+            )
         }
         Step::RemoveMember {
             reason: RemovalReason::ScaleDown,
             ..
-        } => Some(format!(
-            "scale down to {} (generation {})",
-            view.size,
-            view.generation.unwrap_or(0)
-        )),
+        } => Some(RiskyChange::ScaleDown {
+            size: view.size,
+            generation: view.generation.unwrap_or(0),
+        }),
         _ => None,
     }
 }
@@ -39,7 +84,7 @@ pub fn guard(view: &ClusterView, obs: &Observed, step: Step) -> Step {
     let Some(change) = before(view, obs, &step) else {
         return step;
     };
-    if obs.safety.covered.as_deref() == Some(change.as_str()) {
+    if obs.safety.covered.as_deref() == Some(change.to_string().as_str()) {
         return step;
     }
     match &obs.safety.retry_wait {
@@ -116,7 +161,8 @@ mod tests {
             ),
         ];
         for (name, step, want) in cases {
-            assert_eq!(before(&view, &m, &step).as_deref(), want, "{name}");
+            let words = before(&view, &m, &step).map(|c| c.to_string());
+            assert_eq!(words.as_deref(), want, "{name}");
         }
         let without = view_of("size: 3\nversion: 3.7.3");
         assert_eq!(
@@ -134,7 +180,7 @@ mod tests {
         assert_eq!(
             guard(&view, &m, step.clone()),
             Step::TakeSafetyBackup {
-                change: "upgrade to 3.7".into(),
+                change: RiskyChange::Upgrade { major: 3, minor: 7 },
                 guarded: Box::new(step.clone())
             }
         );
@@ -154,7 +200,7 @@ mod tests {
         assert_eq!(
             guard(&view, &m, step.clone()),
             Step::Blocked(Blocked::SafetyBackupFailed {
-                change: "upgrade to 3.7".into(),
+                change: RiskyChange::Upgrade { major: 3, minor: 7 },
                 reason: "store unreachable; next attempt in 20 s".into()
             })
         );

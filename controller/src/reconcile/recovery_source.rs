@@ -139,7 +139,7 @@ pub async fn candidates(
                 origin: origin.clone(),
             });
         };
-        if keys::interval(spec).is_some() {
+        if keys::is_periodic(spec) {
             for (time, key) in keys::periodic_snapshots(&location.key, &keys) {
                 add(time, &key);
             }

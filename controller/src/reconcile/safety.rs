@@ -12,6 +12,7 @@ use crate::snapshot::DEFAULT_TIMEOUT;
 use crate::snapshot::cluster::{SnapshotSettings, snapshot_cluster};
 use crate::snapshot::error::SnapshotError;
 use crate::snapshot::store::{StoreLocation, StoreTimeouts};
+use crate::planner::safety::RiskyChange;
 use crate::view::ClusterView;
 
 /// How long a recorded snapshot stands for its change. An upgrade rolled back and asked for
@@ -32,20 +33,11 @@ pub fn missing(change: &str, last: Option<&SafetyBackupRecord>, now: Timestamp) 
     })
 }
 
-/// The part of the object key that names the change: `upgrade-3.7`, `scale-down-3`.
-fn slug(change: &str) -> String {
-    let words: Vec<&str> = change
-        .split(' ')
-        .take_while(|w| !w.starts_with('('))
-        .filter(|w| *w != "to")
-        .collect();
-    words.join("-")
-}
-
-/// The key of the snapshot taken before `change`: `KEY_before-<change>_v<revision>_<time>`.
-pub fn snapshot_key(key: &str, change: &str, revision: i64, at: Timestamp) -> String {
+/// The key of the snapshot taken before `change`: `KEY_before-<change>_v<revision>_<time>`
+/// (the change as [`RiskyChange::slug`] names it).
+pub fn snapshot_key(key: &str, change: &RiskyChange, revision: i64, at: Timestamp) -> String {
     let time = at.to_zoned(TimeZone::UTC).strftime("%Y-%m-%d-%H:%M:%S");
-    format!("{key}_before-{}_v{revision}_{time}", slug(change))
+    format!("{key}_before-{}_v{revision}_{time}", change.slug())
 }
 
 /// Writes the snapshot before `change` to the bucket of `spec`; the record the status keeps.
@@ -53,7 +45,7 @@ pub async fn take(
     client: &kube::Client,
     view: &ClusterView,
     spec: &SafetyBackup,
-    change: &str,
+    change: &RiskyChange,
     etcd_timeout: std::time::Duration,
 ) -> Result<SafetyBackupRecord, SnapshotError> {
     let location = StoreLocation::from_source(&spec.storage_type, &spec.source)?;
@@ -118,12 +110,19 @@ mod tests {
             ..record.clone()
         };
         assert!(missing("upgrade to 3.7", Some(&undated), later(1)));
+        let upgrade = RiskyChange::Upgrade { major: 3, minor: 7 };
+        let scale_down = RiskyChange::ScaleDown {
+            size: 3,
+            generation: 4,
+        };
+        assert_eq!(upgrade.to_string(), "upgrade to 3.7");
+        assert_eq!(scale_down.to_string(), "scale down to 3 (generation 4)");
         assert_eq!(
-            snapshot_key("demo/snap.db", "upgrade to 3.7", 42, at),
+            snapshot_key("demo/snap.db", &upgrade, 42, at),
             "demo/snap.db_before-upgrade-3.7_v42_2026-01-02-15:04:05"
         );
         assert_eq!(
-            snapshot_key("demo/snap.db", "scale down to 3 (generation 4)", 9, at),
+            snapshot_key("demo/snap.db", &scale_down, 9, at),
             "demo/snap.db_before-scale-down-3_v9_2026-01-02-15:04:05"
         );
     }

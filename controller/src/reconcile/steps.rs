@@ -116,7 +116,7 @@ async fn take_safety_backup(
     recorder: &Recorder,
     cluster: &EtcdCluster,
     view: &ClusterView,
-    change: &str,
+    change: &crate::planner::safety::RiskyChange,
     retries: &RetryGate,
 ) -> Result<SafetyBackupRecord, Error> {
     let key = format!("{}/{}", view.namespace, view.name);
