@@ -264,6 +264,15 @@ pub fn seed_plan(record: &RecoveryStatus) -> SeedPlan {
     }
 }
 
+/// Where a recovery's data comes from, as a metric label: `member` or `backup`.
+pub fn source_kind(record: &RecoveryStatus) -> &'static str {
+    if record.from_member.is_some() {
+        "member"
+    } else {
+        "backup"
+    }
+}
+
 /// Where a recovery's data came from, in words: `member NAME` or `S3 BUCKET/KEY`.
 pub fn source_of(record: &RecoveryStatus) -> String {
     if let Some(member) = &record.from_member {

@@ -84,9 +84,11 @@ pub async fn reconcile(cluster: &EtcdCluster, run: &Run<'_>) -> Result<Action, E
         run.safety_retries,
     )
     .await;
+    let recovered_from = records.recovering.as_ref().map(recovery::source_kind);
     let carried = records.after(outcome.as_ref().ok(), view.safety_backup.is_some());
     let new = status::after_step(&view, &obs.model, &step, carried, at.previous, now);
-    announce(cluster, run, &at, &new, &step, outcome.is_ok()).await;
+    let finished = (outcome.is_ok() && step == Step::FinishRecovery).then_some(recovered_from);
+    announce(cluster, run, &at, &new, finished.flatten()).await;
     write_status(&at.api, &at.name, &new, at.previous).await?;
     outcome?;
     Ok(requeue(&step, &run.ctx.config, certificates.next_check))
@@ -354,24 +356,17 @@ async fn before_step(
 }
 
 /// The metrics and Events of the new status: the cluster's phase and ready members, a recovery
-/// finished (by its source), and the condition changes that matter to a person.
+/// just finished (by where its data came from), and the condition changes that matter to a
+/// person.
 async fn announce(
     cluster: &EtcdCluster,
     run: &Run<'_>,
     at: &Target<'_>,
     new: &EtcdClusterStatus,
-    step: &Step,
-    carried_out: bool,
+    recovered_from: Option<&'static str>,
 ) {
     let metrics = &run.ctx.metrics;
-    if carried_out && matches!(step, Step::FinishRecovery) {
-        let from = new.last_recovery.as_ref().map_or("member", |r| {
-            if r.source.starts_with("member ") {
-                "member"
-            } else {
-                "backup"
-            }
-        });
+    if let Some(from) = recovered_from {
         metrics.recovered(from);
     }
     let phase = new.phase.unwrap_or(ClusterPhase::Creating);
