@@ -787,7 +787,10 @@ async fn ca_rotation(ctx: &TestContext, name: &str, line: &str) -> anyhow::Resul
         .await?;
         controller.stop().await?;
         controller = Controller::start(ctx)?;
-        duration(&format!("{run}: controller restarted mid-rotation"), started);
+        duration(
+            &format!("{run}: controller restarted mid-rotation"),
+            started,
+        );
     }
     poll_until("the new CA signing", WAIT * 6, || async {
         let s = secrets.get(&ca_secret).await?;

@@ -1312,7 +1312,10 @@ fn a_recovery_in_progress_seeds_then_removes_the_lost_cluster() {
     obs.pods.push(pod(4, "3.6.16"));
     members(&mut obs).push(learner(member(4, "3.6.16")));
     assert!(
-        matches!(plan_for("size: 3", &obs), Step::PromoteLearner { id: 104, .. }),
+        matches!(
+            plan_for("size: 3", &obs),
+            Step::PromoteLearner { id: 104, .. }
+        ),
         "{:?}",
         plan_for("size: 3", &obs)
     );

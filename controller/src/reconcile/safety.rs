@@ -8,11 +8,11 @@ use k8s_openapi::jiff::{Timestamp, tz::TimeZone};
 
 use etcd_shared::types::{SafetyBackup, SafetyBackupRecord};
 
+use crate::planner::safety::RiskyChange;
 use crate::snapshot::DEFAULT_TIMEOUT;
 use crate::snapshot::cluster::{SnapshotSettings, snapshot_cluster};
 use crate::snapshot::error::SnapshotError;
 use crate::snapshot::store::{StoreLocation, StoreTimeouts};
-use crate::planner::safety::RiskyChange;
 use crate::view::ClusterView;
 
 /// How long a recorded snapshot stands for its change. An upgrade rolled back and asked for
