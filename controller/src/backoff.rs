@@ -7,6 +7,8 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use crate::object_key::ObjectKey;
+
 /// The delay after `failures` consecutive failures (1 for the first).
 pub fn delay(failures: u32, base: Duration, max: Duration) -> Duration {
     let exp = failures.saturating_sub(1).min(20);
@@ -16,7 +18,7 @@ pub fn delay(failures: u32, base: Duration, max: Duration) -> Duration {
 /// Consecutive failures per cluster.
 #[derive(Debug)]
 pub struct Backoff {
-    failures: Mutex<HashMap<String, u32>>,
+    failures: Mutex<HashMap<ObjectKey, u32>>,
     base: Duration,
     max: Duration,
 }
@@ -37,20 +39,20 @@ impl Backoff {
         }
     }
 
-    fn failures(&self) -> MutexGuard<'_, HashMap<String, u32>> {
+    fn failures(&self) -> MutexGuard<'_, HashMap<ObjectKey, u32>> {
         self.failures.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Records a failure of `key`; returns how long to wait before the retry.
-    pub fn failed(&self, key: &str) -> Duration {
+    pub fn failed(&self, key: &ObjectKey) -> Duration {
         let mut map = self.failures();
-        let n = map.entry(key.to_string()).or_insert(0);
+        let n = map.entry(key.clone()).or_insert(0);
         *n = n.saturating_add(1);
         delay(*n, self.base, self.max)
     }
 
     /// Records a success of `key`: the next failure starts from `base` again.
-    pub fn succeeded(&self, key: &str) {
+    pub fn succeeded(&self, key: &ObjectKey) {
         self.failures().remove(key);
     }
 }
@@ -76,7 +78,7 @@ struct Failing {
 /// objects that failed.
 #[derive(Debug)]
 pub struct RetryGate {
-    failing: Mutex<HashMap<String, Failing>>,
+    failing: Mutex<HashMap<ObjectKey, Failing>>,
     base: Duration,
     max: Duration,
 }
@@ -98,12 +100,12 @@ impl RetryGate {
         }
     }
 
-    fn failing(&self) -> MutexGuard<'_, HashMap<String, Failing>> {
+    fn failing(&self) -> MutexGuard<'_, HashMap<ObjectKey, Failing>> {
         self.failing.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// `Ok` when `key` may try now; else how long it waits and why.
-    pub fn due(&self, key: &str) -> Result<(), NotDue> {
+    pub fn due(&self, key: &ObjectKey) -> Result<(), NotDue> {
         match self.failing().get(key) {
             Some(f) if Instant::now() < f.next => Err(NotDue {
                 remaining: f.next.saturating_duration_since(Instant::now()),
@@ -114,9 +116,9 @@ impl RetryGate {
     }
 
     /// Records a failed attempt of `key`; returns the delay before the next one.
-    pub fn failed(&self, key: &str, error: &str) -> Duration {
+    pub fn failed(&self, key: &ObjectKey, error: &str) -> Duration {
         let mut failing = self.failing();
-        let entry = failing.entry(key.to_string()).or_insert(Failing {
+        let entry = failing.entry(key.clone()).or_insert(Failing {
             failures: 0,
             next: Instant::now(),
             error: String::new(),
@@ -129,7 +131,7 @@ impl RetryGate {
     }
 
     /// Records a success of `key` (or that its object is gone): nothing is kept for it.
-    pub fn succeeded(&self, key: &str) {
+    pub fn succeeded(&self, key: &ObjectKey) {
         self.failing().remove(key);
     }
 
@@ -148,14 +150,18 @@ impl RetryGate {
 mod tests {
     use super::*;
 
+    fn k(name: &str) -> ObjectKey {
+        ObjectKey::new("ns", name)
+    }
+
     #[test]
     fn doubles_up_to_the_cap_and_resets() {
         let b = Backoff::new(Duration::from_secs(1), Duration::from_secs(10));
-        let got: Vec<u64> = (0..6).map(|_| b.failed("a").as_secs()).collect();
+        let got: Vec<u64> = (0..6).map(|_| b.failed(&k("a")).as_secs()).collect();
         assert_eq!(got, [1, 2, 4, 8, 10, 10]);
-        assert_eq!(b.failed("other").as_secs(), 1);
-        b.succeeded("a");
-        assert_eq!(b.failed("a").as_secs(), 1);
+        assert_eq!(b.failed(&k("other")).as_secs(), 1);
+        b.succeeded(&k("a"));
+        assert_eq!(b.failed(&k("a")).as_secs(), 1);
         assert_eq!(
             delay(u32::MAX, Duration::from_secs(1), Duration::from_secs(300)).as_secs(),
             300
@@ -165,20 +171,22 @@ mod tests {
     #[test]
     fn a_gate_spaces_failed_attempts_and_forgets_on_success() {
         let gate = RetryGate::new(Duration::from_secs(10), Duration::from_secs(40));
-        assert_eq!(gate.due("a"), Ok(()));
-        assert_eq!(gate.failed("a", "bucket full"), Duration::from_secs(10));
-        let wait = gate.due("a").expect_err("not due right after a failure");
+        assert_eq!(gate.due(&k("a")), Ok(()));
+        assert_eq!(gate.failed(&k("a"), "bucket full"), Duration::from_secs(10));
+        let wait = gate
+            .due(&k("a"))
+            .expect_err("not due right after a failure");
         assert_eq!(wait.last_error, "bucket full");
         assert!(wait.remaining <= Duration::from_secs(10) && wait.remaining > Duration::ZERO);
-        assert_eq!(gate.due("b"), Ok(()), "keys are independent");
-        assert_eq!(gate.failed("a", "x"), Duration::from_secs(20));
-        assert_eq!(gate.failed("a", "x"), Duration::from_secs(40));
-        assert_eq!(gate.failed("a", "x"), Duration::from_secs(40));
-        gate.succeeded("a");
+        assert_eq!(gate.due(&k("b")), Ok(()), "keys are independent");
+        assert_eq!(gate.failed(&k("a"), "x"), Duration::from_secs(20));
+        assert_eq!(gate.failed(&k("a"), "x"), Duration::from_secs(40));
+        assert_eq!(gate.failed(&k("a"), "x"), Duration::from_secs(40));
+        gate.succeeded(&k("a"));
         assert!(gate.is_empty());
-        assert_eq!(gate.due("a"), Ok(()));
+        assert_eq!(gate.due(&k("a")), Ok(()));
         let long = "e".repeat(5000);
-        gate.failed("c", &long);
-        assert_eq!(gate.due("c").expect_err("waits").last_error.len(), 1024);
+        gate.failed(&k("c"), &long);
+        assert_eq!(gate.due(&k("c")).expect_err("waits").last_error.len(), 1024);
     }
 }

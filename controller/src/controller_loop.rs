@@ -48,13 +48,9 @@ pub trait Reconciled: Send + Sync + Sized + 'static {
     fn watch_failed(&self) {}
 }
 
-/// `namespace/name`: the key of an object's per-object state (backoff, series).
-pub fn object_key<K: Resource>(object: &K) -> String {
-    format!(
-        "{}/{}",
-        object.meta().namespace.as_deref().unwrap_or_default(),
-        object.meta().name.as_deref().unwrap_or_default()
-    )
+/// The key of an object's per-object state (backoff, reports).
+pub fn object_key<K: Resource>(object: &K) -> crate::object_key::ObjectKey {
+    crate::object_key::ObjectKey::of(object)
 }
 
 /// An Api for one namespace, or for all.
@@ -127,8 +123,8 @@ mod tests {
         let mut cm = ConfigMap::default();
         cm.metadata.namespace = Some("ns".into());
         cm.metadata.name = Some("a".into());
-        assert_eq!(object_key(&cm), "ns/a");
+        assert_eq!(object_key(&cm).to_string(), "ns/a");
         cm.metadata.namespace = None;
-        assert_eq!(object_key(&cm), "/a");
+        assert_eq!(object_key(&cm).to_string(), "/a");
     }
 }

@@ -26,7 +26,7 @@ pub struct EtcdAccess {
     pub timeout: Duration,
     /// Where connections are reused, and the cluster's key in it (`NAMESPACE/NAME`); `None`
     /// connects for every call.
-    pub pool: Option<(Arc<EtcdPool>, String)>,
+    pub pool: Option<(Arc<EtcdPool>, crate::object_key::ObjectKey)>,
 }
 
 /// Most connections kept per cluster (a cluster has at most 7 members; the least recently
@@ -38,7 +38,7 @@ pub const MAX_CONNECTIONS_PER_CLUSTER: usize = 8;
 /// whose call failed dropped, and every connection of a cluster dropped when it is forgotten.
 #[derive(Default)]
 pub struct EtcdPool {
-    clusters: Mutex<HashMap<String, Vec<Pooled>>>,
+    clusters: Mutex<HashMap<crate::object_key::ObjectKey, Vec<Pooled>>>,
     connects: AtomicU64,
 }
 
@@ -59,11 +59,16 @@ impl std::fmt::Debug for EtcdPool {
 }
 
 impl EtcdPool {
-    fn clusters(&self) -> MutexGuard<'_, HashMap<String, Vec<Pooled>>> {
+    fn clusters(&self) -> MutexGuard<'_, HashMap<crate::object_key::ObjectKey, Vec<Pooled>>> {
         self.clusters.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn get(&self, cluster: &str, endpoint: &str, tls_id: u64) -> Option<Client> {
+    fn get(
+        &self,
+        cluster: &crate::object_key::ObjectKey,
+        endpoint: &str,
+        tls_id: u64,
+    ) -> Option<Client> {
         let mut clusters = self.clusters();
         let pooled = clusters
             .get_mut(cluster)?
@@ -73,10 +78,16 @@ impl EtcdPool {
         Some(pooled.client.clone())
     }
 
-    fn put(&self, cluster: &str, endpoint: &str, tls_id: u64, client: Client) {
+    fn put(
+        &self,
+        cluster: &crate::object_key::ObjectKey,
+        endpoint: &str,
+        tls_id: u64,
+        client: Client,
+    ) {
         self.connects.fetch_add(1, Ordering::Relaxed);
         let mut clusters = self.clusters();
-        let kept = clusters.entry(cluster.to_string()).or_default();
+        let kept = clusters.entry(cluster.clone()).or_default();
         kept.retain(|p| p.endpoint != endpoint);
         if kept.len() >= MAX_CONNECTIONS_PER_CLUSTER
             && let Some(oldest) = kept
@@ -95,19 +106,19 @@ impl EtcdPool {
         });
     }
 
-    fn discard(&self, cluster: &str, endpoint: &str) {
+    fn discard(&self, cluster: &crate::object_key::ObjectKey, endpoint: &str) {
         if let Some(kept) = self.clusters().get_mut(cluster) {
             kept.retain(|p| p.endpoint != endpoint);
         }
     }
 
     /// Drops every connection of a cluster (it was deleted).
-    pub fn forget(&self, cluster: &str) {
+    pub fn forget(&self, cluster: &crate::object_key::ObjectKey) {
         self.clusters().remove(cluster);
     }
 
     /// Connections kept for a cluster.
-    pub fn connections(&self, cluster: &str) -> usize {
+    pub fn connections(&self, cluster: &crate::object_key::ObjectKey) -> usize {
         self.clusters().get(cluster).map_or(0, Vec::len)
     }
 

@@ -34,6 +34,7 @@ pub mod installed_crds;
 pub mod leader;
 pub mod metrics;
 pub mod nodes;
+pub mod object_key;
 pub mod observe;
 pub mod planner;
 pub mod reconcile;

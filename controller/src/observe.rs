@@ -19,8 +19,8 @@ use crate::error::Error;
 use crate::etcd::{AlarmName, EtcdAccess, EtcdPool, ListedMember, MemberStatus, RaisedAlarm};
 use crate::etcd_tls::MemberTls;
 use crate::planner::{
-    AbsentPod, Alarm, AlarmKind, DbSize, Health, MemberState, NodeState, Observed, PodPhase,
-    PodState, ReplacedPod,
+    AbsentPod, Alarm, AlarmKind, DbSize, Health, MemberState, MembersUnread, NodeState, Observed,
+    PodPhase, PodState, ReplacedPod,
 };
 use crate::view::ClusterView;
 use etcd_shared::types::MemberPlacement;
@@ -662,7 +662,7 @@ impl EtcdAccess {
             tls,
             tls_id,
             timeout,
-            pool: pool.map(|p| (p, format!("{}/{}", view.namespace, view.name))),
+            pool: pool.map(|p| (p, view.key())),
         }
     }
 }
@@ -688,7 +688,7 @@ async fn pod_statuses(access: &EtcdAccess, by_ip: &[(String, String)]) -> Vec<Po
 /// backend quota.
 struct MembersSeen {
     member_api: Vec<String>,
-    members: Result<Vec<MemberState>, String>,
+    members: Result<Vec<MemberState>, MembersUnread>,
     alarms: Vec<Alarm>,
     health_failures: Vec<(String, String)>,
     quota_bytes: u64,
@@ -731,12 +731,12 @@ async fn members_of(
     statuses: &[PodStatus],
     member_api: &[String],
     health_failures: &mut Vec<(String, String)>,
-) -> Result<Vec<MemberState>, String> {
+) -> Result<Vec<MemberState>, MembersUnread> {
     if by_ip.is_empty() {
-        return Err("no member pod is running with an IP yet".to_string());
+        return Err(MembersUnread::NoPodRunning);
     }
     match access.member_list(member_api).await {
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(MembersUnread::Unanswered(e.to_string())),
         Ok(listed) => Ok(member_states(view, &listed, statuses, health_failures)),
     }
 }

@@ -246,6 +246,11 @@ impl ClusterView {
         (ours && !member.is_empty()).then(|| member.to_string())
     }
 
+    /// The key of the cluster's per-cluster state (connections, retry gates).
+    pub fn key(&self) -> crate::object_key::ObjectKey {
+        crate::object_key::ObjectKey::new(self.namespace.clone(), self.name.clone())
+    }
+
     /// Number of voters that make a majority of `voters`.
     pub fn quorum(voters: usize) -> usize {
         voters / 2 + 1

@@ -431,9 +431,13 @@ async fn connections_are_reused_per_member_and_dropped_with_the_cluster() -> any
         "new",
     )?;
     let pool = std::sync::Arc::new(EtcdPool::default());
+    let key = |cluster: &str| {
+        let (namespace, name) = cluster.split_once('/').unwrap_or(("", cluster));
+        etcd_controller::object_key::ObjectKey::new(namespace, name)
+    };
     let access = |cluster: &str| EtcdAccess {
         timeout: Duration::from_secs(3),
-        pool: Some((pool.clone(), cluster.to_string())),
+        pool: Some((pool.clone(), key(cluster))),
         ..EtcdAccess::default()
     };
     let ep = format!("http://127.0.0.1:{c1}");
@@ -450,14 +454,14 @@ async fn connections_are_reused_per_member_and_dropped_with_the_cluster() -> any
         "{} connections for 20 calls to one member",
         pool.connects() - before
     );
-    ensure!(pool.connections("ns/a") == 1);
+    ensure!(pool.connections(&key("ns/a")) == 1);
     // A member that does not answer: its connection is not kept.
     let down = format!("http://127.0.0.1:{dead}");
     ensure!(access("ns/a").status(&down).await.is_err());
-    ensure!(pool.connections("ns/a") == 1, "{pool:?}");
+    ensure!(pool.connections(&key("ns/a")) == 1, "{pool:?}");
     access("ns/b").status(&ep).await?;
-    pool.forget("ns/a");
-    ensure!(pool.connections("ns/a") == 0 && pool.connections("ns/b") == 1);
+    pool.forget(&key("ns/a"));
+    ensure!(pool.connections(&key("ns/a")) == 0 && pool.connections(&key("ns/b")) == 1);
     Ok(())
 }
 

@@ -91,7 +91,8 @@ impl Reconciled for BackupReconciler {
 
     fn forget(&self, namespace: &str, name: &str) {
         self.metrics.forget(namespace, name);
-        self.backoff.succeeded(&format!("{namespace}/{name}"));
+        self.backoff
+            .succeeded(&crate::object_key::ObjectKey::new(namespace, name));
     }
 }
 

@@ -206,7 +206,8 @@ impl Reconciled for RestoreReconciler {
     }
 
     fn forget(&self, namespace: &str, name: &str) {
-        self.backoff.succeeded(&format!("{namespace}/{name}"));
+        self.backoff
+            .succeeded(&crate::object_key::ObjectKey::new(namespace, name));
     }
 }
 

@@ -46,8 +46,9 @@ use crate::view::ClusterView;
 pub use liveness::{Liveness, Unconfirmed};
 pub use maintenance::{DefragReason, DefragmentationPolicy};
 pub use model::{
-    AbsentPod, Alarm, AlarmKind, DbSize, Health, Maintenance, MemberState, NodeState, Observed,
-    PodPhase, PodState, Recovering, ReplacedPod, SafetyBackups, TlsFiles, TlsStamp,
+    AbsentPod, Alarm, AlarmKind, DbSize, Health, Maintenance, MemberState, MembersUnread,
+    NodeState, Observed, PodPhase, PodState, Recovering, ReplacedPod, SafetyBackups, TlsFiles,
+    TlsStamp,
 };
 pub use recovery::{PermanentLoss, RecoverFrom};
 

@@ -259,6 +259,27 @@ impl Maintenance {
     }
 }
 
+/// Why the member list could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MembersUnread {
+    /// Not asked (a model built without an observation).
+    NotRead,
+    /// No member pod runs with an IP yet.
+    NoPodRunning,
+    /// No member answered the member list; etcd's or the connection's words.
+    Unanswered(String),
+}
+
+impl std::fmt::Display for MembersUnread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MembersUnread::NotRead => f.write_str("member list not read"),
+            MembersUnread::NoPodRunning => f.write_str("no member pod is running with an IP yet"),
+            MembersUnread::Unanswered(why) => f.write_str(why),
+        }
+    }
+}
+
 /// Everything observed of one cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Observed {
@@ -267,7 +288,7 @@ pub struct Observed {
     /// Members that have a data claim.
     pub claims: Vec<String>,
     /// The member list, or why it could not be read.
-    pub members: Result<Vec<MemberState>, String>,
+    pub members: Result<Vec<MemberState>, MembersUnread>,
     /// The status records a member list read before: the cluster exists (or existed).
     pub bootstrapped: bool,
     /// Members' data claims being deleted (their names stay taken until they are gone).
@@ -348,7 +369,7 @@ impl Default for Observed {
         Observed {
             pods: Vec::new(),
             claims: Vec::new(),
-            members: Err("member list not read".into()),
+            members: Err(MembersUnread::NotRead),
             bootstrapped: false,
             deleting_claims: Vec::new(),
             alarms: Vec::new(),

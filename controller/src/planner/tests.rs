@@ -208,7 +208,7 @@ fn single_decisions() {
             DURABLE,
             Observed {
                 claims: durable_members(),
-                members: Err("no endpoint".into()),
+                members: Err(MembersUnread::Unanswered("no endpoint".into())),
                 bootstrapped: true,
                 ..Observed::default()
             },
@@ -419,7 +419,7 @@ fn does_nothing_risky_when_quorum_is_lost() {
     // Unreadable member list with members long up: quorum lost too.
     let obs = Observed {
         pods: vec![pod(0, "3.6.16"), pod(1, "3.6.16")],
-        members: Err("deadline exceeded".into()),
+        members: Err(MembersUnread::Unanswered("deadline exceeded".into())),
         bootstrapped: true,
         ..Observed::default()
     };
@@ -652,7 +652,7 @@ fn members_recreated_on_claims_keep_the_version_they_last_ran() {
     let deleted = Observed {
         pods: vec![],
         claims: claims.clone(),
-        members: Err("no member pod is running".into()),
+        members: Err(MembersUnread::Unanswered("no member pod is running".into())),
         bootstrapped: true,
         last_version: Some(v("3.6.16")),
         ..Observed::default()
@@ -771,7 +771,7 @@ fn failed_pods_come_back_on_their_claims_with_or_without_quorum() {
     let all_failed = Observed {
         pods: (0..3).map(|i| ended(pod(i, "3.6.16"))).collect(),
         claims: claims.clone(),
-        members: Err("no member pod is running".into()),
+        members: Err(MembersUnread::Unanswered("no member pod is running".into())),
         bootstrapped: true,
         ..Observed::default()
     };

@@ -313,7 +313,9 @@ fn adoption_single_decisions() {
 fn never_a_new_cluster_beside_coreos_members() {
     let spec = "size: 3\nversion: 3.2.13";
     let mut unreadable = coreos_cluster("3.2.13");
-    unreadable.members = Err("tls: bad certificate".into());
+    unreadable.members = Err(crate::planner::MembersUnread::Unanswered(
+        "tls: bad certificate".into(),
+    ));
     unreadable.bootstrapped = false;
     let mut lone = unreadable.clone();
     lone.pods.truncate(1);

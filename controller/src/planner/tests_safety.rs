@@ -146,7 +146,9 @@ fn pods_deleted_while_their_node_is_silent_are_not_lost_data() {
     // With no member list at all, a deleted pod whose node is silent still may run.
     let mut blind = gone_from(NodeState::NotReady);
     blind.pods.clear();
-    blind.members = Err("no member pod is running with an IP yet".into());
+    blind.members = Err(crate::planner::MembersUnread::Unanswered(
+        "no member pod is running with an IP yet".into(),
+    ));
     assert!(
         !matches!(plan_for(AUTOMATIC, &blind), Step::StartRecovery { .. }),
         "{:?}",

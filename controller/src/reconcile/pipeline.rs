@@ -99,8 +99,9 @@ pub async fn reconcile(cluster: &EtcdCluster, run: &Run<'_>) -> Result<Action, E
 fn forget(cluster: &EtcdCluster, run: &Run<'_>) -> Action {
     let (name, namespace) = (cluster.name_any(), cluster.namespace().unwrap_or_default());
     run.ctx.metrics.forget_cluster(&namespace, &name);
-    run.pool.forget(&format!("{namespace}/{name}"));
-    run.safety_retries.succeeded(&format!("{namespace}/{name}"));
+    let key = crate::object_key::ObjectKey::new(namespace.clone(), name.clone());
+    run.pool.forget(&key);
+    run.safety_retries.succeeded(&key);
     Action::await_change()
 }
 
@@ -519,16 +520,13 @@ fn safety_backups(
         covered: stored
             .filter(|r| !safety::missing(&r.before, Some(r), now))
             .map(|r| r.before.clone()),
-        retry_wait: retries
-            .due(&format!("{}/{}", view.namespace, view.name))
-            .err()
-            .map(|wait| {
-                format!(
-                    "{}; next attempt in {} s",
-                    wait.last_error,
-                    wait.remaining.as_secs().max(1)
-                )
-            }),
+        retry_wait: retries.due(&view.key()).err().map(|wait| {
+            format!(
+                "{}; next attempt in {} s",
+                wait.last_error,
+                wait.remaining.as_secs().max(1)
+            )
+        }),
     }
 }
 

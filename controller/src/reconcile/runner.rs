@@ -159,7 +159,7 @@ struct Reconciler {
     /// When a failed safety backup may be tried again, per cluster.
     safety_retries: RetryGate,
     /// Undecodable clusters already reported, with the resourceVersion reported.
-    reported: Mutex<HashMap<String, String>>,
+    reported: Mutex<HashMap<crate::object_key::ObjectKey, String>>,
     /// Whether the watches have failed lately (readiness).
     health: Arc<WatchHealth>,
 }
@@ -201,19 +201,19 @@ impl Reconciler {
     /// Drops everything kept for a cluster that is gone: its metric series and its backoff.
     fn forget(&self, namespace: &str, name: &str) {
         self.ctx.metrics.forget_cluster(namespace, name);
-        self.backoff.succeeded(&format!("{namespace}/{name}"));
-        self.safety_retries
-            .succeeded(&format!("{namespace}/{name}"));
-        self.pool.forget(&format!("{namespace}/{name}"));
-        self.reported().remove(&format!("{namespace}/{name}"));
+        let key = crate::object_key::ObjectKey::new(namespace, name);
+        self.backoff.succeeded(&key);
+        self.safety_retries.succeeded(&key);
+        self.pool.forget(&key);
+        self.reported().remove(&key);
     }
 
-    fn reported(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+    fn reported(&self) -> std::sync::MutexGuard<'_, HashMap<crate::object_key::ObjectKey, String>> {
         self.reported.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Whether this version of an undecodable cluster is not reported yet (and is now).
-    fn first_report(&self, key: String, version: Option<&str>) -> bool {
+    fn first_report(&self, key: crate::object_key::ObjectKey, version: Option<&str>) -> bool {
         let version = version.unwrap_or_default();
         self.reported().insert(key, version.to_string()).as_deref() != Some(version)
     }

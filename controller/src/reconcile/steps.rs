@@ -119,7 +119,7 @@ async fn take_safety_backup(
     change: &crate::planner::safety::RiskyChange,
     retries: &RetryGate,
 ) -> Result<SafetyBackupRecord, Error> {
-    let key = format!("{}/{}", view.namespace, view.name);
+    let key = view.key();
     let events = Events::of(recorder, cluster);
     let spec = view
         .safety_backup

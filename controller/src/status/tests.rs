@@ -528,7 +528,9 @@ fn ready_pods_the_operator_cannot_reach_are_degraded_not_healthy() {
     let obs = Observed {
         pods: vec![pod(0, "3.6.16")],
         claims: vec![],
-        members: Err("etcd over TLS: invalid peer certificate: NotValidForName".into()),
+        members: Err(crate::planner::MembersUnread::Unanswered(
+            "etcd over TLS: invalid peer certificate: NotValidForName".into(),
+        )),
         bootstrapped: false,
         ..Observed::default()
     };
