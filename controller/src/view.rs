@@ -110,39 +110,11 @@ impl ClusterView {
         // Defaulting filled these and validation checked them; fall back to the policy's
         // defaults rather than panic should that ever change.
         let size = usize::try_from(spec.size.unwrap_or(policy.defaults.size)).unwrap_or(1);
-        let version: EtcdVersion = policy.defaults.version_of(&cluster).parse().map_err(
-            |e: etcd_shared::version::ParseVersionError| {
-                InvalidCluster::Spec(Refusal(vec![etcd_shared::admission::Violation::new(
-                    "version-syntax",
-                    "spec.version",
-                    e.to_string(),
-                )]))
-            },
-        )?;
-        let capabilities = version.capabilities().ok_or_else(|| {
-            InvalidCluster::Spec(Refusal(vec![etcd_shared::admission::Violation::new(
-                "version-unsupported",
-                "spec.version",
-                format!("{version} is not supported"),
-            )]))
-        })?;
+        let (version, capabilities) = version_of(&cluster, policy)?;
         let pod = spec.pod.clone().unwrap_or_default();
         let domain = names::cluster_domain(pod.cluster_domain.as_deref()).map(str::to_string);
         let tls = tls_mode(&name, spec.tls.as_ref())?;
-        let seed = meta
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(names::ANNOTATION_RESTORE_SEED))
-            .map(|value| {
-                RestoreSeed::parse(value).map_err(|e| {
-                    InvalidCluster::Spec(Refusal(vec![etcd_shared::admission::Violation::new(
-                        "restore-seed",
-                        format!("metadata.annotations[{}]", names::ANNOTATION_RESTORE_SEED),
-                        format!("is not a restore seed: {e}"),
-                    )]))
-                })
-            })
-            .transpose()?;
+        let seed = restore_seed(meta)?;
         Ok(ClusterView {
             name,
             namespace,
@@ -302,6 +274,51 @@ fn tls_mode(
 }
 
 /// Test fixtures: clusters written as YAML specs, as a user would.
+/// The spec's etcd version (defaulted) and what its line can do; a refusal when it does not
+/// parse or is not supported.
+fn version_of(
+    cluster: &EtcdCluster,
+    policy: &AdmissionPolicy,
+) -> Result<(EtcdVersion, &'static LineCapabilities), InvalidCluster> {
+    let version: EtcdVersion = policy.defaults.version_of(cluster).parse().map_err(
+        |e: etcd_shared::version::ParseVersionError| {
+            InvalidCluster::Spec(Refusal(vec![etcd_shared::admission::Violation::new(
+                "version-syntax",
+                "spec.version",
+                e.to_string(),
+            )]))
+        },
+    )?;
+    let capabilities = version.capabilities().ok_or_else(|| {
+        InvalidCluster::Spec(Refusal(vec![etcd_shared::admission::Violation::new(
+            "version-unsupported",
+            "spec.version",
+            format!("{version} is not supported"),
+        )]))
+    })?;
+    Ok((version, capabilities))
+}
+
+/// The snapshot a restored cluster's first member is seeded from (its annotation, put there
+/// by the EtcdRestore controller); a refusal when the annotation does not parse.
+fn restore_seed(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Result<Option<RestoreSeed>, InvalidCluster> {
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(names::ANNOTATION_RESTORE_SEED))
+        .map(|value| {
+            RestoreSeed::parse(value).map_err(|e| {
+                InvalidCluster::Spec(Refusal(vec![etcd_shared::admission::Violation::new(
+                    "restore-seed",
+                    format!("metadata.annotations[{}]", names::ANNOTATION_RESTORE_SEED),
+                    format!("is not a restore seed: {e}"),
+                )]))
+            })
+        })
+        .transpose()
+}
+
 #[cfg(test)]
 pub(crate) mod fixtures;
 
