@@ -462,8 +462,13 @@ async fn claims_are_created_per_member_and_owned(ctx: TestContext) -> anyhow::Re
     })
     .await?;
     ensure!(owned_by(&claim.metadata, &created));
+    // The claim is created first, then the pod, in one step: wait for the pod too.
     let pods: Api<Pod> = ctx.api();
-    let pod = pods.get("durable-0").await?;
+    let pod = wait_for("member pod", || {
+        let pods = pods.clone();
+        async move { pods.get_opt("durable-0").await.ok().flatten() }
+    })
+    .await?;
     let vols = pod.spec.context("spec")?.volumes.unwrap_or_default();
     ensure!(
         vols.iter().any(|v| v
