@@ -12,10 +12,8 @@
 
 use etcd_shared::names;
 
-use super::model::{MemberState, Observed};
-use super::{
-    Handover, RemovalReason, Step, is_leader, member_capabilities, next_index, remove_leader_last,
-};
+use super::model::{Health, MemberState, Observed};
+use super::{Handover, RemovalReason, Step, member_capabilities, next_index};
 use crate::view::ClusterView;
 
 /// Member pods CoreOS' operator created after this operator took the cluster over: CoreOS'
@@ -43,6 +41,10 @@ pub fn another_operator(
     found
 }
 
+fn is_leader(m: &MemberState) -> bool {
+    matches!(m.health, Health::Healthy { leader: true, .. })
+}
+
 /// The next step of an adoption, for a cluster whose members are all healthy: `None` once no
 /// member of CoreOS' operator is left in the member list.
 pub fn adopt(view: &ClusterView, obs: &Observed, members: &[MemberState]) -> Option<Step> {
@@ -63,13 +65,24 @@ pub fn adopt(view: &ClusterView, obs: &Observed, members: &[MemberState]) -> Opt
     let victim = coreos
         .iter()
         .min_by_key(|m| (is_leader(m), m.name.clone()))?;
-    Some(remove_leader_last(
-        view,
-        obs,
-        members,
-        victim,
-        |m| !obs.is_coreos(&m.name),
-        Handover::Removal,
-        RemovalReason::Adopted,
-    ))
+    if is_leader(victim) && member_capabilities(view, obs, members).move_leader {
+        let successor = members
+            .iter()
+            .filter(|m| !obs.is_coreos(&m.name) && !m.learner && m.started)
+            .filter(|m| m.health.is_healthy() && obs.pod(&m.name).is_some_and(|p| p.ready))
+            .min_by_key(|m| m.name.clone());
+        if let Some(to) = successor {
+            return Some(Step::TransferLeadership {
+                from: victim.name.clone(),
+                to: to.name.clone(),
+                to_id: to.id,
+                before: Handover::Removal,
+            });
+        }
+    }
+    Some(Step::RemoveMember {
+        id: victim.id,
+        name: victim.name.clone(),
+        reason: RemovalReason::Adopted,
+    })
 }

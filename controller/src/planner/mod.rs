@@ -532,45 +532,6 @@ fn is_stuck(pod: &PodState, settings: &PlannerSettings) -> bool {
     pod.terminating && pod.overdue > settings.stuck_terminating
 }
 
-/// Whether a member answers as the leader.
-fn is_leader(m: &MemberState) -> bool {
-    matches!(m.health, Health::Healthy { leader: true, .. })
-}
-
-/// The removal of `victim` for `reason`, the leader last: a leader of a line that can hand
-/// over first gives leadership (`before`) to the lowest-named started, healthy voter with a
-/// Ready pod that `eligible` admits; without one it is removed as it is (an election).
-fn remove_leader_last(
-    view: &ClusterView,
-    obs: &Observed,
-    members: &[MemberState],
-    victim: &MemberState,
-    eligible: impl Fn(&MemberState) -> bool,
-    before: Handover,
-    reason: RemovalReason,
-) -> Step {
-    if is_leader(victim) && member_capabilities(view, obs, members).move_leader {
-        let successor = members
-            .iter()
-            .filter(|m| m.id != victim.id && !m.learner && m.started && m.health.is_healthy())
-            .filter(|m| obs.pod(&m.name).is_some_and(|p| p.ready) && eligible(m))
-            .min_by_key(|m| m.name.clone());
-        if let Some(to) = successor {
-            return Step::TransferLeadership {
-                from: victim.name.clone(),
-                to: to.name.clone(),
-                to_id: to.id,
-                before,
-            };
-        }
-    }
-    Step::RemoveMember {
-        id: victim.id,
-        name: victim.name.clone(),
-        reason,
-    }
-}
-
 /// The single next step for a cluster.
 pub fn plan(view: &ClusterView, obs: &Observed, settings: &PlannerSettings) -> Step {
     let step = safety::guard(view, obs, plan_change(view, obs, settings));

@@ -20,10 +20,9 @@
 
 use etcd_shared::names;
 
-use super::model::{MemberState, Observed, PodPhase, PodState};
+use super::model::{Health, MemberState, Observed, PodPhase, PodState};
 use super::{
-    Handover, PlannerSettings, RemovalReason, Step, Waiting, is_leader, member_capabilities,
-    next_index, remove_leader_last,
+    Handover, PlannerSettings, RemovalReason, Step, Waiting, member_capabilities, next_index,
 };
 use crate::view::ClusterView;
 
@@ -46,6 +45,10 @@ pub fn outdated(obs: &Observed, pod: &PodState) -> bool {
             None => true,
         };
     !(trust_ok && leaves_ok)
+}
+
+fn is_leader(m: &MemberState) -> bool {
+    matches!(m.health, Health::Healthy { leader: true, .. })
 }
 
 fn member_outdated(obs: &Observed, m: &MemberState) -> bool {
@@ -123,13 +126,27 @@ pub fn removal(
     if healthy_after < ClusterView::quorum(voters.saturating_sub(1)) {
         return None;
     }
-    Some(remove_leader_last(
-        view,
-        obs,
-        members,
-        victim,
-        |m| !member_outdated(obs, m),
-        Handover::Rollout,
-        RemovalReason::Rollout,
-    ))
+    if is_leader(victim) && member_capabilities(view, obs, members).move_leader {
+        let successor = members
+            .iter()
+            .filter(|m| m.id != victim.id && !m.learner && m.started && m.health.is_healthy())
+            .filter(|m| {
+                obs.pod(&m.name)
+                    .is_some_and(|p| p.ready && !outdated(obs, p))
+            })
+            .min_by_key(|m| m.name.clone());
+        if let Some(to) = successor {
+            return Some(Step::TransferLeadership {
+                from: victim.name.clone(),
+                to: to.name.clone(),
+                to_id: to.id,
+                before: Handover::Rollout,
+            });
+        }
+    }
+    Some(Step::RemoveMember {
+        id: victim.id,
+        name: victim.name.clone(),
+        reason: RemovalReason::Rollout,
+    })
 }
