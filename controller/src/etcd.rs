@@ -251,7 +251,8 @@ impl EtcdAccess {
 
     /// A new connection to the member at `endpoint`.
     async fn dial(&self, endpoint: &str) -> Result<Client, Error> {
-        if let Some(tls) = &self.tls {
+        // Plain where the member serves plain (a member of a cluster switching to TLS may).
+        if let Some(tls) = self.tls.as_ref().filter(|_| endpoint.starts_with("https://")) {
             return etcd_tls::connect(endpoint, tls, self.timeout)
                 .await
                 .map_err(|source| Error::EtcdTls {

@@ -23,6 +23,7 @@ use crate::planner::{
     PodPhase, PodState, ReplacedPod,
 };
 use crate::view::ClusterView;
+use crate::view::transport::MemberTransport;
 use etcd_shared::types::MemberPlacement;
 
 /// Everything observed, with the pods as read (the executor needs their IPs).
@@ -306,6 +307,7 @@ fn pod_state(
             trust: annotation(names::ANNOTATION_TLS_TRUST).map(str::to_string),
             leaves: annotation(names::ANNOTATION_TLS_LEAVES).map(str::to_string),
         },
+        transport: pod.transport_of("etcd"),
     })
 }
 
@@ -351,13 +353,17 @@ fn named_alarms(raised: &[RaisedAlarm], members: &[MemberState]) -> Vec<Alarm> {
     alarms
 }
 
-/// The client endpoint of a pod IP.
-/// The client URL of a member pod at `ip` (the scheme the cluster serves clients with).
-pub fn endpoint(view: &ClusterView, ip: &str) -> String {
+/// The client URL the operator dials a member pod at `ip` with: by how the pod speaks
+/// (`transport`, read from its flags), else by what the cluster asks.
+pub fn endpoint(view: &ClusterView, transport: Option<&MemberTransport>, ip: &str) -> String {
+    let scheme = transport.map_or_else(
+        || MemberTransport::target(view).dial_scheme(),
+        MemberTransport::dial_scheme,
+    );
     if ip.contains(':') {
-        format!("{}://[{ip}]:{CLIENT_PORT}", view.client_scheme())
+        format!("{scheme}://[{ip}]:{CLIENT_PORT}")
     } else {
-        format!("{}://{ip}:{CLIENT_PORT}", view.client_scheme())
+        format!("{scheme}://{ip}:{CLIENT_PORT}")
     }
 }
 
@@ -871,7 +877,12 @@ async fn in_service(client: &kube::Client, view: &ClusterView) -> Option<Vec<Str
 fn running_endpoints(view: &ClusterView, pods: &[PodState]) -> Vec<(String, String)> {
     pods.iter()
         .filter(|p| p.phase == PodPhase::Running)
-        .filter_map(|p| Some((p.name.clone(), endpoint(view, p.ip.as_deref()?))))
+        .filter_map(|p| {
+            Some((
+                p.name.clone(),
+                endpoint(view, p.transport.as_ref(), p.ip.as_deref()?),
+            ))
+        })
         .collect()
 }
 

@@ -378,7 +378,12 @@ fn min_version(members: &[MemberState]) -> Option<EtcdVersion> {
         .min()
 }
 
-fn phase(obs: &Observed, step: &Step, previous: Option<ClusterPhase>) -> ClusterPhase {
+fn phase(
+    view: &ClusterView,
+    obs: &Observed,
+    step: &Step,
+    previous: Option<ClusterPhase>,
+) -> ClusterPhase {
     // A cluster is Creating until it first matches its spec.
     let creating = !obs.bootstrapped || matches!(previous, None | Some(ClusterPhase::Creating));
     match step {
@@ -392,7 +397,7 @@ fn phase(obs: &Observed, step: &Step, previous: Option<ClusterPhase>) -> Cluster
         // Back to normal operation: the phase follows from the next reconcile.
         Step::AbortRecovery { .. } => ClusterPhase::Degraded,
         // The snapshot is part of the change it comes before.
-        Step::TakeSafetyBackup { guarded, .. } => phase(obs, guarded, previous),
+        Step::TakeSafetyBackup { guarded, .. } => phase(view, obs, guarded, previous),
         _ if obs.recovery.is_some() => ClusterPhase::Recovering,
         Step::Blocked(
             Blocked::UpgradeNotSupported(_)
@@ -406,8 +411,9 @@ fn phase(obs: &Observed, step: &Step, previous: Option<ClusterPhase>) -> Cluster
         Step::Done => ClusterPhase::Running,
         // Adopting CoreOS' members: members are added, then removed.
         _ if !obs.coreos_members().is_empty() => ClusterPhase::Scaling,
-        // Replacing members made with TLS files they must no longer use: added, then removed.
-        _ if crate::planner::rollout::in_progress(obs) => ClusterPhase::Upgrading,
+        // Replacing members made with TLS files they must no longer use, or that speak
+        // otherwise than the cluster asks: added, then removed.
+        _ if crate::planner::rollout::in_progress(view, obs) => ClusterPhase::Upgrading,
         _ if creating => ClusterPhase::Creating,
         // Moving clients off or onto a member is part of whatever takes it down.
         Step::SetServing { .. } | Step::Wait(Waiting::LeavingService(_)) => previous
@@ -669,13 +675,18 @@ fn degradation(view: &ClusterView, obs: &Observed, step: &Step) -> (bool, &'stat
 }
 
 /// The Progressing condition's reason for `step` (every step of an adoption, of a rollout, ...).
-fn progressing_reason(obs: &Observed, step: &Step) -> &'static str {
+fn progressing_reason(view: &ClusterView, obs: &Observed, step: &Step) -> &'static str {
     match step {
         // Every step of an adoption (adding, promoting, waiting, handing over, removing).
         _ if !obs.coreos_members().is_empty() && !matches!(step, Step::Blocked(_)) => {
             "AdoptingCoreOSMembers"
         }
-        _ if crate::planner::rollout::in_progress(obs) && !matches!(step, Step::Blocked(_)) => {
+        _ if crate::planner::rollout::switching_transport(view, obs)
+            && !matches!(step, Step::Blocked(_)) =>
+        {
+            "SwitchingToTLS"
+        }
+        _ if crate::planner::rollout::in_progress(view, obs) && !matches!(step, Step::Blocked(_)) => {
             "ReplacingForCertificates"
         }
         Step::Bootstrap(_) => "Bootstrapping",
@@ -771,7 +782,7 @@ fn conditions(
         at.condition(
             PROGRESSING,
             progressing,
-            progressing_reason(obs, step),
+            progressing_reason(view, obs, step),
             progressing_message,
         ),
         at.condition(DEGRADED, degraded, degraded_reason, degraded_message),
@@ -828,7 +839,7 @@ pub fn compute(
         .filter(|p| !p.terminating)
         .map(|p| p.name.clone())
         .collect();
-    let phase = phase(obs, step, previous_phase);
+    let phase = phase(view, obs, step, previous_phase);
     let current_version = members
         .and_then(|m| min_version(m))
         .map(|v| v.to_string())

@@ -170,7 +170,8 @@ impl ClusterView {
         names::member_dns_name("member", &self.name, &self.namespace, None)
     }
 
-    /// Peer URL a member registers with.
+    /// Peer URL a member of the cluster's target transport registers with (a member added
+    /// during a switch to TLS may register another: [`transport::MemberTransport`]).
     pub fn peer_url(&self, member: &str) -> String {
         let scheme = if self.tls.peer_secret.is_some() {
             "https"
@@ -321,6 +322,7 @@ fn restore_seed(
 
 #[cfg(test)]
 pub(crate) mod fixtures;
+pub mod transport;
 
 #[cfg(test)]
 mod tests {

@@ -22,6 +22,7 @@ use etcd_shared::version::LineCapabilities;
 use super::claim::claim_name_if_durable;
 use crate::planner::{InitialState, MemberPlan};
 use crate::view::ClusterView;
+use crate::view::transport::MemberTransport;
 
 /// Where the data volume is mounted.
 pub const DATA_DIR: &str = "/var/lib/etcd";
@@ -51,6 +52,7 @@ pub fn stamp_tls_files(pod: &mut Pod, stamp: &crate::planner::TlsStamp) {
 /// The pod of a member.
 pub fn member_pod(view: &ClusterView, plan: &MemberPlan) -> Pod {
     let caps = plan.version.capabilities().unwrap_or(view.capabilities);
+    let transport = member_transport(view, plan);
     let mut labels = view.pod.labels.clone();
     labels.extend(names::member_labels(
         &view.name,
@@ -61,19 +63,19 @@ pub fn member_pod(view: &ClusterView, plan: &MemberPlan) -> Pod {
         name: Some(plan.name.clone()),
         namespace: Some(view.namespace.clone()),
         labels: Some(labels),
-        annotations: Some(member_annotations(view, plan, caps)),
+        annotations: Some(member_annotations(view, plan, caps, &transport)),
         owner_references: Some(vec![view.owner.clone()]),
         ..ObjectMeta::default()
     };
 
-    let mut args = member_args(view, plan, caps);
+    let mut args = member_args(view, plan, caps, &transport);
     let mut mounts = vec![VolumeMount {
         name: "data".into(),
         mount_path: DATA_DIR.into(),
         ..VolumeMount::default()
     }];
     let mut volumes = vec![data_volume(view, &plan.name)];
-    add_tls_files(view, &mut args, &mut mounts, &mut volumes);
+    add_tls_files(view, &transport, &mut args, &mut mounts, &mut volumes);
 
     // The container's own variables, from the one list the admission rules reserve.
     let mut env: Vec<EnvVar> = POD_ENV
@@ -95,7 +97,7 @@ pub fn member_pod(view: &ClusterView, plan: &MemberPlan) -> Pod {
         ports: Some(ports),
         volume_mounts: Some(mounts),
         resources: view.pod.resources.clone(),
-        readiness_probe: Some(readiness_probe(caps, view.tls.server_secret.is_some())),
+        readiness_probe: Some(readiness_probe(caps, !transport.serves_plain())),
         security_context: Some(container_security_context()),
         ..Container::default()
     };
@@ -106,19 +108,39 @@ pub fn member_pod(view: &ClusterView, plan: &MemberPlan) -> Pod {
     }
 }
 
+/// How the member of `plan` speaks: as its peer URL in `--initial-cluster` says (the one it
+/// registered, for a member that joins), else as the cluster asks.
+pub fn member_transport(view: &ClusterView, plan: &MemberPlan) -> MemberTransport {
+    plan.initial_cluster
+        .iter()
+        .find(|(name, _)| name == &plan.name)
+        .map_or_else(
+            || MemberTransport::target(view),
+            |(_, url)| MemberTransport::of_member(view, url),
+        )
+}
+
 /// etcd's flags for a member (every flag through MemberFlag: the admission rules reserve
 /// their ETCD_* variables), before those of its TLS files.
 fn member_args(
     view: &ClusterView,
     plan: &MemberPlan,
     caps: &etcd_shared::version::LineCapabilities,
+    transport: &MemberTransport,
 ) -> Vec<String> {
-    let client_scheme = view.client_scheme();
-    let peer_scheme = if view.tls.peer_secret.is_some() {
-        "https"
-    } else {
-        "http"
-    };
+    let peer_scheme = transport.peer_scheme();
+    let listen_client = transport
+        .client_listen_schemes()
+        .iter()
+        .map(|scheme| format!("{scheme}://$({POD_IP}):{CLIENT_PORT}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    // Advertised: the scheme the operator dials it with (plain while it serves plain).
+    let advertise_client = format!(
+        "{}://{}:{CLIENT_PORT}",
+        transport.dial_scheme(),
+        view.member_host(&plan.name)
+    );
     let initial_cluster = plan
         .initial_cluster
         .iter()
@@ -129,10 +151,9 @@ fn member_args(
         MemberFlag::Name.arg(&plan.name),
         MemberFlag::DataDir.arg(format_args!("{DATA_DIR}/data")),
         MemberFlag::ListenPeerUrls.arg(format_args!("{peer_scheme}://$({POD_IP}):{PEER_PORT}")),
-        MemberFlag::ListenClientUrls
-            .arg(format_args!("{client_scheme}://$({POD_IP}):{CLIENT_PORT}")),
-        MemberFlag::AdvertiseClientUrls.arg(view.client_url(&plan.name)),
-        MemberFlag::InitialAdvertisePeerUrls.arg(view.peer_url(&plan.name)),
+        MemberFlag::ListenClientUrls.arg(listen_client),
+        MemberFlag::AdvertiseClientUrls.arg(advertise_client),
+        MemberFlag::InitialAdvertisePeerUrls.arg(transport.peer_url(view, &plan.name)),
         MemberFlag::InitialCluster.arg(initial_cluster),
         MemberFlag::InitialClusterState.arg(match plan.state {
             InitialState::New => "new",
@@ -154,11 +175,12 @@ fn member_args(
 /// The member's TLS files: the flags that name them, their mounts and their Secret volumes.
 fn add_tls_files(
     view: &ClusterView,
+    transport: &MemberTransport,
     args: &mut Vec<String>,
     mounts: &mut Vec<VolumeMount>,
     volumes: &mut Vec<Volume>,
 ) {
-    if let Some(secret) = &view.tls.peer_secret {
+    if let Some(secret) = view.tls.peer_secret.as_ref().filter(|_| transport.peer_files) {
         args.extend([
             MemberFlag::PeerCertFile.arg(format_args!("{PEER_TLS_DIR}/peer.crt")),
             MemberFlag::PeerKeyFile.arg(format_args!("{PEER_TLS_DIR}/peer.key")),
@@ -173,7 +195,12 @@ fn add_tls_files(
             etcd_shared::tls::CertKind::Peer,
         ));
     }
-    if let Some(secret) = &view.tls.server_secret {
+    if let Some(secret) = view
+        .tls
+        .server_secret
+        .as_ref()
+        .filter(|_| transport.serves_tls())
+    {
         args.extend([
             MemberFlag::CertFile.arg(format_args!("{SERVER_TLS_DIR}/server.crt")),
             MemberFlag::KeyFile.arg(format_args!("{SERVER_TLS_DIR}/server.key")),
@@ -283,6 +310,7 @@ fn member_annotations(
     view: &ClusterView,
     plan: &MemberPlan,
     caps: &LineCapabilities,
+    transport: &MemberTransport,
 ) -> BTreeMap<String, String> {
     let mut annotations = view.pod.annotations.clone();
     annotations.insert(
@@ -292,7 +320,7 @@ fn member_annotations(
     // Where a scraper finds `/metrics`: the metrics port when the line has one, else the
     // client port when it is plain HTTP (an in-place upgrade keeps the pod's ports, so this
     // stays true of the pod whatever it runs later).
-    if !caps.metrics_urls && view.tls.server_secret.is_none() {
+    if !caps.metrics_urls && transport.serves_plain() {
         annotations.insert(
             names::ANNOTATION_METRICS_ON_CLIENT_PORT.to_string(),
             "true".to_string(),
@@ -653,6 +681,47 @@ mod tests {
             .as_ref()
             .unwrap();
         assert_eq!(probe.port, IntOrString::Int(METRICS_PORT));
+    }
+
+    /// Issue 34: a member that joins a cluster switching to TLS on a plain peer URL is a
+    /// bridge: its peer port plain, the peer TLS files held (it can dial TLS peers), clients
+    /// served in both schemes on one port; and the flags read back from the pod say so.
+    #[test]
+    fn a_member_registered_with_a_plain_peer_url_in_a_tls_cluster_is_a_bridge() {
+        for version in ["3.2.13", "3.6.16"] {
+            let view = view_of(&format!(
+                "size: 3\nversion: {version}\nTLS:\n  operatorManaged: {{}}"
+            ));
+            let mut bridge = plan(&view, InitialState::Existing);
+            bridge.initial_cluster = vec![
+                ("demo-1".into(), "https://demo-1.demo.ns1.svc:2380".into()),
+                ("demo-0".into(), "http://demo-0.demo.ns1.svc:2380".into()),
+            ];
+            let pod = member_pod(&view, &bridge);
+            let a = args(&pod);
+            for expected in [
+                "--listen-peer-urls=http://$(POD_IP):2380",
+                "--initial-advertise-peer-urls=http://demo-0.demo.ns1.svc:2380",
+                "--listen-client-urls=http://$(POD_IP):2379,https://$(POD_IP):2379",
+                "--advertise-client-urls=http://demo-0.demo.ns1.svc:2379",
+                "--peer-trusted-ca-file=/etc/etcd/peer-tls/peer-ca.crt",
+                "--cert-file=/etc/etcd/server-tls/server.crt",
+            ] {
+                assert!(a.iter().any(|x| x == expected), "{version}: {expected} in {a:?}");
+            }
+            let read = MemberTransport::of_args(a.iter().map(String::as_str));
+            assert_eq!(read, Some(MemberTransport::bridge(&view)));
+            let probe = pod.spec.as_ref().unwrap().containers[0]
+                .readiness_probe
+                .clone()
+                .unwrap();
+            // 3.2's /health is never asked (see `readiness_probe`); 3.6's on the metrics port.
+            assert_eq!(probe.tcp_socket.is_none(), version == "3.6.16", "{version}");
+            // Registered with TLS: a member as the cluster asks.
+            let target = member_pod(&view, &plan(&view, InitialState::Existing));
+            let read = MemberTransport::of_args(args(&target).iter().map(String::as_str));
+            assert_eq!(read, Some(MemberTransport::target(&view)));
+        }
     }
 
     /// Issue 32, item 10: members spread over nodes, then zones, as a preference by default (a

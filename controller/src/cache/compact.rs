@@ -99,7 +99,8 @@ pub struct CachedReadinessGate {
     pub condition_type: String,
 }
 
-/// A container's name and image.
+/// A container's name, image, command and arguments (an etcd member's flags say how it
+/// speaks: [`crate::view::transport::MemberTransport::of_args`]).
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 pub struct CachedContainer {
     /// The container's name.
@@ -108,6 +109,12 @@ pub struct CachedContainer {
     /// Its image, when set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// Its command.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command: Vec<String>,
+    /// Its arguments.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
 }
 
 /// The status of a [`CachedPod`].
@@ -219,6 +226,18 @@ impl CachedPod {
             .container_statuses
             .iter()
             .find(|c| c.name == name)
+    }
+
+    /// How the etcd member in the container named `name` speaks, from its flags.
+    pub fn transport_of(&self, name: &str) -> Option<crate::view::transport::MemberTransport> {
+        let container = self.spec.containers.iter().find(|c| c.name == name)?;
+        crate::view::transport::MemberTransport::of_args(
+            container
+                .command
+                .iter()
+                .chain(&container.args)
+                .map(String::as_str),
+        )
     }
 
     /// The image of the container named `name`.
@@ -374,7 +393,9 @@ mod tests {
             pod.spec.containers,
             vec![CachedContainer {
                 name: "etcd".into(),
-                image: Some("quay.io/coreos/etcd:v3.6.16".into())
+                image: Some("quay.io/coreos/etcd:v3.6.16".into()),
+                command: Vec::new(),
+                args: vec!["--name=demo-0".into()],
             }]
         );
         assert_eq!(pod.status.phase.as_deref(), Some("Running"));

@@ -56,7 +56,7 @@ pub fn adopt(view: &ClusterView, obs: &Observed, members: &[MemberState]) -> Opt
     if ours < view.size {
         let name = names::member_name(&view.name, next_index(view, obs));
         return Some(Step::AddMember {
-            peer_url: view.peer_url(&name),
+            peer_url: super::new_member_peer_url(view, obs, members, &name),
             name,
             learner: member_capabilities(view, obs, members).learners,
         });

@@ -29,6 +29,7 @@ pub(crate) fn ready_pod(i: u32, version: &str) -> super::PodState {
         serving: None,
         serving_changed: None,
         tls: super::TlsStamp::default(),
+        transport: None,
     }
 }
 

@@ -43,6 +43,7 @@ use etcd_shared::names;
 use etcd_shared::version::{DEFAULT_SNAPSHOT_COUNT, EtcdVersion, LineCapabilities, check_upgrade};
 
 use crate::view::ClusterView;
+use crate::view::transport::MemberTransport;
 pub use liveness::{Liveness, Unconfirmed};
 pub use maintenance::{DefragReason, DefragmentationPolicy};
 pub use model::{
@@ -404,6 +405,20 @@ fn next_index(view: &ClusterView, obs: &Observed) -> u32 {
         .filter_map(|n| names::member_index(&view.name, n))
         .max()
         .map_or(0, |i| i + 1)
+}
+
+/// The peer URL a member added now registers: TLS once every member can dial a TLS peer, a
+/// plain one (a bridge) while a member cannot ([`MemberTransport::for_new_member`]).
+pub(crate) fn new_member_peer_url(
+    view: &ClusterView,
+    obs: &Observed,
+    members: &[MemberState],
+    name: &str,
+) -> String {
+    let peers = members
+        .iter()
+        .map(|m| obs.pod(&m.name).and_then(|p| p.transport.as_ref()));
+    MemberTransport::for_new_member(view, peers).peer_url(view, name)
 }
 
 fn is_durable(view: &ClusterView) -> bool {
@@ -940,7 +955,7 @@ fn plan_with_members(
     if members.len() < view.size {
         let name = names::member_name(&view.name, next_index(view, obs));
         return Step::AddMember {
-            peer_url: view.peer_url(&name),
+            peer_url: new_member_peer_url(view, obs, members, &name),
             name,
             learner: member_capabilities(view, obs, members).learners && !members.is_empty(),
         };

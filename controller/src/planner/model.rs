@@ -70,6 +70,8 @@ pub struct PodState {
     /// The TLS files it was made with (its annotations; empty: made before they were
     /// recorded, or without operator-managed TLS).
     pub tls: TlsStamp,
+    /// How its member speaks, read from its flags (`None`: they name no peer URL).
+    pub transport: Option<crate::view::transport::MemberTransport>,
 }
 
 /// Fingerprints of TLS files: those a member pod was made with, or those the cluster's

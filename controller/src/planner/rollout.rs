@@ -25,11 +25,13 @@ use super::{
     Handover, PlannerSettings, RemovalReason, Step, Waiting, member_capabilities, next_index,
 };
 use crate::view::ClusterView;
+use crate::view::transport::TransportStage;
 
-/// Whether the member of `pod` runs with TLS files it must no longer use.
-pub fn outdated(obs: &Observed, pod: &PodState) -> bool {
+/// Whether the member of `pod` runs with the TLS files the Secrets hold now (or with files its
+/// line reloads).
+fn files_current(obs: &Observed, pod: &PodState) -> bool {
     let Some(files) = &obs.tls else {
-        return false;
+        return true;
     };
     let trust_ok = match &pod.tls.trust {
         Some(t) => Some(t) == files.current.trust.as_ref(),
@@ -44,27 +46,65 @@ pub fn outdated(obs: &Observed, pod: &PodState) -> bool {
             Some(l) => Some(l) == files.current.leaves.as_ref(),
             None => true,
         };
-    !(trust_ok && leaves_ok)
+    trust_ok && leaves_ok
+}
+
+/// How current a member pod is, lowest first: how far its transport is from what the cluster
+/// asks (a switch from plain HTTP to TLS), then whether its TLS files are current. A pod whose
+/// flags name no peer URL counts as speaking as the cluster asks.
+fn currency(view: &ClusterView, obs: &Observed, pod: &PodState) -> (TransportStage, bool) {
+    let stage = pod
+        .transport
+        .map_or(TransportStage::Target, |t| t.stage(view));
+    (stage, files_current(obs, pod))
+}
+
+/// Whether the member of `pod` must be replaced: it speaks otherwise than the cluster asks,
+/// or runs with TLS files it must no longer use.
+pub fn outdated(view: &ClusterView, obs: &Observed, pod: &PodState) -> bool {
+    currency(view, obs, pod) != (TransportStage::Target, true)
 }
 
 fn is_leader(m: &MemberState) -> bool {
     matches!(m.health, Health::Healthy { leader: true, .. })
 }
 
-fn member_outdated(obs: &Observed, m: &MemberState) -> bool {
-    obs.pod(&m.name).is_some_and(|p| outdated(obs, p))
+/// The currency of a member by its pod (`None`: no pod).
+fn member_currency(
+    view: &ClusterView,
+    obs: &Observed,
+    m: &MemberState,
+) -> Option<(TransportStage, bool)> {
+    obs.pod(&m.name).map(|p| currency(view, obs, p))
 }
 
-/// Whether a member pod runs with TLS files it must no longer use: a rollout is in progress.
-pub fn in_progress(obs: &Observed) -> bool {
-    obs.pods.iter().any(|p| !p.terminating && outdated(obs, p))
+fn member_outdated(view: &ClusterView, obs: &Observed, m: &MemberState) -> bool {
+    obs.pod(&m.name).is_some_and(|p| outdated(view, obs, p))
 }
 
-/// The members made with out-of-date TLS files, by name.
-pub fn outdated_members(obs: &Observed, members: &[MemberState]) -> Vec<String> {
+/// Whether a member pod must be replaced: a rollout is in progress.
+pub fn in_progress(view: &ClusterView, obs: &Observed) -> bool {
+    obs.pods
+        .iter()
+        .any(|p| !p.terminating && outdated(view, obs, p))
+}
+
+/// Whether a member pod speaks otherwise than the cluster asks: a switch from plain HTTP to
+/// TLS is in progress.
+pub fn switching_transport(view: &ClusterView, obs: &Observed) -> bool {
+    obs.pods.iter().any(|p| {
+        !p.terminating
+            && p
+                .transport
+                .is_some_and(|t| t.stage(view) != TransportStage::Target)
+    })
+}
+
+/// The members to be replaced, by name.
+pub fn outdated_members(view: &ClusterView, obs: &Observed, members: &[MemberState]) -> Vec<String> {
     members
         .iter()
-        .filter(|m| member_outdated(obs, m))
+        .filter(|m| member_outdated(view, obs, m))
         .map(|m| m.name.clone())
         .collect()
 }
@@ -73,7 +113,7 @@ pub fn outdated_members(obs: &Observed, members: &[MemberState]) -> Vec<String> 
 /// healthy and as many as its spec asks for; `None` when no member is outdated or a pod is not
 /// Ready (a second member out would cost the client Service and the budget).
 pub fn surge(view: &ClusterView, obs: &Observed, members: &[MemberState]) -> Option<Step> {
-    if members.len() != view.size || !members.iter().any(|m| member_outdated(obs, m)) {
+    if members.len() != view.size || !members.iter().any(|m| member_outdated(view, obs, m)) {
         return None;
     }
     if members
@@ -84,7 +124,7 @@ pub fn surge(view: &ClusterView, obs: &Observed, members: &[MemberState]) -> Opt
     }
     let name = names::member_name(&view.name, next_index(view, obs));
     Some(Step::AddMember {
-        peer_url: view.peer_url(&name),
+        peer_url: super::new_member_peer_url(view, obs, members, &name),
         name,
         learner: member_capabilities(view, obs, members).learners,
     })
@@ -102,15 +142,18 @@ pub fn removal(
     if members.len() <= view.size {
         return None;
     }
+    // The least current first (a member that cannot dial a TLS peer before a bridge), the
+    // leader last among equals.
     let victim = members
         .iter()
-        .filter(|m| member_outdated(obs, m))
-        .min_by_key(|m| (is_leader(m), m.name.clone()))?;
+        .filter(|m| member_outdated(view, obs, m))
+        .min_by_key(|m| (member_currency(view, obs, m), is_leader(m), m.name.clone()))?;
+    let victim_currency = member_currency(view, obs, victim);
     // The member that replaces it may still be starting (a voter on lines without learners):
     // it is waited for, not taken for an unhealthy member to scale away.
     if let Some(starting) = members.iter().find(|m| {
         !m.health.is_healthy()
-            && !member_outdated(obs, m)
+            && !member_outdated(view, obs, m)
             && obs.pod(&m.name).is_none_or(|p| {
                 p.phase == PodPhase::Pending || !m.started || p.age < settings.member_start
             })
@@ -130,11 +173,9 @@ pub fn removal(
         let successor = members
             .iter()
             .filter(|m| m.id != victim.id && !m.learner && m.started && m.health.is_healthy())
-            .filter(|m| {
-                obs.pod(&m.name)
-                    .is_some_and(|p| p.ready && !outdated(obs, p))
-            })
-            .min_by_key(|m| m.name.clone());
+            .filter(|m| obs.pod(&m.name).is_some_and(|p| p.ready))
+            .filter(|m| member_currency(view, obs, m) > victim_currency)
+            .max_by_key(|m| (member_currency(view, obs, m), std::cmp::Reverse(m.name.clone())));
         if let Some(to) = successor {
             return Some(Step::TransferLeadership {
                 from: victim.name.clone(),

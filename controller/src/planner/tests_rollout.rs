@@ -4,6 +4,7 @@
 use super::*;
 use crate::planner::fixtures::{add_member as add, healthy_member, ready_pod, remove_member};
 use crate::view::fixtures::view_of;
+use crate::view::transport::MemberTransport;
 
 const V: &str = "3.6.16";
 
@@ -184,4 +185,77 @@ fn pods_that_recorded_nothing_count_as_current_except_during_a_rotation() {
     // Without operator-managed TLS nothing is compared.
     obs.tls = None;
     assert_eq!(plan_for(&obs), Step::Done);
+}
+
+/// Members `demo-i` for each `(i, transport)`, all healthy, the first the leader.
+fn speaking(members: &[(u32, MemberTransport)]) -> Observed {
+    let mut obs = cluster(
+        V,
+        &members.iter().map(|(i, _)| (*i, "ca")).collect::<Vec<_>>(),
+        None,
+    );
+    for (pod, (_, transport)) in obs.pods.iter_mut().zip(members) {
+        pod.transport = Some(*transport);
+    }
+    obs
+}
+
+#[test]
+fn a_switch_to_tls_adds_bridges_then_tls_members_the_least_current_first_the_leader_last() {
+    let view = view_of("size: 3\nversion: 3.6.16\nTLS:\n  operatorManaged: {}");
+    let p = MemberTransport::target(&view_of("size: 3\nversion: 3.6.16"));
+    let b = MemberTransport::bridge(&view);
+    let t = MemberTransport::target(&view);
+    let settings = PlannerSettings::default();
+    let step = |members: &[(u32, MemberTransport)]| plan(&view, &speaking(members), &settings);
+    // Plain members cannot dial a TLS peer: the first new member is a bridge (plain peer URL).
+    assert_eq!(step(&[(0, p), (1, p), (2, p)]), add(3, true));
+    // A plain follower goes first, before the bridge, which is not current either.
+    assert_eq!(
+        step(&[(0, p), (1, p), (2, p), (3, b)]),
+        remove_member(1, RemovalReason::Rollout)
+    );
+    // The last plain member leads: it hands over to a bridge before it goes.
+    assert_eq!(
+        step(&[(0, p), (3, b), (4, b), (5, b)]),
+        Step::TransferLeadership {
+            from: "demo-0".into(),
+            to: "demo-3".into(),
+            to_id: 103,
+            before: Handover::Rollout,
+        }
+    );
+    // Every member can dial a TLS peer: the next one listens with TLS.
+    assert_eq!(
+        step(&[(3, b), (4, b), (5, b)]),
+        Step::AddMember {
+            name: "demo-6".into(),
+            peer_url: "https://demo-6.demo.ns1.svc:2380".into(),
+            learner: true,
+        }
+    );
+    // Bridges go, followers first; the leading bridge hands over to a TLS member.
+    assert_eq!(
+        step(&[(3, b), (4, b), (5, b), (6, t)]),
+        remove_member(4, RemovalReason::Rollout)
+    );
+    assert_eq!(
+        step(&[(3, b), (6, t), (7, t), (8, t)]),
+        Step::TransferLeadership {
+            from: "demo-3".into(),
+            to: "demo-6".into(),
+            to_id: 106,
+            before: Handover::Rollout,
+        }
+    );
+    assert_eq!(step(&[(6, t), (7, t), (8, t)]), Step::Done);
+    // A scale-up during the switch adds a bridge too.
+    assert_eq!(
+        plan(
+            &view_of("size: 4\nversion: 3.6.16\nTLS:\n  operatorManaged: {}"),
+            &speaking(&[(0, p), (3, b), (4, b)]),
+            &settings
+        ),
+        add(5, true)
+    );
 }

@@ -32,6 +32,7 @@ use crate::error::Error;
 use crate::etcd::{EtcdAccess, MemberStatus};
 use crate::observe;
 use crate::view::ClusterView;
+use crate::view::transport::MemberTransport;
 
 /// A snapshot written: what a successful backup (or safety backup) records.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -172,7 +173,18 @@ pub async fn most_advanced_member(
         .filter(|p| observe::member_pod_origin(&p.metadata, view).is_some())
         .filter_map(|p| {
             let ip = p.status.as_ref()?.pod_ip.as_deref()?;
-            Some((observe::endpoint(view, ip), p.name_any()))
+            let transport = p
+                .spec
+                .as_ref()?
+                .containers
+                .iter()
+                .find(|c| c.name == "etcd")
+                .and_then(|c| {
+                    MemberTransport::of_args(
+                        c.command.iter().flatten().chain(c.args.iter().flatten()).map(String::as_str),
+                    )
+                });
+            Some((observe::endpoint(view, transport.as_ref(), ip), p.name_any()))
         })
         .collect();
     if candidates.is_empty() {

@@ -940,26 +940,25 @@ fn immutable_tls_and_domain_rules() {
     let full = quiet(
         "TLS:\n  static:\n    member:\n      peerSecret: peer\n      serverSecret: s\n    operatorSecret: o",
     );
-    assert_refused(
-        &peer,
-        Some(&plain),
-        "spec.TLS.static.member.peerSecret: peer traffic cannot switch from plain HTTP to TLS",
-    );
-    assert_refused(
-        &full,
-        Some(&peer),
-        "spec.TLS.static.member.serverSecret: client traffic cannot switch from plain HTTP to TLS",
-    );
+    // Plain HTTP to TLS is a rolling switch, for either traffic and any source.
+    warnings(&peer, Some(&plain));
+    warnings(&full, Some(&peer));
+    warnings(&full, Some(&plain));
     assert_refused(
         &plain,
         Some(&full),
-        "peer traffic cannot switch from TLS to plain HTTP",
+        "spec.TLS.static.member.peerSecret: peer traffic cannot switch from TLS to plain HTTP",
+    );
+    assert_refused(
+        &peer,
+        Some(&full),
+        "spec.TLS.static.member.serverSecret: client traffic cannot switch from TLS to plain HTTP",
     );
     let managed = quiet("TLS:\n  operatorManaged: {}");
-    assert_refused(
-        &managed,
+    warnings(&managed, Some(&plain));
+    warnings(
+        &quiet("TLS:\n  certManager:\n    issuerRef:\n      name: ca"),
         Some(&plain),
-        "peer traffic cannot switch from plain HTTP to TLS",
     );
     assert_refused(
         &managed,

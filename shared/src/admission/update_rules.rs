@@ -380,27 +380,19 @@ fn check_tls_mode(new: &EtcdCluster, old: &EtcdCluster, report: &mut Report) {
     }
     let (old_peer, old_client) = modes(old);
     let (new_peer, new_client) = modes(new);
-    let word = |on: bool| if on { "TLS" } else { "plain HTTP" };
-    if old_peer != new_peer {
+    // Plain to TLS is a rolling switch (members replaced in two passes); back is refused.
+    if old_peer && !new_peer {
         report.refuse(
             "immutable-tls-mode",
             "spec.TLS.static.member.peerSecret",
-            format!(
-                "peer traffic cannot switch from {} to {} on a running cluster: members registered their peer URLs with the old scheme",
-                word(old_peer),
-                word(new_peer)
-            ),
+            "peer traffic cannot switch from TLS to plain HTTP on a running cluster: members would send their peers' traffic unencrypted (plain HTTP to TLS is supported)".to_string(),
         );
     }
-    if old_client != new_client {
+    if old_client && !new_client {
         report.refuse(
             "immutable-tls-mode",
             "spec.TLS.static.member.serverSecret",
-            format!(
-                "client traffic cannot switch from {} to {} on a running cluster: clients and the operator would lose the cluster",
-                word(old_client),
-                word(new_client)
-            ),
+            "client traffic cannot switch from TLS to plain HTTP on a running cluster: clients trusting the members' certificates would lose the cluster (plain HTTP to TLS is supported)".to_string(),
         );
     }
 }

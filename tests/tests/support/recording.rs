@@ -155,6 +155,52 @@ pub struct Recording {
     feeds: Vec<JoinHandle<()>>,
     name: String,
     tls: bool,
+    by_pod: bool,
+}
+
+/// Each `http://IP:PORT` URL of a member pod of `cluster` as `https://` when that pod serves
+/// clients with TLS (its etcd flags say so), as it is otherwise.
+async fn schemes_by_pod(
+    pods: &Api<Pod>,
+    cluster: &str,
+    urls: Vec<String>,
+) -> anyhow::Result<Vec<String>> {
+    let tls_ips: BTreeSet<String> = cluster_pods(pods, cluster)
+        .await?
+        .iter()
+        .filter(|p| serves_tls(p))
+        .filter_map(|p| p.status.as_ref()?.pod_ip.clone())
+        .collect();
+    Ok(urls
+        .into_iter()
+        .map(|u| {
+            let host = u
+                .strip_prefix("http://")
+                .and_then(|rest| rest.rsplit_once(':'))
+                .map(|(host, _)| host.to_string());
+            match host {
+                Some(ip) if tls_ips.contains(&ip) => u.replacen("http://", "https://", 1),
+                _ => u,
+            }
+        })
+        .collect())
+}
+
+/// Whether a member pod's etcd serves clients with TLS (by its flags).
+fn serves_tls(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.containers.iter().find(|c| c.name == "etcd"))
+        .and_then(|c| {
+            etcd_controller::view::transport::MemberTransport::of_args(
+                c.command
+                    .iter()
+                    .flatten()
+                    .chain(c.args.iter().flatten())
+                    .map(String::as_str),
+            )
+        })
+        .is_some_and(|t| t.serves_tls())
 }
 
 /// `http://` URLs as `https://` ones, for a cluster whose members serve clients over TLS.
@@ -217,7 +263,26 @@ impl Recording {
     ) -> anyhow::Result<Self> {
         let tls = feed.borrow().clone();
         let mut recording =
-            Self::start_inner(ctx, cluster, name, Some(tls), false, Some(feed)).await?;
+            Self::start_inner(ctx, cluster, name, Some(tls), false, Some(feed), false).await?;
+        recording.feeds.push(feed_task);
+        Ok(recording)
+    }
+
+    /// [`Self::start_tls_feed`] for a cluster switching from plain HTTP to TLS: each member is
+    /// dialled with TLS once its pod serves TLS (its `--listen-client-urls`), in plain before;
+    /// the TLS options follow `feed` (the operator's certificate Secret, made during the
+    /// switch).
+    #[allow(dead_code, reason = "used by some of the suites sharing this module")]
+    pub async fn start_switching_to_tls(
+        ctx: &TestContext,
+        cluster: &str,
+        name: &str,
+        feed: tokio::sync::watch::Receiver<etcd_client::TlsOptions>,
+        feed_task: JoinHandle<()>,
+    ) -> anyhow::Result<Self> {
+        let tls = feed.borrow().clone();
+        let mut recording =
+            Self::start_inner(ctx, cluster, name, Some(tls), false, Some(feed), true).await?;
         recording.feeds.push(feed_task);
         Ok(recording)
     }
@@ -229,7 +294,7 @@ impl Recording {
         tls: Option<etcd_client::TlsOptions>,
         pin: bool,
     ) -> anyhow::Result<Self> {
-        Self::start_inner(ctx, cluster, name, tls, pin, None).await
+        Self::start_inner(ctx, cluster, name, tls, pin, None, false).await
     }
 
     async fn start_inner(
@@ -239,18 +304,22 @@ impl Recording {
         tls: Option<etcd_client::TlsOptions>,
         pin: bool,
         tls_feed: Option<tokio::sync::watch::Receiver<etcd_client::TlsOptions>>,
+        by_pod: bool,
     ) -> anyhow::Result<Self> {
-        let secured = tls.is_some();
+        let secured = tls.is_some() && !by_pod;
         let slices: Api<EndpointSlice> = ctx.api();
         let pods: Api<Pod> = ctx.api();
         let (service, service_feed) = {
-            let cluster = cluster.to_string();
+            let (cluster, pods) = (cluster.to_string(), pods.clone());
             recorder::feed(FEED_INTERVAL, move || {
-                let (slices, cluster) = (slices.clone(), cluster.clone());
+                let (slices, cluster, pods) = (slices.clone(), cluster.clone(), pods.clone());
                 async move {
-                    client_service_urls(&slices, &cluster)
-                        .await
-                        .map(|u| secure(u, secured))
+                    let urls = client_service_urls(&slices, &cluster).await?;
+                    if by_pod {
+                        schemes_by_pod(&pods, &cluster, urls).await
+                    } else {
+                        Ok(secure(urls, secured))
+                    }
                 }
             })
             .await
@@ -261,11 +330,15 @@ impl Recording {
                 let (pods, cluster) = (pods.clone(), cluster.clone());
                 async move {
                     let urls = if pin {
-                        running_pod_urls(&pods, &cluster).await
+                        running_pod_urls(&pods, &cluster).await?
                     } else {
-                        ready_pod_urls(&pods, &cluster).await
+                        ready_pod_urls(&pods, &cluster).await?
                     };
-                    urls.map(|u| secure(u, secured))
+                    if by_pod {
+                        schemes_by_pod(&pods, &cluster, urls).await
+                    } else {
+                        Ok(secure(urls, secured))
+                    }
                 }
             })
             .await
@@ -311,6 +384,7 @@ impl Recording {
             feeds: vec![service_feed, member_feed],
             name: name.to_string(),
             tls: secured,
+            by_pod,
         };
         recording.ok_writes(10).await?;
         Ok(recording)
@@ -371,7 +445,7 @@ impl Recording {
     /// Stops the traffic and checks the history against the `size` members of `cluster`.
     async fn end(self, ctx: &TestContext, cluster: &str, size: usize) -> anyhow::Result<Report> {
         let pods: Api<Pod> = ctx.api();
-        let members = if self.tls {
+        let members = if self.tls || self.by_pod {
             // Over TLS: the running member pods not being deleted (their count checked).
             let urls: Vec<String> = cluster_pods(&pods, cluster)
                 .await?
@@ -384,7 +458,11 @@ impl Recording {
                 "{cluster}: {} running members, expected {size}",
                 urls.len()
             );
-            secure(urls, true)
+            if self.by_pod {
+                schemes_by_pod(&pods, cluster, urls).await?
+            } else {
+                secure(urls, true)
+            }
         } else {
             current_member_urls(&pods, cluster, size).await?
         };
