@@ -338,7 +338,14 @@ impl Pool {
         if let Some(client) = &slot.client {
             return Ok(client.clone());
         }
-        let mut client = Client::connect([endpoint], Some(self.options.clone()))
+        // TLS options only for `https://` (etcd-client refuses them with `http://`: a cluster
+        // switching to TLS has members of both kinds).
+        let options = if endpoint.starts_with("https://") {
+            self.options.clone()
+        } else {
+            connect_options(None, self.require_leader)
+        };
+        let mut client = Client::connect([endpoint], Some(options))
             .await
             .map_err(NoConnection::Connect)?;
         if endpoint.starts_with("https://") {

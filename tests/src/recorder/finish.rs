@@ -94,7 +94,8 @@ pub async fn connect(endpoint: &str, tls: Option<&TlsOptions>) -> Result<Client,
     let mut options = ConnectOptions::new()
         .with_connect_timeout(REQUEST_TIMEOUT)
         .with_timeout(REQUEST_TIMEOUT);
-    if let Some(tls) = tls {
+    // Plain members (a cluster switching to TLS has both kinds) are dialled in plain.
+    if let Some(tls) = tls.filter(|_| endpoint.starts_with("https://")) {
         options = options.with_tls(tls.clone());
     }
     Client::connect([endpoint], Some(options))
