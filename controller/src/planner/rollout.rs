@@ -116,6 +116,12 @@ pub fn surge(view: &ClusterView, obs: &Observed, members: &[MemberState]) -> Opt
     if members.len() != view.size || !members.iter().any(|m| member_outdated(view, obs, m)) {
         return None;
     }
+    // Certificates the operator or cert-manager makes are waited for (a switch to TLS starts
+    // before cert-manager wrote its Secrets): a pod cannot start without its Secrets.
+    let issued = view.tls.issuing.is_some() || view.tls.cert_manager.is_some();
+    if issued && obs.tls.is_none() {
+        return None;
+    }
     if members
         .iter()
         .any(|m| !m.health.is_healthy() || obs.pod(&m.name).is_none_or(|p| !p.ready))

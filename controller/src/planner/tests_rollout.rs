@@ -207,7 +207,16 @@ fn a_switch_to_tls_adds_bridges_then_tls_members_the_least_current_first_the_lea
     let b = MemberTransport::bridge(&view);
     let t = MemberTransport::target(&view);
     let settings = PlannerSettings::default();
-    let step = |members: &[(u32, MemberTransport)]| plan(&view, &speaking(members), &settings);
+    let step = |members: &[(u32, MemberTransport)]| {
+        let mut obs = speaking(members);
+        obs.tls = files("ca", "leaves-1", false);
+        plan(&view, &obs, &settings)
+    };
+    // The certificates are not made yet (cert-manager has not written its Secrets): nothing.
+    assert_eq!(
+        plan(&view, &speaking(&[(0, p), (1, p), (2, p)]), &settings),
+        Step::Done
+    );
     // Plain members cannot dial a TLS peer: the first new member is a bridge (plain peer URL).
     assert_eq!(step(&[(0, p), (1, p), (2, p)]), add(3, true));
     // A plain follower goes first, before the bridge, which is not current either.
@@ -253,7 +262,10 @@ fn a_switch_to_tls_adds_bridges_then_tls_members_the_least_current_first_the_lea
     assert_eq!(
         plan(
             &view_of("size: 4\nversion: 3.6.16\nTLS:\n  operatorManaged: {}"),
-            &speaking(&[(0, p), (3, b), (4, b)]),
+            &Observed {
+                tls: files("ca", "leaves-1", false),
+                ..speaking(&[(0, p), (3, b), (4, b)])
+            },
             &settings
         ),
         add(5, true)
