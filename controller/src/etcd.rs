@@ -252,7 +252,11 @@ impl EtcdAccess {
     /// A new connection to the member at `endpoint`.
     async fn dial(&self, endpoint: &str) -> Result<Client, Error> {
         // Plain where the member serves plain (a member of a cluster switching to TLS may).
-        if let Some(tls) = self.tls.as_ref().filter(|_| endpoint.starts_with("https://")) {
+        if let Some(tls) = self
+            .tls
+            .as_ref()
+            .filter(|_| endpoint.starts_with("https://"))
+        {
             return etcd_tls::connect(endpoint, tls, self.timeout)
                 .await
                 .map_err(|source| Error::EtcdTls {

@@ -686,7 +686,9 @@ fn progressing_reason(view: &ClusterView, obs: &Observed, step: &Step) -> &'stat
         {
             "SwitchingToTLS"
         }
-        _ if crate::planner::rollout::in_progress(view, obs) && !matches!(step, Step::Blocked(_)) => {
+        _ if crate::planner::rollout::in_progress(view, obs)
+            && !matches!(step, Step::Blocked(_)) =>
+        {
             "ReplacingForCertificates"
         }
         Step::Bootstrap(_) => "Bootstrapping",

@@ -40,8 +40,8 @@ use etcd_shared::tls::CertKind;
 use etcd_tests::poll_until;
 use etcd_tests::suite::TestContext;
 
-use recording::Recording;
 use etcd_controller::view::transport::MemberTransport;
+use recording::Recording;
 use support::operator::{Controller, create_cluster, install};
 use support::{Access, WAIT, cluster_yaml, duration, member_pods, settled, wait_until};
 
@@ -95,6 +95,11 @@ fn main() -> std::process::ExitCode {
         etcd_tests::Test::new(
             "a_plain_cluster_switches_to_tls_with_no_outage_on_3_6",
             a_plain_cluster_switches_to_tls_with_no_outage_on_3_6,
+        )
+        .with_timeout(long),
+        etcd_tests::Test::new(
+            "a_plain_cluster_switches_to_cert_manager_tls_with_no_outage_on_3_6",
+            a_plain_cluster_switches_to_cert_manager_tls_with_no_outage_on_3_6,
         )
         .with_timeout(long),
         etcd_tests::Test::new(
@@ -980,14 +985,30 @@ async fn transports(
 async fn a_plain_cluster_switches_to_tls_with_no_outage_on_3_6(
     ctx: TestContext,
 ) -> anyhow::Result<()> {
-    plain_to_tls(&ctx, "switch36", "3.6").await
+    plain_to_tls(&ctx, "switch36", "3.6", Source::OperatorManaged).await
+}
+
+/// The same to certificates of a cert-manager CA Issuer (its Secrets are written after the
+/// switch is asked for: the replacements wait for them).
+async fn a_plain_cluster_switches_to_cert_manager_tls_with_no_outage_on_3_6(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    ca_issuer(&ctx).await?;
+    plain_to_tls(&ctx, "switchcm", "3.6", Source::CertManager).await
+}
+
+/// Where a switched cluster's certificates come from.
+#[derive(Clone, Copy)]
+enum Source {
+    OperatorManaged,
+    CertManager,
 }
 
 /// The same on the users' 3.2.13 (no learners, no MoveLeader).
 async fn a_plain_cluster_switches_to_tls_with_no_outage_on_the_users_3_2(
     ctx: TestContext,
 ) -> anyhow::Result<()> {
-    plain_to_tls(&ctx, "switch32", "3.2").await
+    plain_to_tls(&ctx, "switch32", "3.2", Source::OperatorManaged).await
 }
 
 /// A plain 3-member cluster, recorded clients following the Ready members (each dialled with
@@ -995,7 +1016,12 @@ async fn a_plain_cluster_switches_to_tls_with_no_outage_on_the_users_3_2(
 /// set to `operatorManaged`: the members are replaced by bridges (peer port plain, TLS files
 /// held, clients served both ways), then by TLS members; the cluster ends with mutual TLS on
 /// both ports, every member replaced, and the history checked linearizable.
-async fn plain_to_tls(ctx: &TestContext, name: &str, line: &str) -> anyhow::Result<()> {
+async fn plain_to_tls(
+    ctx: &TestContext,
+    name: &str,
+    line: &str,
+    source: Source,
+) -> anyhow::Result<()> {
     install(ctx).await?;
     let _controller = Controller::start(ctx)?;
     let version = if line == "3.2" {
@@ -1019,7 +1045,10 @@ async fn plain_to_tls(ctx: &TestContext, name: &str, line: &str) -> anyhow::Resu
         .patch(
             name,
             &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"TLS": {"operatorManaged": {}}}})),
+            &Patch::Merge(serde_json::json!({"spec": {"TLS": match source {
+                Source::OperatorManaged => serde_json::json!({"operatorManaged": {}}),
+                Source::CertManager => serde_json::json!({"certManager": {"issuerRef": {"name": "etcd-ca"}}}),
+            }}})),
         )
         .await
         .context("the webhook takes a switch to TLS")?;
@@ -1034,12 +1063,14 @@ async fn plain_to_tls(ctx: &TestContext, name: &str, line: &str) -> anyhow::Resu
     })
     .await
     .map(|bridges| saw_bridge = bridges > 0)?;
-    duration(&format!("{run}: every member holds the peer TLS files"), started);
+    duration(
+        &format!("{run}: every member holds the peer TLS files"),
+        started,
+    );
     poll_until("every member on TLS", WAIT * 6, || async {
         let now = transports(ctx, name).await?;
         anyhow::Ok(
-            (now.len() == 3 && now.values().all(|t| t.peer_tls && !t.serves_plain()))
-                .then_some(()),
+            (now.len() == 3 && now.values().all(|t| t.peer_tls && !t.serves_plain())).then_some(()),
         )
     })
     .await?;
@@ -1048,7 +1079,10 @@ async fn plain_to_tls(ctx: &TestContext, name: &str, line: &str) -> anyhow::Resu
     })
     .await?;
     duration(&format!("{run}: switch complete"), started);
-    ensure!(saw_bridge, "no bridge member was seen once every member held the files");
+    ensure!(
+        saw_bridge,
+        "no bridge member was seen once every member held the files"
+    );
     let after: Vec<String> = member_pods(&pods, name).await?.into_keys().collect();
     ensure!(
         after.iter().all(|m| !before.contains(m)),

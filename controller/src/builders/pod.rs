@@ -180,7 +180,12 @@ fn add_tls_files(
     mounts: &mut Vec<VolumeMount>,
     volumes: &mut Vec<Volume>,
 ) {
-    if let Some(secret) = view.tls.peer_secret.as_ref().filter(|_| transport.peer_files) {
+    if let Some(secret) = view
+        .tls
+        .peer_secret
+        .as_ref()
+        .filter(|_| transport.peer_files)
+    {
         args.extend([
             MemberFlag::PeerCertFile.arg(format_args!("{PEER_TLS_DIR}/peer.crt")),
             MemberFlag::PeerKeyFile.arg(format_args!("{PEER_TLS_DIR}/peer.key")),
@@ -707,7 +712,10 @@ mod tests {
                 "--peer-trusted-ca-file=/etc/etcd/peer-tls/peer-ca.crt",
                 "--cert-file=/etc/etcd/server-tls/server.crt",
             ] {
-                assert!(a.iter().any(|x| x == expected), "{version}: {expected} in {a:?}");
+                assert!(
+                    a.iter().any(|x| x == expected),
+                    "{version}: {expected} in {a:?}"
+                );
             }
             let read = MemberTransport::of_args(a.iter().map(String::as_str));
             assert_eq!(read, Some(MemberTransport::bridge(&view)));

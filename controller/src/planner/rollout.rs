@@ -13,6 +13,11 @@
 //!    current files;
 //! 3. its pod and claim go as any removed member's do, and the next one follows.
 //!
+//! The same replacement carries a running cluster from plain HTTP to TLS: members that speak
+//! otherwise than the cluster asks are outdated too, the least current first (a member that
+//! cannot dial a TLS peer before a bridge), each new member a bridge or a TLS member as
+//! [`crate::view::transport`] decides.
+//!
 //! The cluster never has fewer healthy voters than its size during the rollout, and the data
 //! is copied by raft, as in any scale-up. Pods that recorded no fingerprints (made by an
 //! earlier operator) count as current, except during a CA rotation, when what they trust is
@@ -94,14 +99,17 @@ pub fn in_progress(view: &ClusterView, obs: &Observed) -> bool {
 pub fn switching_transport(view: &ClusterView, obs: &Observed) -> bool {
     obs.pods.iter().any(|p| {
         !p.terminating
-            && p
-                .transport
+            && p.transport
                 .is_some_and(|t| t.stage(view) != TransportStage::Target)
     })
 }
 
 /// The members to be replaced, by name.
-pub fn outdated_members(view: &ClusterView, obs: &Observed, members: &[MemberState]) -> Vec<String> {
+pub fn outdated_members(
+    view: &ClusterView,
+    obs: &Observed,
+    members: &[MemberState],
+) -> Vec<String> {
     members
         .iter()
         .filter(|m| member_outdated(view, obs, m))
@@ -181,7 +189,12 @@ pub fn removal(
             .filter(|m| m.id != victim.id && !m.learner && m.started && m.health.is_healthy())
             .filter(|m| obs.pod(&m.name).is_some_and(|p| p.ready))
             .filter(|m| member_currency(view, obs, m) > victim_currency)
-            .max_by_key(|m| (member_currency(view, obs, m), std::cmp::Reverse(m.name.clone())));
+            .max_by_key(|m| {
+                (
+                    member_currency(view, obs, m),
+                    std::cmp::Reverse(m.name.clone()),
+                )
+            });
         if let Some(to) = successor {
             return Some(Step::TransferLeadership {
                 from: victim.name.clone(),

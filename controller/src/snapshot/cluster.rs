@@ -181,10 +181,17 @@ pub async fn most_advanced_member(
                 .find(|c| c.name == "etcd")
                 .and_then(|c| {
                     MemberTransport::of_args(
-                        c.command.iter().flatten().chain(c.args.iter().flatten()).map(String::as_str),
+                        c.command
+                            .iter()
+                            .flatten()
+                            .chain(c.args.iter().flatten())
+                            .map(String::as_str),
                     )
                 });
-            Some((observe::endpoint(view, transport.as_ref(), ip), p.name_any()))
+            Some((
+                observe::endpoint(view, transport.as_ref(), ip),
+                p.name_any(),
+            ))
         })
         .collect();
     if candidates.is_empty() {

@@ -218,9 +218,15 @@ mod tests {
     #[test]
     fn a_plain_cluster_asks_for_plain_members_and_a_tls_one_for_tls_members() {
         let p = MemberTransport::target(&plain());
-        assert_eq!((p.peer_tls, p.peer_files, p.client), (false, false, ClientSchemes::Http));
+        assert_eq!(
+            (p.peer_tls, p.peer_files, p.client),
+            (false, false, ClientSchemes::Http)
+        );
         let t = MemberTransport::target(&tls());
-        assert_eq!((t.peer_tls, t.peer_files, t.client), (true, true, ClientSchemes::Https));
+        assert_eq!(
+            (t.peer_tls, t.peer_files, t.client),
+            (true, true, ClientSchemes::Https)
+        );
     }
 
     #[test]
@@ -247,10 +253,7 @@ mod tests {
             TransportStage::Target
         );
         // A plain cluster adds plain members, whatever its members are.
-        assert_eq!(
-            MemberTransport::for_new_member(&plain(), [Some(&old)]),
-            old
-        );
+        assert_eq!(MemberTransport::for_new_member(&plain(), [Some(&old)]), old);
     }
 
     #[test]
@@ -282,8 +285,12 @@ mod tests {
             "/usr/local/bin/etcd --data-dir=/var/etcd/data --name=x --listen-peer-urls=https://0.0.0.0:2380 --listen-client-urls=https://0.0.0.0:2379 --peer-trusted-ca-file=/etc/etcdtls/member/peer-tls/peer-ca.crt",
         ]);
         assert_eq!(coreos, Some(MemberTransport::target(&tls())));
-        let spaced =
-            MemberTransport::of_args(["--listen-peer-urls", "http://a:2380", "--listen-client-urls", "http://a:2379"]);
+        let spaced = MemberTransport::of_args([
+            "--listen-peer-urls",
+            "http://a:2380",
+            "--listen-client-urls",
+            "http://a:2379",
+        ]);
         assert_eq!(spaced, Some(MemberTransport::target(&plain())));
         assert_eq!(MemberTransport::of_args(["--name=x"]), None);
     }
