@@ -4,11 +4,13 @@
 //! upgrade. Two clients each time: one through the client Service (its endpoint list follows the
 //! Service's ready endpoints, as a connection through the Service does; there is no kube-proxy
 //! on the process kubelet), one given the member list once at the start, the way kube-apiserver
-//! is (`--etcd-servers`). The client through the Service must see 0 failed requests (each
-//! member leaves the Service before it is taken down: the serving gate); the one given the
-//! member list sees at most the requests in flight on a member when it restarts (measured: 1
-//! per upgrade of three members at 50 ops/s; none in a scale, a replacement or a controller
-//! restart). Every history must check (linearizable, revisions).
+//! is (`--etcd-servers`). The client through the Service sees no failed request except at a
+//! leader handover (each member leaves the Service before it is taken down: the serving
+//! gate; but while the leader hands over, etcd refuses proposals: `raft proposal dropped`,
+//! never applied; 3.2 has no MoveLeader and elects): at most one per client (2) per handover;
+//! the one given the member list sees at most the requests in flight on a member when it
+//! restarts (measured: 1 per upgrade of three members at 50 ops/s; none in a scale, a
+//! replacement or a controller restart). Every history must check (linearizable, revisions).
 //!
 //! Run: `cargo test -p etcd-tests --test clients` (needs `hack/build-tools.sh`, including
 //! `ONLY=clientv3`, first).
@@ -117,11 +119,13 @@ impl Clients {
         })
     }
 
-    /// Stops both; each history must check, the client through the Service must have seen 0
-    /// failed requests, the one given the member list at most `restarted` (the requests in
-    /// flight on a member when it stops: no Service to move it off first, and clientv3 does
-    /// not send a write again once it was sent).
-    async fn finish(self, action: &str, restarted: u64) -> anyhow::Result<()> {
+    /// Stops both; each history must check, the client through the Service may have seen
+    /// failed requests only at the `handovers` leader handovers (one in flight per client at
+    /// each, refused by the leader handing over or timed out in 3.2's election), the one given
+    /// the member list at most `restarted` more (the requests in flight on a member when it
+    /// stops: no Service to move it off first, and clientv3 does not send a write again once
+    /// it was sent).
+    async fn finish(self, action: &str, restarted: u64, handovers: u64) -> anyhow::Result<()> {
         let service = self.service.finish().await?;
         let members = self.members.stop().await?;
         let mut failures = Vec::new();
@@ -151,10 +155,11 @@ impl Clients {
                 if check.passed() { "ok" } else { "VIOLATION" }
             );
             append(&recorder::artifacts_dir().join("clients.md"), &row)?;
+            let at_handovers = CLIENTS * handovers;
             let allowed = if who == "through the Service" {
-                0
+                at_handovers
             } else {
-                restarted
+                restarted + at_handovers
             };
             if report.failed > allowed {
                 failures.push(format!(
@@ -162,7 +167,7 @@ impl Clients {
                     report.failed, report.errors
                 ));
             }
-            if report.not_applied > 0 {
+            if report.not_applied > at_handovers {
                 failures.push(format!(
                     "{who}: {} refused: {:?}",
                     report.not_applied, report.errors
@@ -176,6 +181,9 @@ impl Clients {
         Ok(())
     }
 }
+
+/// The clients of each kind: clientv3-load's default, each sending one request at a time.
+const CLIENTS: u64 = 2;
 
 fn append(path: &std::path::Path, row: &str) -> anyhow::Result<()> {
     use std::io::Write as _;
@@ -222,7 +230,7 @@ async fn an_upgrade(ctx: TestContext) -> anyhow::Result<()> {
     patch_spec(&ctx, "up", serde_json::json!({"version": to})).await?;
     wait_until(&ctx.api(), "up", "upgraded", |c| settled(c, 3, &to)).await?;
     duration("up: upgrade 3.6 -> 3.7 under clientv3 load", at);
-    clients.finish(&format!("upgrade {from} -> {to}"), 3).await
+    clients.finish(&format!("upgrade {from} -> {to}"), 3, 1).await
 }
 
 /// The users' line: 3.2.13 -> 3.3 (pods probed over TCP; the gate still moves clients first).
@@ -236,7 +244,7 @@ async fn the_users_3_2_line_upgraded(ctx: TestContext) -> anyhow::Result<()> {
     patch_spec(&ctx, "users", serde_json::json!({"version": to})).await?;
     wait_until(&ctx.api(), "users", "upgraded", |c| settled(c, 3, &to)).await?;
     duration("users: upgrade 3.2.13 -> 3.3 under clientv3 load", at);
-    clients.finish(&format!("upgrade {from} -> {to}"), 3).await
+    clients.finish(&format!("upgrade {from} -> {to}"), 3, 1).await
 }
 
 /// A scale 3 -> 5 -> 3: the members removed leave the Service before their removal.
@@ -252,7 +260,7 @@ async fn a_scale_3_5_3(ctx: TestContext) -> anyhow::Result<()> {
     patch_spec(&ctx, "scale", serde_json::json!({"size": 3})).await?;
     wait_until(&ctx.api(), "scale", "3 members", |c| settled(c, 3, version)).await?;
     duration("scale: 3 -> 5 -> 3 under clientv3 load", at);
-    clients.finish("scale 3 -> 5 -> 3", 0).await
+    clients.finish("scale 3 -> 5 -> 3", 0, 1).await
 }
 
 /// A member whose pod was deleted (its emptyDir data with it) is replaced.
@@ -280,7 +288,7 @@ async fn a_replaced_member(ctx: TestContext) -> anyhow::Result<()> {
     )
     .await?;
     duration("replace: a member replaced under clientv3 load", at);
-    clients.finish("a replaced member", 0).await
+    clients.finish("a replaced member", 0, 0).await
 }
 
 /// The controller restarted in the middle of a scale-up.
@@ -309,5 +317,5 @@ async fn a_controller_restart(ctx: TestContext) -> anyhow::Result<()> {
         "restart: a scale-up across a controller restart under clientv3 load",
         at,
     );
-    clients.finish("a controller restart", 0).await
+    clients.finish("a controller restart", 0, 0).await
 }
