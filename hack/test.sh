@@ -23,10 +23,10 @@ start=$SECONDS
 # Suites that share timing-sensitive faults: one after another, in one lane.
 SERIAL=(safety_nodes robustness nodes real_node_chart real_node network_policies images)
 # The others, longest first (measured on the 2-core CI machine; a new suite goes last).
-ORDER=(day2 lifecycle backup_restore coreos_takeover safety recovery clients failpoints
-  prometheus chart_install chart_rbac installed backup_pvc leader_election chart_render
-  etcd_lines kubelet reconcile etcd_tls server control_plane recorder object_stores
-  on_apiserver clientv3 coreos_clients snapshots fuzz etcd_tls_reload managed_tls cert_manager)
+ORDER=(managed_tls day2 lifecycle backup_restore coreos_takeover safety recovery clients
+  failpoints prometheus chart_install chart_rbac installed backup_pvc leader_election
+  chart_render etcd_lines kubelet reconcile etcd_tls server control_plane recorder
+  object_stores on_apiserver clientv3 coreos_clients snapshots fuzz etcd_tls_reload cert_manager)
 
 log() { printf '[test %4ds] %s\n' "$((SECONDS - start))" "$*"; }
 

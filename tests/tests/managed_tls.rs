@@ -1023,7 +1023,7 @@ async fn plain_to_tls(
     source: Source,
 ) -> anyhow::Result<()> {
     install(ctx).await?;
-    let _controller = Controller::start(ctx)?;
+    let mut controller = Controller::start(ctx)?;
     let version = if line == "3.2" {
         "3.2.13".to_string()
     } else {
@@ -1052,6 +1052,19 @@ async fn plain_to_tls(
         )
         .await
         .context("the webhook takes a switch to TLS")?;
+    if matches!(source, Source::OperatorManaged) && line != "3.2" {
+        // The controller fails in the middle of the switch: what it did is in the pods' flags,
+        // and a new one carries on from there.
+        poll_until("a bridge member", WAIT * 2, || async {
+            let now = transports(ctx, name).await?;
+            anyhow::Ok(now.values().any(|t| t.peer_files && !t.peer_tls).then_some(()))
+        })
+        .await?;
+        controller.stop().await?;
+        controller = Controller::start(ctx)?;
+        duration(&format!("{run}: controller restarted mid-switch"), started);
+    }
+    let _controller = controller;
     let mut saw_bridge = false;
     poll_until("no member without the peer TLS files", WAIT * 6, || async {
         let now = transports(ctx, name).await?;
