@@ -28,8 +28,7 @@ use serde::{Deserialize, Serialize};
 
 pub use backup::{
     BackupEncryption, BackupPolicy, EtcdBackup, EtcdBackupSpec, EtcdBackupStatus, Retention,
-    SafetyBackup,
-    SafetyBackupRecord,
+    SafetyBackup, SafetyBackupRecord,
 };
 pub use phase::ClusterPhase;
 pub use restore::{

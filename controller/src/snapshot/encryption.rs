@@ -49,9 +49,7 @@ const READ_CHUNK: usize = 64 * 1024;
 #[derive(Debug, thiserror::Error)]
 pub enum EncryptionError {
     /// A line of the recipients is not an X25519 recipient.
-    #[error(
-        "line {line} of the recipients is not an age X25519 recipient (age1...): {reason}"
-    )]
+    #[error("line {line} of the recipients is not an age X25519 recipient (age1...): {reason}")]
     BadRecipient {
         /// The line, from 1.
         line: usize,
@@ -190,14 +188,20 @@ struct Pending(Arc<Mutex<Vec<u8>>>);
 
 impl Pending {
     fn take(&self) -> Bytes {
-        let mut held = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut held = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         Bytes::from(std::mem::take(&mut *held))
     }
 }
 
 impl std::io::Write for Pending {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let mut held = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut held = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         held.extend_from_slice(buf);
         Ok(buf.len())
     }
@@ -223,10 +227,9 @@ impl std::fmt::Debug for Sealer {
 impl Sealer {
     /// A new age file (a new file key) for `recipients`; its header is the first output.
     pub fn new(recipients: &Recipients) -> Result<Self, EncryptionError> {
-        let encryptor = age::Encryptor::with_recipients(
-            recipients.0.iter().map(|r| r as &dyn age::Recipient),
-        )
-        .map_err(|e| EncryptionError::Encrypt(e.to_string()))?;
+        let encryptor =
+            age::Encryptor::with_recipients(recipients.0.iter().map(|r| r as &dyn age::Recipient))
+                .map_err(|e| EncryptionError::Encrypt(e.to_string()))?;
         let pending = Pending::default();
         let writer = encryptor
             .wrap_output(pending.clone())
@@ -413,7 +416,10 @@ mod tests {
         ));
         let (_, recipient) = keys();
         let e = Identities::parse(&recipient).expect_err("a recipient");
-        assert!(matches!(e, EncryptionError::BadIdentity { line: 1, .. }), "{e}");
+        assert!(
+            matches!(e, EncryptionError::BadIdentity { line: 1, .. }),
+            "{e}"
+        );
     }
 
     #[tokio::test]
@@ -433,11 +439,17 @@ mod tests {
         }
         // Another key: refused before any plaintext, with the reason.
         let (stranger, _) = keys();
-        let wrong = open_all(cipher.clone(), 4096, Some(&Identities::parse(&stranger).unwrap()))
-            .await
-            .expect_err("wrong key");
+        let wrong = open_all(
+            cipher.clone(),
+            4096,
+            Some(&Identities::parse(&stranger).unwrap()),
+        )
+        .await
+        .expect_err("wrong key");
         assert!(wrong.contains("encrypted to other recipients"), "{wrong}");
-        let none = open_all(cipher.clone(), 4096, None).await.expect_err("no key");
+        let none = open_all(cipher.clone(), 4096, None)
+            .await
+            .expect_err("no key");
         assert!(none.contains("no identity was given"), "{none}");
         // Truncated or damaged: an error of the stream, never silently short plaintext.
         let ids = Identities::parse(&secret).unwrap();
@@ -446,7 +458,10 @@ mod tests {
         let mut flipped = cipher.clone();
         let at = flipped.len() / 2;
         flipped[at] ^= 1;
-        assert!(open_all(flipped, 4096, Some(&ids)).await.is_err(), "damaged");
+        assert!(
+            open_all(flipped, 4096, Some(&ids)).await.is_err(),
+            "damaged"
+        );
     }
 
     #[tokio::test]

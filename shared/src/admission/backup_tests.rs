@@ -624,7 +624,10 @@ fn encryption_secrets() {
         None,
     ));
     assert_refused(
-        judge_backup(&good_backup("encryption:\n  recipientsSecret: \"\"\n"), None),
+        judge_backup(
+            &good_backup("encryption:\n  recipientsSecret: \"\"\n"),
+            None,
+        ),
         "encryption-secret",
         "spec.encryption.recipientsSecret: must be the Secret whose key recipients holds the age recipients (age1...): a Secret name of this namespace (a DNS-1123 subdomain: lowercase letters, digits, '-' and '.'), got \"\"",
     );
