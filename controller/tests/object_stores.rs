@@ -68,6 +68,7 @@ async fn exercise(
         revision: 4242,
         cluster: "ns/demo".into(),
         member: "demo-0".into(),
+        encrypted: false,
     };
     let names = location.metadata_names();
     let mut sizes = vec![(64usize, "small.db")];
@@ -78,12 +79,20 @@ async fn exercise(
     for (blocks, name) in sizes {
         let key = format!("{}/{name}", location.key);
         let (chunks, size) = snapshot(blocks, 7);
-        let uploaded =
-            transfer::upload(&bucket, &key, &info, names, futures::stream::iter(chunks)).await?;
+        let uploaded = transfer::upload(
+            &bucket,
+            &key,
+            &info,
+            names,
+            futures::stream::iter(chunks),
+            None,
+        )
+        .await?;
         ensure!(uploaded.size == size, "{storage_type} {name}: {uploaded:?}");
         let meta = bucket.head(&key.as_str().into()).await?;
         ensure!(meta.size == size, "{storage_type} {name}: {meta:?}");
-        let (checked, stored) = transfer::verify(&bucket, &key, Some(&uploaded.sha256)).await?;
+        let (checked, stored) =
+            transfer::verify(&bucket, &key, Some(&uploaded.sha256), None).await?;
         ensure!(checked == uploaded, "{checked:?}");
         ensure!(
             stored.etcd_version.as_deref() == Some("3.6.16") && stored.revision == Some(4242),
@@ -121,6 +130,7 @@ async fn exercise(
         &info,
         names,
         futures::stream::iter(chunks),
+        None,
     )
     .await
     .expect_err("a damaged stream");
@@ -133,7 +143,15 @@ async fn exercise(
             "{}/periodic/snap.db_v{revision}_2026-01-02-15:04:05",
             location.key
         );
-        transfer::upload(&bucket, &key, &info, names, futures::stream::iter(chunks)).await?;
+        transfer::upload(
+            &bucket,
+            &key,
+            &info,
+            names,
+            futures::stream::iter(chunks),
+            None,
+        )
+        .await?;
     }
     let prefix = format!("{}/periodic", location.key);
     let list = |bucket: Arc<dyn ObjectStore>, prefix: String| async move {
@@ -159,7 +177,7 @@ async fn exercise(
     );
 
     // A missing object says so.
-    let err = transfer::verify(&bucket, "nothing/here.db", None)
+    let err = transfer::verify(&bucket, "nothing/here.db", None, None)
         .await
         .expect_err("missing");
     ensure!(err.reason() == "NotFound", "{err} ({})", err.reason());
@@ -194,6 +212,7 @@ async fn exercise(
         endpoint,
         force_path_style: false,
         credentials_dir: Some(secret_dir),
+        identity_file: None,
         sha256: sha,
         work_dir: dir.path().join("restore"),
         data_dir: dir.path().join("data"),
@@ -239,7 +258,7 @@ async fn azure_blob_storage_through_azurite() -> anyhow::Result<()> {
         ("storage-key", "d3Jvbmcga2V5".to_string()),
     ]);
     let (_, denied) = open("ABS", &source, &wrong)?;
-    let err = transfer::verify(&denied, "demo/snapshots/small.db", None)
+    let err = transfer::verify(&denied, "demo/snapshots/small.db", None, None)
         .await
         .expect_err("a wrong key");
     ensure!(err.reason() == "AccessDenied", "{err} ({})", err.reason());

@@ -305,6 +305,7 @@ async fn a_one_shot_backup_is_taken_while_writes_continue(ctx: TestContext) -> a
         &bucket,
         "bk/snapshot.db",
         status.last_backup_sha256.as_deref(),
+        None,
     )
     .await?;
     ensure!(Some(checked.size as i64) == status.last_backup_size);
@@ -1023,7 +1024,13 @@ async fn a_tls_cluster_is_backed_up_with_the_client_tls_secret(
     create::<EtcdBackup>(&ctx, &yaml("tls", "sec-operator")).await?;
     let status = backup_status(&ctx, "tls", "succeeded", |s| s.succeeded).await?;
     let bucket = storage.open()?;
-    transfer::verify(&bucket, "sec/tls.db", status.last_backup_sha256.as_deref()).await?;
+    transfer::verify(
+        &bucket,
+        "sec/tls.db",
+        status.last_backup_sha256.as_deref(),
+        None,
+    )
+    .await?;
 
     create::<EtcdBackup>(&ctx, &yaml("nosecret", "absent")).await?;
     let failed = backup_status(&ctx, "nosecret", "refused", |s| s.reason.is_some()).await?;
@@ -1095,7 +1102,7 @@ async fn safety_backups_come_before_a_scale_down_and_a_minor_upgrade(
         .split_once('/')
         .map(|(_, k)| k.to_string())
         .unwrap_or_default();
-    transfer::verify(&bucket, &key, Some(&record.sha256)).await?;
+    transfer::verify(&bucket, &key, Some(&record.sha256), None).await?;
 
     // 3.6 -> 3.7: a snapshot before the first member moves.
     patch(serde_json::json!({ "version": to })).await?;
@@ -1285,6 +1292,7 @@ async fn backups_and_a_restore_through(
         &bucket,
         "cl/snapshot.db",
         status.last_backup_sha256.as_deref(),
+        None,
     )
     .await?;
     ensure!(
@@ -1579,7 +1587,13 @@ async fn a_refused_safety_backup_holds_the_upgrade_until_the_store_takes_it(
         .path
         .strip_prefix("held/")
         .with_context(|| format!("the snapshot is in bucket held: {record:?}"))?;
-    transfer::verify(&storage.open_bucket("held")?, key, Some(&record.sha256)).await?;
+    transfer::verify(
+        &storage.open_bucket("held")?,
+        key,
+        Some(&record.sha256),
+        None,
+    )
+    .await?;
     let pods: Api<Pod> = ctx.api();
     check_every_member(&pods, "held", "/h/", &data, 1).await?;
     Ok(())

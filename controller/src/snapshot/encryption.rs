@@ -333,6 +333,16 @@ where
     (encrypted, futures::stream::iter(head).chain(chunks).boxed())
 }
 
+/// A new X25519 key pair as text, as `age-keygen` prints it: the identity
+/// (`AGE-SECRET-KEY-1...`, for an `identitySecret`) and its recipient (`age1...`, for a
+/// `recipientsSecret`).
+pub fn generate() -> (String, String) {
+    use age::secrecy::ExposeSecret as _;
+    let identity = x25519::Identity::generate();
+    let recipient = identity.to_public().to_string();
+    (identity.to_string().expose_secret().to_string(), recipient)
+}
+
 /// Whether `head` (a file's first bytes) is an age file's.
 pub fn is_encrypted(head: &[u8]) -> bool {
     head.starts_with(AGE_MAGIC)
