@@ -118,6 +118,11 @@ fn main() -> std::process::ExitCode {
             every_member_lost_recovers_from_the_newest_backup_that_checks,
         )
         .with_timeout(long),
+        etcd_tests::Test::new(
+            "an_encrypted_backup_restores_only_with_its_key",
+            an_encrypted_backup_restores_only_with_its_key,
+        )
+        .with_timeout(long),
     ]);
     etcd_tests::run_suite_with_kubelet(tests)
 }
@@ -1768,5 +1773,170 @@ async fn every_member_lost_recovers_from_the_newest_backup_that_checks(
         "keys written after the older backup came back: {}",
         data.len()
     );
+    Ok(())
+}
+
+/// A Secret of the test's namespace with one key.
+async fn key_secret(ctx: &TestContext, name: &str, key: &str, text: &str) -> anyhow::Result<()> {
+    let secrets: Api<Secret> = ctx.api();
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([(
+            key.to_string(),
+            ByteString(text.as_bytes().to_vec()),
+        )])),
+        ..Secret::default()
+    };
+    secrets.create(&PostParams::default(), &secret).await?;
+    Ok(())
+}
+
+/// Issue 35, item 2: an EtcdBackup with `spec.encryption` writes an age file to the S3 server
+/// (versitygw) that holds none of the data in the clear; a restore without an identity, or
+/// with another key, fails with a clear status while the cluster keeps running untouched with
+/// its data; the restore with the backup's key brings every key back on a new cluster. A
+/// missing recipients Secret is a clear backup status, nothing written.
+async fn an_encrypted_backup_restores_only_with_its_key(ctx: TestContext) -> anyhow::Result<()> {
+    use etcd_controller::snapshot::encryption::{self, Identities};
+    install(&ctx).await?;
+    OperatorBinaries::locate()?.register(ctx.kubelet()?);
+    let _controller = Controller::start(&ctx)?;
+    let storage = Storage::start(&ctx, "encrypted").await?;
+    settled_cluster(&ctx, "enc", 1).await?;
+    let slices: Api<EndpointSlice> = ctx.api();
+    let data = bulk_put(&slices, "enc", "/secret-data/", 300, 8).await?;
+
+    let (identity, recipient) = encryption::generate();
+    let (stranger, _) = encryption::generate();
+    let (_, rotated_out) = encryption::generate();
+    key_secret(
+        &ctx,
+        "backup-recipients",
+        "recipients",
+        &format!("# ops\n{recipient}\n# the old key, kept for a while\n{rotated_out}\n"),
+    )
+    .await?;
+    key_secret(
+        &ctx,
+        "backup-identity",
+        "identity",
+        &format!("# public key: {recipient}\n{identity}\n"),
+    )
+    .await?;
+    key_secret(&ctx, "other-identity", "identity", &stranger).await?;
+    let encrypted = |name: &str, key: &str, secret: &str| {
+        format!(
+            "{}  encryption:\n    recipientsSecret: {secret}\n",
+            backup_yaml(&storage, name, "enc", key)
+        )
+    };
+
+    // No recipients Secret: a clear status, no object.
+    create::<EtcdBackup>(&ctx, &encrypted("nokeys", "enc/nokeys.db", "absent")).await?;
+    let failed = backup_status(&ctx, "nokeys", "refused", |s| s.reason.is_some()).await?;
+    let reason = failed.reason.clone().unwrap_or_default();
+    ensure!(
+        reason.starts_with("BadSecret") && reason.contains("absent") && !failed.succeeded,
+        "{reason}"
+    );
+    ensure!(storage.keys("enc/nokeys.db").await?.is_empty());
+    println!("figure: missing recipients: {reason}");
+
+    let started = Instant::now();
+    create::<EtcdBackup>(
+        &ctx,
+        &encrypted("b", "enc/snapshot.db", "backup-recipients"),
+    )
+    .await?;
+    let backup = backup_status(&ctx, "b", "succeeded", |s| s.succeeded).await?;
+    duration("encrypted backup", started);
+    let stored = std::fs::read(storage.server.object_file("encrypted", "enc/snapshot.db"))?;
+    ensure!(
+        encryption::is_encrypted(&stored),
+        "the object is an age file"
+    );
+    ensure!(
+        !stored.windows(13).any(|w| w == b"/secret-data/"),
+        "no key name in the clear"
+    );
+    // The controller's own read path: only the key decrypts it, to the snapshot recorded.
+    let bucket = storage.open()?;
+    let ids = Identities::parse(&identity)?;
+    let (checked, info) = transfer::verify(
+        &bucket,
+        "enc/snapshot.db",
+        backup.last_backup_sha256.as_deref(),
+        Some(&ids),
+    )
+    .await?;
+    ensure!(Some(checked.size as i64) == backup.last_backup_size);
+    ensure!(info.revision == backup.etcd_revision, "{info:?}");
+    let none = transfer::verify(&bucket, "enc/snapshot.db", None, None).await;
+    ensure!(
+        none.as_ref()
+            .is_err_and(|e| e.reason() == "SnapshotEncrypted"),
+        "{none:?}"
+    );
+
+    let clusters: Api<EtcdCluster> = ctx.api();
+    let old_uid = clusters.get("enc").await?.uid().context("uid")?;
+    let pods: Api<Pod> = ctx.api();
+    let restore = |name: &str, identity: Option<&str>| {
+        let mut yaml = restore_yaml(&storage, name, "enc", "enc/snapshot.db");
+        if let Some(secret) = identity {
+            yaml.push_str(&format!("  encryption:\n    identitySecret: {secret}\n"));
+        }
+        yaml
+    };
+    // Without an identity, and with another key: refused before the cluster is touched.
+    for (name, secret, want) in [
+        ("nokey", None, "SnapshotEncrypted"),
+        ("wrongkey", Some("other-identity"), "WrongIdentity"),
+    ] {
+        create::<EtcdRestore>(&ctx, &restore(name, secret)).await?;
+        let status = restore_status(&ctx, name, "refused", |s| s.reason.is_some()).await?;
+        let reason = status.reason.clone().unwrap_or_default();
+        ensure!(reason.starts_with(want), "{name}: {reason}");
+        ensure!(
+            !status.succeeded && status.replaced_cluster_uid.is_none(),
+            "{status:?}"
+        );
+        let verified = status.conditions.iter().find(|c| c.type_ == "Verified");
+        ensure!(
+            verified.is_some_and(|c| c.status == "False" && c.reason == want),
+            "{verified:?}"
+        );
+        println!("figure: restore {name}: {reason}");
+        ctx.api::<EtcdRestore>()
+            .delete(name, &DeleteParams::default())
+            .await?;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let cluster = clusters.get("enc").await?;
+    ensure!(
+        cluster.uid().as_deref() == Some(old_uid.as_str())
+            && cluster.metadata.deletion_timestamp.is_none(),
+        "the cluster is untouched"
+    );
+    check_every_member(&pods, "enc", "/secret-data/", &data, 1).await?;
+
+    // With the key: the cluster is replaced by one seeded from the decrypted snapshot.
+    let started = Instant::now();
+    create::<EtcdRestore>(&ctx, &restore("right", Some("backup-identity"))).await?;
+    let status = restore_status(&ctx, "right", "succeeded", |s| s.succeeded).await?;
+    duration("restore of an encrypted snapshot", started);
+    ensure!(
+        status.snapshot_sha256 == backup.last_backup_sha256,
+        "{status:?}"
+    );
+    let cluster = clusters.get("enc").await?;
+    ensure!(
+        cluster.uid().as_deref() != Some(old_uid.as_str()),
+        "replaced"
+    );
+    check_every_member(&pods, "enc", "/secret-data/", &data, 1).await?;
     Ok(())
 }
