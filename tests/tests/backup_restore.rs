@@ -906,6 +906,31 @@ async fn bad_backups_and_restores_are_refused_at_kubectl_apply(
             ),
             "spec.etcdCluster.name",
         ),
+        (
+            backup(
+                "bad-recipients",
+                &format!(
+                    "  etcdEndpoints: [\"http://demo-client:2379\"]\n  storageType: S3\n  encryption:\n    recipientsSecret: Age_Keys\n{s3}"
+                ),
+            ),
+            "spec.encryption.recipientsSecret",
+        ),
+        (
+            backup(
+                "encrypted-pvc",
+                "  etcdEndpoints: [\"http://demo-client:2379\"]\n  storageType: PVC\n  pvc:\n    claimName: backups\n    path: demo/snapshot.db\n  encryption:\n    recipientsSecret: keys\n",
+            ),
+            "spec.encryption: is supported for S3, ABS and GCS only, not PVC",
+        ),
+        (
+            restore(
+                "no-identity",
+                &format!(
+                    "  etcdCluster:\n    name: demo\n  backupStorageType: S3\n  encryption:\n    identitySecret: \"\"\n{s3}"
+                ),
+            ),
+            "spec.encryption.identitySecret",
+        ),
     ];
     // kubectl's discovery may not know the kinds yet when this test runs first: wait until it
     // maps them (a refusal by the webhook, not a mapping error).
