@@ -485,6 +485,70 @@ mod tests {
         assert!(open_all(b"age".to_vec(), 1, None).await.unwrap() == b"age");
     }
 
+    /// Files of the reference implementation (Go's `age`, `age-keygen`) and ours are the same
+    /// format both ways. Skipped, and said, where the `age` package is not installed (.ci/run
+    /// installs it).
+    #[tokio::test]
+    async fn age_cli_files_interoperate_both_ways() {
+        use std::process::Command;
+        if Command::new("age").arg("--version").output().is_err() {
+            eprintln!("skipped: the age command is not installed (apt-get install age)");
+            return;
+        }
+        let dir = tempfile::tempdir().expect("dir");
+        let key = dir.path().join("key.txt");
+        let keygen = Command::new("age-keygen").arg("-o").arg(&key).output();
+        assert!(keygen.is_ok_and(|o| o.status.success()), "age-keygen");
+        let text = std::fs::read_to_string(&key).expect("key file");
+        let ids = Identities::parse(&text).expect("age-keygen's file is an identity");
+        let recipient = Command::new("age-keygen")
+            .arg("-y")
+            .arg(&key)
+            .output()
+            .expect("age-keygen -y");
+        let recipient = String::from_utf8(recipient.stdout).expect("text");
+        let recipients = Recipients::parse(&recipient).expect("age-keygen -y's recipient");
+        let plain: Vec<u8> = (0..200_000u32).map(|i| (i % 241) as u8).collect();
+        // Ours -> age -d.
+        let sealed = dir.path().join("ours.age");
+        std::fs::write(&sealed, seal_all(&recipients, &plain, 30_000)).expect("write");
+        let out = Command::new("age")
+            .arg("-d")
+            .arg("-i")
+            .arg(&key)
+            .arg(&sealed)
+            .output()
+            .expect("age -d");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.stdout == plain, "age -d gives the plaintext back");
+        // age -r -> ours.
+        let input = dir.path().join("plain");
+        std::fs::write(&input, &plain).expect("write");
+        let theirs = dir.path().join("theirs.age");
+        let out = Command::new("age")
+            .arg("-r")
+            .arg(recipient.trim())
+            .arg("-o")
+            .arg(&theirs)
+            .arg(&input)
+            .output()
+            .expect("age -r");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cipher = std::fs::read(&theirs).expect("read");
+        let opened = open_all(cipher, 10_000, Some(&ids))
+            .await
+            .expect("decrypts");
+        assert!(opened == plain);
+    }
+
     #[test]
     fn an_empty_snapshot_is_a_valid_age_file() {
         let (_, recipient) = keys();
