@@ -123,6 +123,11 @@ fn main() -> std::process::ExitCode {
             an_encrypted_backup_restores_only_with_its_key,
         )
         .with_timeout(long),
+        etcd_tests::Test::new(
+            "every_member_lost_recovers_from_an_encrypted_backup_with_its_identity",
+            every_member_lost_recovers_from_an_encrypted_backup_with_its_identity,
+        )
+        .with_timeout(long),
     ]);
     etcd_tests::run_suite_with_kubelet(tests)
 }
@@ -1963,5 +1968,103 @@ async fn an_encrypted_backup_restores_only_with_its_key(ctx: TestContext) -> any
         "replaced"
     );
     check_every_member(&pods, "enc", "/secret-data/", &data, 1).await?;
+    Ok(())
+}
+
+/// Issue 35, item 2: recovery from permanent quorum loss takes an encrypted EtcdBackup's
+/// snapshot with that backup's `spec.encryption.identitySecret` (the seed member decrypts it),
+/// and skips, saying why, a newer encrypted one whose backup names no identity.
+async fn every_member_lost_recovers_from_an_encrypted_backup_with_its_identity(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    use etcd_controller::snapshot::encryption;
+    install(&ctx).await?;
+    OperatorBinaries::locate()?.register(ctx.kubelet()?);
+    let _controller = Controller::start(&ctx)?;
+    let storage = Storage::start(&ctx, "lostenc").await?;
+    let version = etcd_shared::version::DEFAULT_VERSION;
+    create_cluster(
+        &ctx,
+        &format!(
+            "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdCluster\nmetadata:\n  name: sealed\nspec:\n  size: 3\n  version: {version}\n  recovery:\n    policy: Automatic\n"
+        ),
+    )
+    .await?;
+    wait_until(&ctx.api(), "sealed", "settled", |c| settled(c, 3, version)).await?;
+    let (identity, recipient) = encryption::generate();
+    key_secret(&ctx, "recipients", "recipients", &recipient).await?;
+    key_secret(&ctx, "identity", "identity", &identity).await?;
+    let slices: Api<EndpointSlice> = ctx.api();
+    let kept = bulk_put(&slices, "sealed", "/kept/", 200, 8).await?;
+    let with_key =
+        "  encryption:\n    recipientsSecret: recipients\n    identitySecret: identity\n";
+    create::<EtcdBackup>(
+        &ctx,
+        &format!(
+            "{}{with_key}",
+            backup_yaml(&storage, "older", "sealed", "sealed/older.db")
+        ),
+    )
+    .await?;
+    backup_status(&ctx, "older", "succeeded", |s| s.succeeded).await?;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    bulk_put(&slices, "sealed", "/later/", 50, 8).await?;
+    // Newer, encrypted too, but its backup names no identity: recovery cannot read it.
+    create::<EtcdBackup>(
+        &ctx,
+        &format!(
+            "{}  encryption:\n    recipientsSecret: recipients\n",
+            backup_yaml(&storage, "newer", "sealed", "sealed/newer.db")
+        ),
+    )
+    .await?;
+    backup_status(&ctx, "newer", "succeeded", |s| s.succeeded).await?;
+    for key in ["sealed/older.db", "sealed/newer.db"] {
+        let stored = std::fs::read(storage.server.object_file("lostenc", key))?;
+        ensure!(encryption::is_encrypted(&stored), "{key} is an age file");
+    }
+    let pods: Api<Pod> = ctx.api();
+    let lost_at = Instant::now();
+    pods.delete_collection(
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        },
+        &kube::api::ListParams::default()
+            .labels(&format!("{}=sealed", etcd_shared::names::LABEL_INSTANCE)),
+    )
+    .await?;
+    let clusters: Api<EtcdCluster> = ctx.api();
+    let done = wait_until(&clusters, "sealed", "recovered from a backup", |c| {
+        settled(c, 3, version)
+            && c.status
+                .as_ref()
+                .is_some_and(|s| s.last_recovery.is_some() && s.recovery.is_none())
+    })
+    .await?;
+    duration(
+        "every member lost -> Running from an encrypted backup",
+        lost_at,
+    );
+    let last = done
+        .status
+        .and_then(|s| s.last_recovery)
+        .context("lastRecovery")?;
+    ensure!(last.source == "S3 lostenc/sealed/older.db", "{last:?}");
+    let events: Api<k8s_openapi::api::core::v1::Event> = ctx.api();
+    let skipped = events
+        .list(&kube::api::ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some("RecoverySnapshotSkipped"))
+        .and_then(|e| e.message)
+        .context("no RecoverySnapshotSkipped event")?;
+    ensure!(
+        skipped.contains("EtcdBackup newer") && skipped.contains("no identity was given"),
+        "{skipped}"
+    );
+    println!("figure: skipped: {skipped}");
+    check_every_member(&pods, "sealed", "/kept/", &kept, 3).await?;
     Ok(())
 }
