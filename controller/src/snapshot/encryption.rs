@@ -298,14 +298,19 @@ where
     Ok(plain.boxed())
 }
 
-/// A decryption error of the stream, in words a status can show.
+/// A decryption error of the stream, in words a status can show: age reports a chunk that
+/// does not authenticate, or a missing last chunk, as invalid or truncated data; any other
+/// error is the store's (a connection lost mid-object), passed on as it is.
 fn damaged(e: std::io::Error) -> std::io::Error {
-    std::io::Error::new(
-        e.kind(),
-        EncryptionError::Damaged(format!(
-            "{e} (a damaged or truncated object, or not the one that was written)"
-        )),
-    )
+    match e.kind() {
+        std::io::ErrorKind::InvalidData | std::io::ErrorKind::UnexpectedEof => std::io::Error::new(
+            e.kind(),
+            EncryptionError::Damaged(format!(
+                "{e} (a damaged or truncated object, or not the one that was written)"
+            )),
+        ),
+        _ => e,
+    }
 }
 
 /// Whether `chunks` starts with [`AGE_MAGIC`], and the whole stream again.
@@ -464,14 +469,14 @@ mod tests {
         // Truncated or damaged: an error of the stream, never silently short plaintext.
         let ids = Identities::parse(&secret).unwrap();
         let short = open_all(cipher[..cipher.len() - 100].to_vec(), 4096, Some(&ids)).await;
-        assert!(short.is_err(), "truncated");
+        let short = short.expect_err("truncated");
+        assert!(short.contains("cannot be decrypted"), "{short}");
         let mut flipped = cipher.clone();
         let at = flipped.len() / 2;
         flipped[at] ^= 1;
-        assert!(
-            open_all(flipped, 4096, Some(&ids)).await.is_err(),
-            "damaged"
-        );
+        let flipped = open_all(flipped, 4096, Some(&ids)).await;
+        let flipped = flipped.expect_err("damaged");
+        assert!(flipped.contains("cannot be decrypted"), "{flipped}");
     }
 
     #[tokio::test]

@@ -513,6 +513,19 @@ mod tests {
             let none = verify(&store, "b/snap.db", None, None).await;
             assert_eq!(none.expect_err("no key").reason(), "SnapshotEncrypted");
         }
+        // A byte changed in the store: found out by age's authentication, said so.
+        let path = Path::from("b/snap.db");
+        let object = store.get_opts(&path, Default::default()).await.unwrap();
+        let mut bytes = object.bytes().await.unwrap().to_vec();
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 1;
+        store
+            .put_opts(&path, PutPayload::from(bytes), PutOptions::default())
+            .await
+            .unwrap();
+        let damaged = verify(&store, "b/snap.db", None, Some(&ids)).await;
+        let damaged = damaged.expect_err("damaged");
+        assert_eq!(damaged.reason(), "DecryptionFailed", "{damaged}");
         // Not a snapshot: refused before anything is written, encrypted or not.
         let sealer = Some(Sealer::new(&recipients).unwrap());
         let junk =
