@@ -1828,7 +1828,8 @@ async fn key_secret(ctx: &TestContext, name: &str, key: &str, text: &str) -> any
 /// (versitygw) that holds none of the data in the clear; a restore without an identity, or
 /// with another key, fails with a clear status while the cluster keeps running untouched with
 /// its data; the restore with the backup's key brings every key back on a new cluster. A
-/// missing recipients Secret is a clear backup status, nothing written.
+/// missing recipients Secret is a clear backup status, nothing written; a rotation of the
+/// recipients applies to the next snapshot only.
 async fn an_encrypted_backup_restores_only_with_its_key(ctx: TestContext) -> anyhow::Result<()> {
     use etcd_controller::snapshot::encryption::{self, Identities};
     install(&ctx).await?;
@@ -1909,6 +1910,42 @@ async fn an_encrypted_backup_restores_only_with_its_key(ctx: TestContext) -> any
         none.as_ref()
             .is_err_and(|e| e.reason() == "SnapshotEncrypted"),
         "{none:?}"
+    );
+
+    // A rotation: the Secret's recipients replaced by a new key. The next backup is for the
+    // new key only; the snapshot written before keeps its recipients.
+    let (new_identity, new_recipient) = encryption::generate();
+    let secrets: Api<Secret> = ctx.api();
+    secrets
+        .patch(
+            "backup-recipients",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({
+                "stringData": { "recipients": format!("{new_recipient}\n") }
+            })),
+        )
+        .await?;
+    create::<EtcdBackup>(
+        &ctx,
+        &encrypted("rotated", "enc/rotated.db", "backup-recipients"),
+    )
+    .await?;
+    backup_status(&ctx, "rotated", "succeeded", |s| s.succeeded).await?;
+    let new_ids = Identities::parse(&new_identity)?;
+    transfer::verify(&bucket, "enc/rotated.db", None, Some(&new_ids)).await?;
+    let old_key_on_new = transfer::verify(&bucket, "enc/rotated.db", None, Some(&ids)).await;
+    ensure!(
+        old_key_on_new
+            .as_ref()
+            .is_err_and(|e| e.reason() == "WrongIdentity"),
+        "the old key does not read a snapshot written after the rotation: {old_key_on_new:?}"
+    );
+    let new_key_on_old = transfer::verify(&bucket, "enc/snapshot.db", None, Some(&new_ids)).await;
+    ensure!(
+        new_key_on_old
+            .as_ref()
+            .is_err_and(|e| e.reason() == "WrongIdentity"),
+        "a snapshot written before the rotation keeps its recipients: {new_key_on_old:?}"
     );
 
     let clusters: Api<EtcdCluster> = ctx.api();
