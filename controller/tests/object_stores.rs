@@ -3,7 +3,7 @@
 //! (`StoreLocation` and `Credentials` from CoreOS' source and secret keys, `store::open`,
 //! `transfer`): upload with metadata, read back and checked, listing and deletion (what
 //! periodic retention does), the seed member's `restore fetch` from the secret as mounted
-//! files, and the failures a user meets (a damaged stream leaves no object, a missing object is
+//! files, an encrypted snapshot (age) read back only with its key, and the failures a user meets (a damaged stream leaves no object, a missing object is
 //! `NotFound`, a wrong account key is `AccessDenied`).
 //!
 //! Run: `cargo test -p etcd-controller --test object_stores` (needs `hack/build-tools.sh`).
@@ -18,6 +18,7 @@ use object_store::{Attribute, ObjectStore, ObjectStoreExt as _};
 use sha2::{Digest as _, Sha256};
 
 use etcd_controller::in_pod::seed::{self, FetchArgs};
+use etcd_controller::snapshot::encryption::{self, Identities, Recipients, Sealer};
 use etcd_controller::snapshot::store::{self, Credentials, StoreLocation, StoreTimeouts};
 use etcd_controller::snapshot::transfer::{self, SnapshotInfo, TransferError};
 use etcd_shared::types::storage::StorageSource;
@@ -100,6 +101,54 @@ async fn exercise(
         );
         println!("figure: {storage_type} {name}: {size} bytes written, read back and checked");
     }
+    // Encrypted (issue 35): an age file, marked `etcd-encryption: age` as the store spells
+    // it, read back only with its key.
+    let (identity, recipient) = encryption::generate();
+    let ids = Identities::parse(&identity)?;
+    let key = format!("{}/sealed.db", location.key);
+    let (chunks, size) = snapshot(64, 3);
+    let sealed = SnapshotInfo {
+        encrypted: true,
+        ..info.clone()
+    };
+    let sealer = Sealer::new(&Recipients::parse(&recipient)?)?;
+    let uploaded = transfer::upload(
+        &bucket,
+        &key,
+        &sealed,
+        names,
+        futures::stream::iter(chunks),
+        Some(sealer),
+    )
+    .await?;
+    ensure!(uploaded.size == size, "{storage_type} sealed: {uploaded:?}");
+    let got = bucket
+        .get_opts(&key.as_str().into(), Default::default())
+        .await?;
+    let spelled = names.spell(transfer::meta::ENCRYPTION);
+    ensure!(
+        got.attributes
+            .get(&Attribute::Metadata(spelled.clone().into()))
+            .map(|v| v.as_ref().to_string())
+            == Some("age".into()),
+        "{storage_type}: metadata {spelled} in {:?}",
+        got.attributes
+    );
+    let stored = got.bytes().await?;
+    ensure!(
+        encryption::is_encrypted(&stored) && stored.len() as u64 > size,
+        "{storage_type}: an age file of {} bytes",
+        stored.len()
+    );
+    transfer::verify(&bucket, &key, Some(&uploaded.sha256), Some(&ids)).await?;
+    let (stranger, _) = encryption::generate();
+    let wrong = transfer::verify(&bucket, &key, None, Some(&Identities::parse(&stranger)?)).await;
+    ensure!(
+        wrong.as_ref().is_err_and(|e| e.reason() == "WrongIdentity"),
+        "{storage_type}: {wrong:?}"
+    );
+    println!("figure: {storage_type} sealed.db: encrypted, read back only with its key");
+
     // The metadata as the store keeps it: `etcd_version` on Azure (C# identifiers only).
     let got = bucket
         .get_opts(
