@@ -4,6 +4,10 @@
 //! throughput of each and the process's peak RSS (`VmHWM`, reset before each phase) next to
 //! the database size: the memory must not grow with the database.
 //!
+//! Each of `BENCH_ROUNDS` rounds (default 3) backs up and checks the database twice, plain and
+//! encrypted with age ([`etcd_controller::snapshot::encryption`]); the medians of both are
+//! printed last.
+//!
 //! `cargo bench -p etcd-controller --bench backup [-- MiB]` (default 1024 MiB; needs
 //! `hack/build-tools.sh`).
 
@@ -11,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
 use etcd_controller::etcd::EtcdAccess;
+use etcd_controller::snapshot::encryption::{Identities, Recipients, Sealer};
 use etcd_controller::snapshot::store::{
     self, AwsProfile, Credentials, StoreLocation, StoreTimeouts,
 };
@@ -41,6 +46,32 @@ fn reset_peak() {
 
 fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
+}
+
+/// One round's figures, MiB/s and MiB.
+struct Run {
+    backup: f64,
+    check: f64,
+    peak_growth: f64,
+}
+
+fn median(values: impl Iterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = values.collect();
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// A fresh X25519 key pair: the identity and its recipient.
+fn keypair() -> anyhow::Result<(Identities, Recipients)> {
+    let (identity, recipient) = etcd_controller::snapshot::encryption::generate();
+    Ok((
+        Identities::parse(&identity)?,
+        Recipients::parse(&recipient)?,
+    ))
+}
+
+fn transfer_sealer(recipients: &Recipients) -> anyhow::Result<Sealer> {
+    Ok(Sealer::new(recipients)?)
 }
 
 #[tokio::main]
@@ -113,51 +144,99 @@ async fn main() -> anyhow::Result<()> {
         &Credentials::Aws(profile),
         StoreTimeouts::default(),
     )?;
-    let info = SnapshotInfo {
-        etcd_version: status.version.clone(),
-        revision: status.revision,
-        cluster: "bench/a".into(),
-        member: "a".into(),
-    };
+    let (identities, recipients) = keypair()?;
+    let rounds: usize = std::env::var("BENCH_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3);
+    // Plain and encrypted (age, X25519) alternate, so both see the same machine load.
+    let mut results: Vec<(bool, Run)> = Vec::new();
+    for round in 0..rounds {
+        for encrypted in [false, true] {
+            let key = if encrypted {
+                format!("{}.age", object.key)
+            } else {
+                object.key.clone()
+            };
+            let info = SnapshotInfo {
+                etcd_version: status.version.clone(),
+                revision: status.revision,
+                cluster: "bench/a".into(),
+                member: "a".into(),
+                encrypted,
+            };
+            let base = status_kib("VmRSS:");
+            reset_peak();
+            let started = Instant::now();
+            let stream = access
+                .snapshot(&endpoint, Duration::from_secs(3600))
+                .await?;
+            let sealer = encrypted
+                .then(|| transfer_sealer(&recipients))
+                .transpose()?;
+            let uploaded =
+                transfer::upload(&bucket, &key, &info, Names::Hyphens, stream, sealer).await?;
+            let backup_secs = started.elapsed().as_secs_f64();
+            let backup_peak = status_kib("VmHWM:");
+            let size = uploaded.size as f64 / 1048576.0;
 
-    let base = status_kib("VmRSS:");
-    reset_peak();
-    let started = Instant::now();
-    let stream = access
-        .snapshot(&endpoint, Duration::from_secs(3600))
-        .await?;
-    let uploaded = transfer::upload(&bucket, &object.key, &info, Names::Hyphens, stream).await?;
-    let backup_secs = started.elapsed().as_secs_f64();
-    let backup_peak = status_kib("VmHWM:");
-    let size = uploaded.size as f64 / 1048576.0;
-
-    reset_peak();
-    let started = Instant::now();
-    let (checked, _) = transfer::verify(&bucket, &object.key, Some(&uploaded.sha256)).await?;
-    let verify_secs = started.elapsed().as_secs_f64();
-    let verify_peak = status_kib("VmHWM:");
-    ensure!(
-        checked == uploaded,
-        "read back {checked:?}, wrote {uploaded:?}"
-    );
-
-    println!(
-        "backup: {size:.1} MiB in {backup_secs:.1} s = {:.1} MiB/s; process RSS {:.1} MiB before, peak {:.1} MiB during (+{:.1} MiB for a {size:.0} MiB snapshot)",
-        size / backup_secs,
-        mib(base),
-        mib(backup_peak),
-        mib(backup_peak.saturating_sub(base))
-    );
-    println!(
-        "restore check (download + hash): {size:.1} MiB in {verify_secs:.1} s = {:.1} MiB/s; peak RSS {:.1} MiB",
-        size / verify_secs,
-        mib(verify_peak)
-    );
-    let listed = server
-        .object_file("bench", "snapshot.db")
-        .metadata()
-        .context("the stored object")?
-        .len();
-    ensure!(listed == uploaded.size, "stored {listed} bytes");
+            reset_peak();
+            let started = Instant::now();
+            let ids = encrypted.then_some(&identities);
+            let (checked, _) = transfer::verify(&bucket, &key, Some(&uploaded.sha256), ids).await?;
+            let verify_secs = started.elapsed().as_secs_f64();
+            let verify_peak = status_kib("VmHWM:");
+            ensure!(
+                checked == uploaded,
+                "read back {checked:?}, wrote {uploaded:?}"
+            );
+            let stored = server
+                .object_file("bench", key.trim_start_matches("bench/"))
+                .metadata()
+                .context("the stored object")?
+                .len();
+            if encrypted {
+                ensure!(stored > uploaded.size, "stored {stored} bytes, encrypted");
+            } else {
+                ensure!(stored == uploaded.size, "stored {stored} bytes");
+            }
+            let mode = if encrypted { "age" } else { "plain" };
+            println!(
+                "round {round} {mode}: backup {size:.1} MiB in {backup_secs:.1} s = {:.1} MiB/s (RSS {:.1} MiB before, peak +{:.1} MiB); restore check {:.1} MiB/s (peak RSS {:.1} MiB)",
+                size / backup_secs,
+                mib(base),
+                mib(backup_peak.saturating_sub(base)),
+                size / verify_secs,
+                mib(verify_peak)
+            );
+            results.push((
+                encrypted,
+                Run {
+                    backup: size / backup_secs,
+                    check: size / verify_secs,
+                    peak_growth: mib(backup_peak.saturating_sub(base)),
+                },
+            ));
+        }
+    }
+    for encrypted in [false, true] {
+        let runs: Vec<&Run> = results
+            .iter()
+            .filter(|(e, _)| *e == encrypted)
+            .map(|(_, r)| r)
+            .collect();
+        let mode = if encrypted {
+            "encrypted (age)"
+        } else {
+            "plain"
+        };
+        println!(
+            "median of {} {mode}: backup {:.1} MiB/s, restore check {:.1} MiB/s, backup peak RSS growth {:.1} MiB",
+            runs.len(),
+            median(runs.iter().map(|r| r.backup)),
+            median(runs.iter().map(|r| r.check)),
+            median(runs.iter().map(|r| r.peak_growth)),
+        );
+    }
     Ok(())
 }

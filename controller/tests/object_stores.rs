@@ -3,7 +3,7 @@
 //! (`StoreLocation` and `Credentials` from CoreOS' source and secret keys, `store::open`,
 //! `transfer`): upload with metadata, read back and checked, listing and deletion (what
 //! periodic retention does), the seed member's `restore fetch` from the secret as mounted
-//! files, and the failures a user meets (a damaged stream leaves no object, a missing object is
+//! files, an encrypted snapshot (age) read back only with its key, and the failures a user meets (a damaged stream leaves no object, a missing object is
 //! `NotFound`, a wrong account key is `AccessDenied`).
 //!
 //! Run: `cargo test -p etcd-controller --test object_stores` (needs `hack/build-tools.sh`).
@@ -18,6 +18,7 @@ use object_store::{Attribute, ObjectStore, ObjectStoreExt as _};
 use sha2::{Digest as _, Sha256};
 
 use etcd_controller::in_pod::seed::{self, FetchArgs};
+use etcd_controller::snapshot::encryption::{self, Identities, Recipients, Sealer};
 use etcd_controller::snapshot::store::{self, Credentials, StoreLocation, StoreTimeouts};
 use etcd_controller::snapshot::transfer::{self, SnapshotInfo, TransferError};
 use etcd_shared::types::storage::StorageSource;
@@ -68,6 +69,7 @@ async fn exercise(
         revision: 4242,
         cluster: "ns/demo".into(),
         member: "demo-0".into(),
+        encrypted: false,
     };
     let names = location.metadata_names();
     let mut sizes = vec![(64usize, "small.db")];
@@ -78,12 +80,20 @@ async fn exercise(
     for (blocks, name) in sizes {
         let key = format!("{}/{name}", location.key);
         let (chunks, size) = snapshot(blocks, 7);
-        let uploaded =
-            transfer::upload(&bucket, &key, &info, names, futures::stream::iter(chunks)).await?;
+        let uploaded = transfer::upload(
+            &bucket,
+            &key,
+            &info,
+            names,
+            futures::stream::iter(chunks),
+            None,
+        )
+        .await?;
         ensure!(uploaded.size == size, "{storage_type} {name}: {uploaded:?}");
         let meta = bucket.head(&key.as_str().into()).await?;
         ensure!(meta.size == size, "{storage_type} {name}: {meta:?}");
-        let (checked, stored) = transfer::verify(&bucket, &key, Some(&uploaded.sha256)).await?;
+        let (checked, stored) =
+            transfer::verify(&bucket, &key, Some(&uploaded.sha256), None).await?;
         ensure!(checked == uploaded, "{checked:?}");
         ensure!(
             stored.etcd_version.as_deref() == Some("3.6.16") && stored.revision == Some(4242),
@@ -91,6 +101,54 @@ async fn exercise(
         );
         println!("figure: {storage_type} {name}: {size} bytes written, read back and checked");
     }
+    // Encrypted (issue 35): an age file, marked `etcd-encryption: age` as the store spells
+    // it, read back only with its key.
+    let (identity, recipient) = encryption::generate();
+    let ids = Identities::parse(&identity)?;
+    let key = format!("{}/sealed.db", location.key);
+    let (chunks, size) = snapshot(64, 3);
+    let sealed = SnapshotInfo {
+        encrypted: true,
+        ..info.clone()
+    };
+    let sealer = Sealer::new(&Recipients::parse(&recipient)?)?;
+    let uploaded = transfer::upload(
+        &bucket,
+        &key,
+        &sealed,
+        names,
+        futures::stream::iter(chunks),
+        Some(sealer),
+    )
+    .await?;
+    ensure!(uploaded.size == size, "{storage_type} sealed: {uploaded:?}");
+    let got = bucket
+        .get_opts(&key.as_str().into(), Default::default())
+        .await?;
+    let spelled = names.spell(transfer::meta::ENCRYPTION);
+    ensure!(
+        got.attributes
+            .get(&Attribute::Metadata(spelled.clone().into()))
+            .map(|v| v.as_ref().to_string())
+            == Some("age".into()),
+        "{storage_type}: metadata {spelled} in {:?}",
+        got.attributes
+    );
+    let stored = got.bytes().await?;
+    ensure!(
+        encryption::is_encrypted(&stored) && stored.len() as u64 > size,
+        "{storage_type}: an age file of {} bytes",
+        stored.len()
+    );
+    transfer::verify(&bucket, &key, Some(&uploaded.sha256), Some(&ids)).await?;
+    let (stranger, _) = encryption::generate();
+    let wrong = transfer::verify(&bucket, &key, None, Some(&Identities::parse(&stranger)?)).await;
+    ensure!(
+        wrong.as_ref().is_err_and(|e| e.reason() == "WrongIdentity"),
+        "{storage_type}: {wrong:?}"
+    );
+    println!("figure: {storage_type} sealed.db: encrypted, read back only with its key");
+
     // The metadata as the store keeps it: `etcd_version` on Azure (C# identifiers only).
     let got = bucket
         .get_opts(
@@ -121,6 +179,7 @@ async fn exercise(
         &info,
         names,
         futures::stream::iter(chunks),
+        None,
     )
     .await
     .expect_err("a damaged stream");
@@ -133,7 +192,15 @@ async fn exercise(
             "{}/periodic/snap.db_v{revision}_2026-01-02-15:04:05",
             location.key
         );
-        transfer::upload(&bucket, &key, &info, names, futures::stream::iter(chunks)).await?;
+        transfer::upload(
+            &bucket,
+            &key,
+            &info,
+            names,
+            futures::stream::iter(chunks),
+            None,
+        )
+        .await?;
     }
     let prefix = format!("{}/periodic", location.key);
     let list = |bucket: Arc<dyn ObjectStore>, prefix: String| async move {
@@ -159,7 +226,7 @@ async fn exercise(
     );
 
     // A missing object says so.
-    let err = transfer::verify(&bucket, "nothing/here.db", None)
+    let err = transfer::verify(&bucket, "nothing/here.db", None, None)
         .await
         .expect_err("missing");
     ensure!(err.reason() == "NotFound", "{err} ({})", err.reason());
@@ -194,6 +261,7 @@ async fn exercise(
         endpoint,
         force_path_style: false,
         credentials_dir: Some(secret_dir),
+        identity_file: None,
         sha256: sha,
         work_dir: dir.path().join("restore"),
         data_dir: dir.path().join("data"),
@@ -239,7 +307,7 @@ async fn azure_blob_storage_through_azurite() -> anyhow::Result<()> {
         ("storage-key", "d3Jvbmcga2V5".to_string()),
     ]);
     let (_, denied) = open("ABS", &source, &wrong)?;
-    let err = transfer::verify(&denied, "demo/snapshots/small.db", None)
+    let err = transfer::verify(&denied, "demo/snapshots/small.db", None, None)
         .await
         .expect_err("a wrong key");
     ensure!(err.reason() == "AccessDenied", "{err} ({})", err.reason());

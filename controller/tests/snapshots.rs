@@ -89,11 +89,12 @@ async fn round_trip(
         revision: status.revision,
         cluster: "test/a".into(),
         member: "a".into(),
+        encrypted: false,
     };
     let stream = access
         .snapshot(&member.endpoint, Duration::from_secs(60))
         .await?;
-    let uploaded = transfer::upload(bucket, &key, &info, Names::Hyphens, stream).await?;
+    let uploaded = transfer::upload(bucket, &key, &info, Names::Hyphens, stream, None).await?;
     ensure!(
         // The snapshot commits the backend first, so it may be a little larger.
         uploaded.db_size > 0 && (uploaded.db_size as i64) < 2 * status.db_size + (1 << 20),
@@ -103,7 +104,7 @@ async fn round_trip(
     );
 
     // Read back: the same bytes, the metadata as written.
-    let (checked, stored) = transfer::verify(bucket, &key, Some(&uploaded.sha256)).await?;
+    let (checked, stored) = transfer::verify(bucket, &key, Some(&uploaded.sha256), None).await?;
     ensure!(checked == uploaded, "{checked:?} != {uploaded:?}");
     ensure!(
         stored.etcd_version.as_deref() == Some(version),
@@ -114,7 +115,7 @@ async fn round_trip(
     // etcd's own restore takes it (it checks the hash too).
     let file = dir.path().join("downloaded.db");
     let mut out = std::fs::File::create(&file)?;
-    transfer::download(bucket, &key, None, |chunk| {
+    transfer::download(bucket, &key, None, None, |chunk| {
         std::io::Write::write_all(&mut out, chunk).map_err(|source| TransferError::File {
             path: "downloaded.db".into(),
             source,
@@ -150,7 +151,7 @@ async fn round_trip(
     let mut bytes = std::fs::read(&stored_file).context("the stored object")?;
     bytes[4096] ^= 0x5a;
     std::fs::write(&stored_file, &bytes)?;
-    let err = transfer::verify(bucket, &key, None)
+    let err = transfer::verify(bucket, &key, None, None)
         .await
         .expect_err("a changed object must fail");
     ensure!(
@@ -182,15 +183,23 @@ async fn snapshots_go_to_s3_and_back_intact() -> anyhow::Result<()> {
         revision: 1,
         cluster: "test/a".into(),
         member: "a".into(),
+        encrypted: false,
     };
     let chunks = futures::stream::iter(
         db.chunks(100)
             .map(|c| Ok::<_, String>(Bytes::copy_from_slice(c)))
             .collect::<Vec<_>>(),
     );
-    let err = transfer::upload(&bucket, "bad/snapshot.db", &info, Names::Hyphens, chunks)
-        .await
-        .expect_err("a bad hash must fail");
+    let err = transfer::upload(
+        &bucket,
+        "bad/snapshot.db",
+        &info,
+        Names::Hyphens,
+        chunks,
+        None,
+    )
+    .await
+    .expect_err("a bad hash must fail");
     ensure!(matches!(err, TransferError::Integrity(_)), "{err}");
     let listed: Vec<_> = bucket.list(Some(&"bad".into())).collect::<Vec<_>>().await;
     ensure!(listed.is_empty(), "an aborted upload left {listed:?}");
@@ -200,13 +209,20 @@ async fn snapshots_go_to_s3_and_back_intact() -> anyhow::Result<()> {
         Ok(Bytes::from(vec![1u8; 1024])),
         Err("member went away".to_string()),
     ]);
-    let err = transfer::upload(&bucket, "bad/failing.db", &info, Names::Hyphens, failing)
-        .await
-        .expect_err("a failed source must fail");
+    let err = transfer::upload(
+        &bucket,
+        "bad/failing.db",
+        &info,
+        Names::Hyphens,
+        failing,
+        None,
+    )
+    .await
+    .expect_err("a failed source must fail");
     ensure!(matches!(err, TransferError::Source(_)), "{err}");
 
     // Missing objects and wrong keys say so.
-    let err = transfer::verify(&bucket, "nothing/here.db", None)
+    let err = transfer::verify(&bucket, "nothing/here.db", None, None)
         .await
         .expect_err("missing");
     ensure!(err.reason() == "NotFound", "{err}");
@@ -230,7 +246,7 @@ async fn snapshots_go_to_s3_and_back_intact() -> anyhow::Result<()> {
         &Credentials::Aws(wrong),
         StoreTimeouts::default(),
     )?;
-    let err = transfer::verify(&denied, "3.6.16/snapshot.db", None)
+    let err = transfer::verify(&denied, "3.6.16/snapshot.db", None, None)
         .await
         .expect_err("wrong secret");
     ensure!(err.reason() == "AccessDenied", "{err} ({})", err.reason());
@@ -282,6 +298,7 @@ async fn a_timed_out_upload_is_aborted_not_abandoned() -> anyhow::Result<()> {
         revision: 1,
         cluster: "test/a".into(),
         member: "a".into(),
+        encrypted: false,
     };
     let upload = transfer::upload(
         &bucket,
@@ -289,6 +306,7 @@ async fn a_timed_out_upload_is_aborted_not_abandoned() -> anyhow::Result<()> {
         &info,
         Names::Hyphens,
         chunks,
+        None,
     );
     let timed_out = tokio::time::timeout(Duration::from_secs(5), upload).await;
     ensure!(

@@ -27,12 +27,13 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use backup::{
-    BackupPolicy, EtcdBackup, EtcdBackupSpec, EtcdBackupStatus, Retention, SafetyBackup,
-    SafetyBackupRecord,
+    BackupEncryption, BackupPolicy, EtcdBackup, EtcdBackupSpec, EtcdBackupStatus, Retention,
+    SafetyBackup, SafetyBackupRecord,
 };
 pub use phase::ClusterPhase;
 pub use restore::{
-    ClusterTemplate, EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus, RestoreSeed,
+    ClusterTemplate, EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus,
+    RestoreEncryption, RestoreSeed,
 };
 pub use status::{
     CompactionRecord, DefragmentationRecord, EtcdClusterStatus, MaintenanceStatus, MemberPlacement,

@@ -118,6 +118,16 @@ fn main() -> std::process::ExitCode {
             every_member_lost_recovers_from_the_newest_backup_that_checks,
         )
         .with_timeout(long),
+        etcd_tests::Test::new(
+            "an_encrypted_backup_restores_only_with_its_key",
+            an_encrypted_backup_restores_only_with_its_key,
+        )
+        .with_timeout(long),
+        etcd_tests::Test::new(
+            "every_member_lost_recovers_from_an_encrypted_backup_with_its_identity",
+            every_member_lost_recovers_from_an_encrypted_backup_with_its_identity,
+        )
+        .with_timeout(long),
     ]);
     etcd_tests::run_suite_with_kubelet(tests)
 }
@@ -305,6 +315,7 @@ async fn a_one_shot_backup_is_taken_while_writes_continue(ctx: TestContext) -> a
         &bucket,
         "bk/snapshot.db",
         status.last_backup_sha256.as_deref(),
+        None,
     )
     .await?;
     ensure!(Some(checked.size as i64) == status.last_backup_size);
@@ -900,6 +911,31 @@ async fn bad_backups_and_restores_are_refused_at_kubectl_apply(
             ),
             "spec.etcdCluster.name",
         ),
+        (
+            backup(
+                "bad-recipients",
+                &format!(
+                    "  etcdEndpoints: [\"http://demo-client:2379\"]\n  storageType: S3\n  encryption:\n    recipientsSecret: Age_Keys\n{s3}"
+                ),
+            ),
+            "spec.encryption.recipientsSecret",
+        ),
+        (
+            backup(
+                "encrypted-pvc",
+                "  etcdEndpoints: [\"http://demo-client:2379\"]\n  storageType: PVC\n  pvc:\n    claimName: backups\n    path: demo/snapshot.db\n  encryption:\n    recipientsSecret: keys\n",
+            ),
+            "spec.encryption: is supported for S3, ABS and GCS only, not PVC",
+        ),
+        (
+            restore(
+                "no-identity",
+                &format!(
+                    "  etcdCluster:\n    name: demo\n  backupStorageType: S3\n  encryption:\n    identitySecret: \"\"\n{s3}"
+                ),
+            ),
+            "spec.encryption.identitySecret",
+        ),
     ];
     // kubectl's discovery may not know the kinds yet when this test runs first: wait until it
     // maps them (a refusal by the webhook, not a mapping error).
@@ -1023,7 +1059,13 @@ async fn a_tls_cluster_is_backed_up_with_the_client_tls_secret(
     create::<EtcdBackup>(&ctx, &yaml("tls", "sec-operator")).await?;
     let status = backup_status(&ctx, "tls", "succeeded", |s| s.succeeded).await?;
     let bucket = storage.open()?;
-    transfer::verify(&bucket, "sec/tls.db", status.last_backup_sha256.as_deref()).await?;
+    transfer::verify(
+        &bucket,
+        "sec/tls.db",
+        status.last_backup_sha256.as_deref(),
+        None,
+    )
+    .await?;
 
     create::<EtcdBackup>(&ctx, &yaml("nosecret", "absent")).await?;
     let failed = backup_status(&ctx, "nosecret", "refused", |s| s.reason.is_some()).await?;
@@ -1095,7 +1137,7 @@ async fn safety_backups_come_before_a_scale_down_and_a_minor_upgrade(
         .split_once('/')
         .map(|(_, k)| k.to_string())
         .unwrap_or_default();
-    transfer::verify(&bucket, &key, Some(&record.sha256)).await?;
+    transfer::verify(&bucket, &key, Some(&record.sha256), None).await?;
 
     // 3.6 -> 3.7: a snapshot before the first member moves.
     patch(serde_json::json!({ "version": to })).await?;
@@ -1285,6 +1327,7 @@ async fn backups_and_a_restore_through(
         &bucket,
         "cl/snapshot.db",
         status.last_backup_sha256.as_deref(),
+        None,
     )
     .await?;
     ensure!(
@@ -1579,7 +1622,13 @@ async fn a_refused_safety_backup_holds_the_upgrade_until_the_store_takes_it(
         .path
         .strip_prefix("held/")
         .with_context(|| format!("the snapshot is in bucket held: {record:?}"))?;
-    transfer::verify(&storage.open_bucket("held")?, key, Some(&record.sha256)).await?;
+    transfer::verify(
+        &storage.open_bucket("held")?,
+        key,
+        Some(&record.sha256),
+        None,
+    )
+    .await?;
     let pods: Api<Pod> = ctx.api();
     check_every_member(&pods, "held", "/h/", &data, 1).await?;
     Ok(())
@@ -1754,5 +1803,305 @@ async fn every_member_lost_recovers_from_the_newest_backup_that_checks(
         "keys written after the older backup came back: {}",
         data.len()
     );
+    Ok(())
+}
+
+/// A Secret of the test's namespace with one key.
+async fn key_secret(ctx: &TestContext, name: &str, key: &str, text: &str) -> anyhow::Result<()> {
+    let secrets: Api<Secret> = ctx.api();
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([(
+            key.to_string(),
+            ByteString(text.as_bytes().to_vec()),
+        )])),
+        ..Secret::default()
+    };
+    secrets.create(&PostParams::default(), &secret).await?;
+    Ok(())
+}
+
+/// Issue 35, item 2: an EtcdBackup with `spec.encryption` writes an age file to the S3 server
+/// (versitygw) that holds none of the data in the clear; a restore without an identity, or
+/// with another key, fails with a clear status while the cluster keeps running untouched with
+/// its data; the restore with the backup's key brings every key back on a new cluster. A
+/// missing recipients Secret is a clear backup status, nothing written; a rotation of the
+/// recipients applies to the next snapshot only.
+async fn an_encrypted_backup_restores_only_with_its_key(ctx: TestContext) -> anyhow::Result<()> {
+    use etcd_controller::snapshot::encryption::{self, Identities};
+    install(&ctx).await?;
+    OperatorBinaries::locate()?.register(ctx.kubelet()?);
+    let _controller = Controller::start(&ctx)?;
+    let storage = Storage::start(&ctx, "encrypted").await?;
+    settled_cluster(&ctx, "enc", 1).await?;
+    let slices: Api<EndpointSlice> = ctx.api();
+    let data = bulk_put(&slices, "enc", "/secret-data/", 300, 8).await?;
+
+    let (identity, recipient) = encryption::generate();
+    let (stranger, _) = encryption::generate();
+    let (_, rotated_out) = encryption::generate();
+    key_secret(
+        &ctx,
+        "backup-recipients",
+        "recipients",
+        &format!("# ops\n{recipient}\n# the old key, kept for a while\n{rotated_out}\n"),
+    )
+    .await?;
+    key_secret(
+        &ctx,
+        "backup-identity",
+        "identity",
+        &format!("# public key: {recipient}\n{identity}\n"),
+    )
+    .await?;
+    key_secret(&ctx, "other-identity", "identity", &stranger).await?;
+    let encrypted = |name: &str, key: &str, secret: &str| {
+        format!(
+            "{}  encryption:\n    recipientsSecret: {secret}\n",
+            backup_yaml(&storage, name, "enc", key)
+        )
+    };
+
+    // No recipients Secret: a clear status, no object.
+    create::<EtcdBackup>(&ctx, &encrypted("nokeys", "enc/nokeys.db", "absent")).await?;
+    let failed = backup_status(&ctx, "nokeys", "refused", |s| s.reason.is_some()).await?;
+    let reason = failed.reason.clone().unwrap_or_default();
+    ensure!(
+        reason.starts_with("BadSecret") && reason.contains("absent") && !failed.succeeded,
+        "{reason}"
+    );
+    ensure!(storage.keys("enc/nokeys.db").await?.is_empty());
+    println!("figure: missing recipients: {reason}");
+
+    let started = Instant::now();
+    create::<EtcdBackup>(
+        &ctx,
+        &encrypted("b", "enc/snapshot.db", "backup-recipients"),
+    )
+    .await?;
+    let backup = backup_status(&ctx, "b", "succeeded", |s| s.succeeded).await?;
+    duration("encrypted backup", started);
+    let stored = std::fs::read(storage.server.object_file("encrypted", "enc/snapshot.db"))?;
+    ensure!(
+        encryption::is_encrypted(&stored),
+        "the object is an age file"
+    );
+    ensure!(
+        !stored.windows(13).any(|w| w == b"/secret-data/"),
+        "no key name in the clear"
+    );
+    // The controller's own read path: only the key decrypts it, to the snapshot recorded.
+    let bucket = storage.open()?;
+    let ids = Identities::parse(&identity)?;
+    let (checked, info) = transfer::verify(
+        &bucket,
+        "enc/snapshot.db",
+        backup.last_backup_sha256.as_deref(),
+        Some(&ids),
+    )
+    .await?;
+    ensure!(Some(checked.size as i64) == backup.last_backup_size);
+    ensure!(info.revision == backup.etcd_revision, "{info:?}");
+    let none = transfer::verify(&bucket, "enc/snapshot.db", None, None).await;
+    ensure!(
+        none.as_ref()
+            .is_err_and(|e| e.reason() == "SnapshotEncrypted"),
+        "{none:?}"
+    );
+
+    // A rotation: the Secret's recipients replaced by a new key. The next backup is for the
+    // new key only; the snapshot written before keeps its recipients.
+    let (new_identity, new_recipient) = encryption::generate();
+    let secrets: Api<Secret> = ctx.api();
+    secrets
+        .patch(
+            "backup-recipients",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({
+                "stringData": { "recipients": format!("{new_recipient}\n") }
+            })),
+        )
+        .await?;
+    create::<EtcdBackup>(
+        &ctx,
+        &encrypted("rotated", "enc/rotated.db", "backup-recipients"),
+    )
+    .await?;
+    backup_status(&ctx, "rotated", "succeeded", |s| s.succeeded).await?;
+    let new_ids = Identities::parse(&new_identity)?;
+    transfer::verify(&bucket, "enc/rotated.db", None, Some(&new_ids)).await?;
+    let old_key_on_new = transfer::verify(&bucket, "enc/rotated.db", None, Some(&ids)).await;
+    ensure!(
+        old_key_on_new
+            .as_ref()
+            .is_err_and(|e| e.reason() == "WrongIdentity"),
+        "the old key does not read a snapshot written after the rotation: {old_key_on_new:?}"
+    );
+    let new_key_on_old = transfer::verify(&bucket, "enc/snapshot.db", None, Some(&new_ids)).await;
+    ensure!(
+        new_key_on_old
+            .as_ref()
+            .is_err_and(|e| e.reason() == "WrongIdentity"),
+        "a snapshot written before the rotation keeps its recipients: {new_key_on_old:?}"
+    );
+
+    let clusters: Api<EtcdCluster> = ctx.api();
+    let old_uid = clusters.get("enc").await?.uid().context("uid")?;
+    let pods: Api<Pod> = ctx.api();
+    let restore = |name: &str, identity: Option<&str>| {
+        let mut yaml = restore_yaml(&storage, name, "enc", "enc/snapshot.db");
+        if let Some(secret) = identity {
+            yaml.push_str(&format!("  encryption:\n    identitySecret: {secret}\n"));
+        }
+        yaml
+    };
+    // Without an identity, and with another key: refused before the cluster is touched.
+    for (name, secret, want) in [
+        ("nokey", None, "SnapshotEncrypted"),
+        ("wrongkey", Some("other-identity"), "WrongIdentity"),
+    ] {
+        create::<EtcdRestore>(&ctx, &restore(name, secret)).await?;
+        let status = restore_status(&ctx, name, "refused", |s| s.reason.is_some()).await?;
+        let reason = status.reason.clone().unwrap_or_default();
+        ensure!(reason.starts_with(want), "{name}: {reason}");
+        ensure!(
+            !status.succeeded && status.replaced_cluster_uid.is_none(),
+            "{status:?}"
+        );
+        let verified = status.conditions.iter().find(|c| c.type_ == "Verified");
+        ensure!(
+            verified.is_some_and(|c| c.status == "False" && c.reason == want),
+            "{verified:?}"
+        );
+        println!("figure: restore {name}: {reason}");
+        ctx.api::<EtcdRestore>()
+            .delete(name, &DeleteParams::default())
+            .await?;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let cluster = clusters.get("enc").await?;
+    ensure!(
+        cluster.uid().as_deref() == Some(old_uid.as_str())
+            && cluster.metadata.deletion_timestamp.is_none(),
+        "the cluster is untouched"
+    );
+    check_every_member(&pods, "enc", "/secret-data/", &data, 1).await?;
+
+    // With the key: the cluster is replaced by one seeded from the decrypted snapshot.
+    let started = Instant::now();
+    create::<EtcdRestore>(&ctx, &restore("right", Some("backup-identity"))).await?;
+    let status = restore_status(&ctx, "right", "succeeded", |s| s.succeeded).await?;
+    duration("restore of an encrypted snapshot", started);
+    ensure!(
+        status.snapshot_sha256 == backup.last_backup_sha256,
+        "{status:?}"
+    );
+    let cluster = clusters.get("enc").await?;
+    ensure!(
+        cluster.uid().as_deref() != Some(old_uid.as_str()),
+        "replaced"
+    );
+    check_every_member(&pods, "enc", "/secret-data/", &data, 1).await?;
+    Ok(())
+}
+
+/// Issue 35, item 2: recovery from permanent quorum loss takes an encrypted EtcdBackup's
+/// snapshot with that backup's `spec.encryption.identitySecret` (the seed member decrypts it),
+/// and skips, saying why, a newer encrypted one whose backup names no identity.
+async fn every_member_lost_recovers_from_an_encrypted_backup_with_its_identity(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    use etcd_controller::snapshot::encryption;
+    install(&ctx).await?;
+    OperatorBinaries::locate()?.register(ctx.kubelet()?);
+    let _controller = Controller::start(&ctx)?;
+    let storage = Storage::start(&ctx, "lostenc").await?;
+    let version = etcd_shared::version::DEFAULT_VERSION;
+    create_cluster(
+        &ctx,
+        &format!(
+            "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdCluster\nmetadata:\n  name: sealed\nspec:\n  size: 3\n  version: {version}\n  recovery:\n    policy: Automatic\n"
+        ),
+    )
+    .await?;
+    wait_until(&ctx.api(), "sealed", "settled", |c| settled(c, 3, version)).await?;
+    let (identity, recipient) = encryption::generate();
+    key_secret(&ctx, "recipients", "recipients", &recipient).await?;
+    key_secret(&ctx, "identity", "identity", &identity).await?;
+    let slices: Api<EndpointSlice> = ctx.api();
+    let kept = bulk_put(&slices, "sealed", "/kept/", 200, 8).await?;
+    let with_key =
+        "  encryption:\n    recipientsSecret: recipients\n    identitySecret: identity\n";
+    create::<EtcdBackup>(
+        &ctx,
+        &format!(
+            "{}{with_key}",
+            backup_yaml(&storage, "older", "sealed", "sealed/older.db")
+        ),
+    )
+    .await?;
+    backup_status(&ctx, "older", "succeeded", |s| s.succeeded).await?;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    bulk_put(&slices, "sealed", "/later/", 50, 8).await?;
+    // Newer, encrypted too, but its backup names no identity: recovery cannot read it.
+    create::<EtcdBackup>(
+        &ctx,
+        &format!(
+            "{}  encryption:\n    recipientsSecret: recipients\n",
+            backup_yaml(&storage, "newer", "sealed", "sealed/newer.db")
+        ),
+    )
+    .await?;
+    backup_status(&ctx, "newer", "succeeded", |s| s.succeeded).await?;
+    for key in ["sealed/older.db", "sealed/newer.db"] {
+        let stored = std::fs::read(storage.server.object_file("lostenc", key))?;
+        ensure!(encryption::is_encrypted(&stored), "{key} is an age file");
+    }
+    let pods: Api<Pod> = ctx.api();
+    let lost_at = Instant::now();
+    pods.delete_collection(
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        },
+        &kube::api::ListParams::default()
+            .labels(&format!("{}=sealed", etcd_shared::names::LABEL_INSTANCE)),
+    )
+    .await?;
+    let clusters: Api<EtcdCluster> = ctx.api();
+    let done = wait_until(&clusters, "sealed", "recovered from a backup", |c| {
+        settled(c, 3, version)
+            && c.status
+                .as_ref()
+                .is_some_and(|s| s.last_recovery.is_some() && s.recovery.is_none())
+    })
+    .await?;
+    duration(
+        "every member lost -> Running from an encrypted backup",
+        lost_at,
+    );
+    let last = done
+        .status
+        .and_then(|s| s.last_recovery)
+        .context("lastRecovery")?;
+    ensure!(last.source == "S3 lostenc/sealed/older.db", "{last:?}");
+    let events: Api<k8s_openapi::api::core::v1::Event> = ctx.api();
+    let skipped = events
+        .list(&kube::api::ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some("RecoverySnapshotSkipped"))
+        .and_then(|e| e.message)
+        .context("no RecoverySnapshotSkipped event")?;
+    ensure!(
+        skipped.contains("EtcdBackup newer") && skipped.contains("no identity was given"),
+        "{skipped}"
+    );
+    println!("figure: skipped: {skipped}");
+    check_every_member(&pods, "sealed", "/kept/", &kept, 3).await?;
     Ok(())
 }

@@ -22,6 +22,12 @@ pub enum BackupError {
         "the controller runs without --restore-image (the chart sets it), so it cannot start the pod that mounts the claim"
     )]
     NoImage,
+    /// `spec.encryption` with storage type PVC (the webhook refuses it; a spec that got past it
+    /// is refused here, before anything is written).
+    #[error(
+        "spec.encryption is supported for object stores only (S3, ABS, GCS), not PVC: nothing was written"
+    )]
+    EncryptedPvc,
     /// The pod that mounts the claim failed: its reason and message.
     #[error("the pod mounting the claim failed: {1}")]
     Pod(&'static str, String),
@@ -61,6 +67,7 @@ impl BackupError {
         match self {
             BackupError::NoSource => "UnsupportedStorage",
             BackupError::NoImage => "NoRestoreImage",
+            BackupError::EncryptedPvc => "UnsupportedStorage",
             BackupError::Pod(reason, _) => reason,
             BackupError::Snapshot(e) => e.reason(),
         }
@@ -86,7 +93,7 @@ impl BackupError {
     /// and not retried on a timer.
     pub fn needs_spec_change(&self) -> bool {
         match self {
-            BackupError::NoSource | BackupError::NoImage => true,
+            BackupError::NoSource | BackupError::NoImage | BackupError::EncryptedPvc => true,
             BackupError::Pod(..) => false,
             BackupError::Snapshot(e) => e.needs_spec_change(),
         }

@@ -33,7 +33,7 @@ use crate::backoff::Backoff;
 use crate::controller_loop::{Reconciled, object_key as key};
 use crate::events::Events;
 use crate::metrics::backup::BackupMetrics;
-use crate::snapshot::cluster::{SnapshotSettings, Success, snapshot_cluster, target};
+use crate::snapshot::cluster::{SnapshotSettings, Success, recipients, snapshot_cluster, target};
 use crate::snapshot::error::SnapshotError;
 use crate::snapshot::keys;
 use crate::snapshot::store::StoreLocation;
@@ -131,10 +131,14 @@ async fn reconcile(
     let limit = schedule::timeout(&backup.spec);
     let started = Instant::now();
     let outcome = if backup.spec.storage_type == PVC_STORAGE_TYPE {
-        match claim_backup::step(&backup, &r.client, &r.config, now).await {
-            Ok(Progress::Waiting) => return Ok(Action::requeue(claim_backup::POLL)),
-            Ok(Progress::Finished(outcome)) => outcome,
-            Err(e) => Err(e),
+        if backup.spec.encryption.is_some() {
+            Err(BackupError::EncryptedPvc)
+        } else {
+            match claim_backup::step(&backup, &r.client, &r.config, now).await {
+                Ok(Progress::Waiting) => return Ok(Action::requeue(claim_backup::POLL)),
+                Ok(Progress::Finished(outcome)) => outcome,
+                Err(e) => Err(e),
+            }
         }
     } else {
         match tokio::time::timeout(limit, take(&backup, &r, now)).await {
@@ -204,6 +208,11 @@ async fn take(
     let location = StoreLocation::from_source(&spec.storage_type, &spec.source)?;
     let (view, tls_secret) = target(&r.client, &r.config.policy, backup).await?;
     let periodic = keys::is_periodic(spec);
+    // Read at each backup: a rotation of the recipients applies from the next snapshot on.
+    let recipients = match &spec.encryption {
+        Some(e) => Some(recipients(&r.client, &namespace, &e.recipients_secret).await?),
+        None => None,
+    };
     let (success, bucket) = snapshot_cluster(
         &r.client,
         &view,
@@ -214,6 +223,7 @@ async fn take(
             limit: schedule::timeout(spec),
             store: r.config.store,
         },
+        recipients.as_ref(),
         |revision| keys::snapshot_key(&location.key, periodic, revision, now),
     )
     .await?;

@@ -44,7 +44,7 @@ use crate::error::Error;
 use crate::events::Events;
 use crate::idempotent;
 use crate::metrics::backup::BackupMetrics;
-use crate::snapshot::cluster::{CheckedSource, credentials, lines_fit};
+use crate::snapshot::cluster::{CheckedSource, credentials, identities, lines_fit};
 use crate::snapshot::store::{self, StoreLocation, StoreTimeouts};
 use crate::snapshot::transfer;
 use crate::status_writer::write_status;
@@ -416,7 +416,12 @@ async fn check_object(
     let location = StoreLocation::from_source(&spec.backup_storage_type, &spec.source)?;
     let credentials = credentials(&r.client, &namespace, &location).await?;
     let bucket = store::open(&location, &credentials, r.store)?;
-    let (checked, info) = transfer::verify(&bucket, &location.key, None).await?;
+    let identities = match &spec.encryption {
+        Some(e) => Some(identities(&r.client, &namespace, &e.identity_secret).await?),
+        None => None,
+    };
+    let (checked, info) =
+        transfer::verify(&bucket, &location.key, None, identities.as_ref()).await?;
     Ok(CheckedSource {
         path: location.display(&location.key),
         size: checked.size,
@@ -437,6 +442,9 @@ async fn verify(
     let view = crate::builders::ClusterView::new(cluster, &r.policy)
         .map_err(BackupError::invalid(cluster.name_any()))?;
     let checked = if restore.spec.backup_storage_type == PVC_STORAGE_TYPE {
+        if restore.spec.encryption.is_some() {
+            return Err(BackupError::EncryptedPvc);
+        }
         let image = r.restore_image.clone().ok_or(BackupError::NoImage)?;
         match claim_restore::verify_step(&r.client, &image, restore).await? {
             Some(checked) => checked,
@@ -495,6 +503,12 @@ fn restored_cluster(restore: &EtcdRestore, namespace: &str) -> Result<EtcdCluste
         sha256: status.snapshot_sha256.clone().unwrap_or_default(),
         revision: status.snapshot_revision,
         etcd_version: status.snapshot_etcd_version.clone(),
+        identity_secret: restore
+            .spec
+            .encryption
+            .as_ref()
+            .map(|e| e.identity_secret.clone())
+            .unwrap_or_default(),
     };
     let mut annotations = template.annotations.clone();
     annotations.insert(ANNOTATION_RESTORE_SEED.into(), seed.to_annotation());

@@ -28,6 +28,9 @@ pub const ETCDCTL_BINARY: &str = "/usr/local/bin/etcdctl";
 /// step.
 pub const CREDENTIALS_DIR: &str = "/etc/etcd-restore/credentials";
 const CREDENTIALS_VOLUME: &str = "restore-credentials";
+/// Where the identitySecret of an encrypted snapshot is mounted in the download step.
+pub const IDENTITY_DIR: &str = "/etc/etcd-restore/identity";
+const IDENTITY_VOLUME: &str = "restore-identity";
 /// Where the claim holding the snapshot is mounted (read-only) in the copy step (PVC).
 pub const SOURCE_CLAIM_DIR: &str = "/var/lib/etcd-restore/claim";
 const SOURCE_CLAIM_VOLUME: &str = "restore-source";
@@ -67,7 +70,7 @@ pub fn seed_member(
     restore_image: &OperatorImage,
 ) {
     let caps = plan.version.capabilities().unwrap_or(view.capabilities);
-    let (fetch, source_volume) = fetch_container(view, seed, restore_image);
+    let (fetch, source_volumes) = fetch_container(view, seed, restore_image);
     let restore = restore_container(view, plan, seed, caps);
     let place = place_container(restore_image);
     if let Some(spec) = pod.spec.as_mut() {
@@ -77,8 +80,10 @@ pub fn seed_member(
             spec.image_pull_secrets.take(),
             restore_image.pull_secrets.iter().map(String::as_str),
         );
-        if let Some(volume) = source_volume {
-            spec.volumes.get_or_insert_with(Vec::new).push(volume);
+        if !source_volumes.is_empty() {
+            spec.volumes
+                .get_or_insert_with(Vec::new)
+                .extend(source_volumes);
         }
     }
 }
@@ -129,12 +134,13 @@ fn store_source(
 }
 
 /// The init container that fetches the snapshot (from a store, a claim or a member) and
-/// checks its SHA-256; the volume of its source, if it needs one.
+/// checks its SHA-256 (decrypting it with the seed's identitySecret, when it names one); the
+/// volumes of its source and identity, if it needs them.
 fn fetch_container(
     view: &ClusterView,
     seed: &SeedPlan,
     restore_image: &OperatorImage,
-) -> (Container, Option<Volume>) {
+) -> (Container, Vec<Volume>) {
     let mut fetch_args = vec![
         "restore".to_string(),
         "fetch".into(),
@@ -180,6 +186,16 @@ fn fetch_container(
     } else {
         source_volume = store_source(source, &mut fetch_args, &mut fetch_mounts).or(source_volume);
     }
+    let mut volumes: Vec<Volume> = source_volume.into_iter().collect();
+    let identity_secret = restore_seed.map_or("", |s| s.identity_secret.as_str());
+    if !identity_secret.is_empty() && source.pvc.is_none() {
+        fetch_args.push(format!(
+            "--identity-file={IDENTITY_DIR}/{}",
+            crate::snapshot::encryption::IDENTITY_KEY
+        ));
+        fetch_mounts.push(read_only_mount(IDENTITY_VOLUME, IDENTITY_DIR));
+        volumes.push(secret_volume(IDENTITY_VOLUME, identity_secret, 0o440));
+    }
     let fetch = Container {
         name: "restore-fetch".into(),
         image: Some(restore_image.reference.clone()),
@@ -189,7 +205,7 @@ fn fetch_container(
         security_context: Some(container_security_context()),
         ..Container::default()
     };
-    (fetch, source_volume)
+    (fetch, volumes)
 }
 
 /// The init container that restores the snapshot into a data directory with the member's
@@ -303,7 +319,46 @@ mod tests {
             sha256: "ab".repeat(32),
             revision: Some(42),
             etcd_version: Some("3.6.16".into()),
+            identity_secret: String::new(),
         }
+    }
+
+    #[test]
+    fn an_encrypted_seed_mounts_its_identity_secret_for_the_fetch() {
+        let plain = seeded("3.6.16");
+        let fetch = |pod: &Pod| {
+            let init = pod.spec.as_ref().and_then(|s| s.init_containers.clone());
+            init.unwrap_or_default()[0].clone()
+        };
+        let args = fetch(&plain).args.unwrap_or_default().join(" ");
+        assert!(!args.contains("--identity-file"), "{args}");
+        let encrypted = seeded_from(
+            "3.6.16",
+            &RestoreSeed {
+                identity_secret: "backup-identity".into(),
+                ..seed()
+            },
+        );
+        let container = fetch(&encrypted);
+        let args = container.args.clone().unwrap_or_default().join(" ");
+        assert!(
+            args.contains(&format!("--identity-file={IDENTITY_DIR}/identity")),
+            "{args}"
+        );
+        let mounts = container.volume_mounts.unwrap_or_default();
+        assert!(mounts.iter().any(|m| m.mount_path == IDENTITY_DIR
+            && m.read_only == Some(true)
+            && m.name == IDENTITY_VOLUME));
+        let volumes = encrypted.spec.and_then(|s| s.volumes).unwrap_or_default();
+        let secrets: Vec<_> = volumes
+            .iter()
+            .filter_map(|v| v.secret.as_ref()?.secret_name.clone())
+            .collect();
+        assert!(secrets.contains(&"aws".to_string()), "{secrets:?}");
+        assert!(
+            secrets.contains(&"backup-identity".to_string()),
+            "{secrets:?}"
+        );
     }
 
     fn seeded(version: &str) -> Pod {

@@ -23,6 +23,7 @@ use etcd_shared::types::storage::{AbsSource, GcsSource, S3Source, StorageSource}
 
 use super::claim_files::{self, FileError, io};
 use crate::builders::seed::{RESTORED_DIR, SNAPSHOT_FILE};
+use crate::snapshot::encryption::Identities;
 use crate::snapshot::integrity::SnapshotHasher;
 use crate::snapshot::store::{self, Credentials, StoreLocation, StoreTimeouts};
 use crate::snapshot::transfer::{self, TransferError};
@@ -86,6 +87,10 @@ pub struct FetchArgs {
     /// recovery verified, for the record; the stream is checked against etcd's own hash).
     #[arg(long)]
     pub sha256: String,
+    /// A file holding the age identities (`AGE-SECRET-KEY-1...`, the identitySecret's key
+    /// `identity`) that decrypt an encrypted snapshot from a store.
+    #[arg(long, conflicts_with_all = ["file", "member"])]
+    pub identity_file: Option<PathBuf>,
     /// Work directory on the member's data volume.
     #[arg(long)]
     pub work_dir: PathBuf,
@@ -111,9 +116,17 @@ pub enum SeedError {
     /// The store could not be opened.
     #[error(transparent)]
     Store(#[from] store::StoreError),
-    /// The download failed or did not check.
+    /// The download failed or did not check (or could not be decrypted).
     #[error(transparent)]
     Transfer(#[from] TransferError),
+    /// The identity file cannot be read or used.
+    #[error("the identity file {path}: {reason}")]
+    Identity {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
     /// A file or directory operation failed, or the copy from the claim did not check.
     #[error(transparent)]
     File(#[from] FileError),
@@ -194,10 +207,23 @@ pub async fn fetch(args: &FetchArgs) -> Result<String, SeedError> {
         )?,
         None => Credentials::read(&location.backend, None)?,
     };
+    let identities = args
+        .identity_file
+        .as_deref()
+        .map(read_identities)
+        .transpose()?;
     let bucket = store::open(&location, &credentials, StoreTimeouts::default())?;
     let partial = args.work_dir.join(format!("{SNAPSHOT_FILE}.part"));
     let mut out = std::fs::File::create(&partial).map_err(io("creating", &partial))?;
-    let outcome = download(&bucket, &location.key, &expected, &mut out, &partial).await;
+    let outcome = download(
+        &bucket,
+        &location.key,
+        &expected,
+        identities.as_ref(),
+        &mut out,
+        &partial,
+    )
+    .await;
     drop(out);
     let size = keep_if_done(&partial, &snapshot, outcome)?;
     Ok(format!(
@@ -205,6 +231,16 @@ pub async fn fetch(args: &FetchArgs) -> Result<String, SeedError> {
         args.path,
         snapshot.display()
     ))
+}
+
+/// The age identities of the mounted identitySecret's file.
+fn read_identities(path: &Path) -> Result<Identities, SeedError> {
+    let failed = |reason: String| SeedError::Identity {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| failed(e.to_string()))?;
+    Identities::parse(&text).map_err(|e| failed(e.to_string()))
 }
 
 /// Moves the temporary file `partial` to `snapshot` when it was written (`outcome` is `Ok`),
@@ -324,10 +360,11 @@ async fn download(
     bucket: &Arc<dyn object_store::ObjectStore>,
     key: &str,
     expected: &str,
+    identities: Option<&Identities>,
     out: &mut std::fs::File,
     partial: &Path,
 ) -> Result<u64, SeedError> {
-    let (checked, _) = transfer::download(bucket, key, Some(expected), |chunk| {
+    let (checked, _) = transfer::download(bucket, key, Some(expected), identities, |chunk| {
         out.write_all(chunk).map_err(|source| TransferError::File {
             path: partial.display().to_string(),
             source,
@@ -429,6 +466,7 @@ mod tests {
             endpoint: String::new(),
             force_path_style: false,
             credentials_dir: None,
+            identity_file: None,
             sha256: sha256.to_string(),
             work_dir: dir.path().join("restore"),
             data_dir: dir.path().join("data"),

@@ -6,7 +6,9 @@
 //! - [`newest_backup`]: when no member's data survives, the newest snapshot of the cluster
 //!   among its safety backups (`status.lastSafetyBackup`) and its EtcdBackups' objects (S3, ABS,
 //!   GCS; every periodic snapshot of each), read through and checked as an EtcdRestore checks
-//!   one; a damaged or unreadable one is skipped for the next newest, and said.
+//!   one; a damaged or unreadable one is skipped for the next newest, and said. An encrypted
+//!   one is decrypted with its EtcdBackup's `spec.encryption.identitySecret`; without one it
+//!   is skipped, and said.
 
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::jiff::Timestamp;
@@ -19,7 +21,7 @@ use etcd_shared::types::{EtcdBackup, EtcdClusterStatus, RestoreSeed};
 
 use crate::error::Error;
 use crate::etcd::EtcdAccess;
-use crate::snapshot::cluster::{credentials, lines_fit};
+use crate::snapshot::cluster::{credentials, identities, lines_fit};
 use crate::snapshot::error::SnapshotError;
 use crate::snapshot::integrity::{CheckedSnapshot, SnapshotHasher};
 use crate::snapshot::keys;
@@ -55,6 +57,8 @@ pub struct Candidate {
     pub source: StorageSource,
     /// What it is, for messages: `EtcdBackup NAME` or `safety backup before CHANGE`.
     pub origin: String,
+    /// The Secret with the identity that decrypts it, blank when none is named.
+    pub identity_secret: String,
 }
 
 /// `source` (of `storage_type`) with its path set to `BUCKET/key`.
@@ -95,6 +99,7 @@ pub async fn candidates(
             storage_type: spec.storage_type.clone(),
             source: at_key(&spec.storage_type, &spec.source, bucket, key),
             origin: format!("safety backup before {}", record.before),
+            identity_secret: String::new(),
         });
     }
     let backups: Api<EtcdBackup> = Api::namespaced(client.clone(), &view.namespace);
@@ -137,6 +142,11 @@ pub async fn candidates(
                 storage_type: spec.storage_type.clone(),
                 source: at_key(&spec.storage_type, &spec.source, &location.bucket, key),
                 origin: origin.clone(),
+                identity_secret: spec
+                    .encryption
+                    .as_ref()
+                    .map(|e| e.identity_secret.clone())
+                    .unwrap_or_default(),
             });
         };
         if keys::is_periodic(spec) {
@@ -170,7 +180,12 @@ pub async fn newest_backup(
             let location = StoreLocation::from_source(&candidate.storage_type, &candidate.source)?;
             let credentials = credentials(client, &view.namespace, &location).await?;
             let bucket = store::open(&location, &credentials, timeouts)?;
-            let (checked, info) = transfer::verify(&bucket, &location.key, None).await?;
+            let identities = match candidate.identity_secret.as_str() {
+                "" => None,
+                name => Some(identities(client, &view.namespace, name).await?),
+            };
+            let (checked, info) =
+                transfer::verify(&bucket, &location.key, None, identities.as_ref()).await?;
             lines_fit(info.etcd_version.as_deref(), &view.version)
                 .map_err(SnapshotError::invalid(&view.name))?;
             Ok::<_, SnapshotError>((location.display(&location.key), checked, info))
@@ -184,6 +199,7 @@ pub async fn newest_backup(
                     sha256: checked.sha256,
                     revision: info.revision,
                     etcd_version: info.etcd_version,
+                    identity_secret: candidate.identity_secret,
                 };
                 return Ok((seed, format!("{} ({path})", candidate.origin), skipped));
             }

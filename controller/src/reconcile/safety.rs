@@ -66,6 +66,7 @@ pub async fn take(
         view.tls.operator_secret.as_deref(),
         &location,
         &settings,
+        None,
         |revision| snapshot_key(&location.key, change, revision, now),
     );
     let (success, _) = tokio::time::timeout(limit, run)

@@ -7,6 +7,7 @@
 //! - [`member_access`], [`most_advanced_member`]: how to reach its members, and the one with
 //!   the highest revision;
 //! - [`credentials`]: the credentials of a store, from the Secret its source names;
+//! - [`recipients`], [`identities`]: the age keys of an encrypted backup, from their Secrets;
 //! - [`snapshot_cluster`]: the one way every snapshot is taken;
 //! - [`lines_fit`], [`CheckedSource`]: whether a snapshot can be restored into a cluster, and
 //!   what its check found.
@@ -25,6 +26,7 @@ use etcd_shared::names;
 use etcd_shared::types::{EtcdBackup, EtcdCluster};
 use etcd_shared::version::EtcdVersion;
 
+use super::encryption::{self, Identities, Recipients, Sealer};
 use super::error::SnapshotError;
 use super::store::{self, Credentials, StoreError, StoreLocation, StoreTimeouts};
 use super::transfer::{self, SnapshotInfo};
@@ -111,14 +113,15 @@ pub struct SnapshotSettings {
 /// Writes a snapshot of the cluster of `view` to the bucket (S3, GCS) or container (ABS) of
 /// `location`, under the key `key_of` gives for the snapshot's revision: from the member with
 /// the highest revision, reached with the client certificate of `tls_secret` (CoreOS' layout)
-/// when the cluster serves TLS. The one way every snapshot is taken: EtcdBackups and the safety
-/// backups before risky changes.
+/// when the cluster serves TLS, encrypted to `recipients` when given. The one way every
+/// snapshot is taken: EtcdBackups and the safety backups before risky changes.
 pub async fn snapshot_cluster(
     client: &kube::Client,
     view: &ClusterView,
     tls_secret: Option<&str>,
     location: &StoreLocation,
     settings: &SnapshotSettings,
+    recipients: Option<&Recipients>,
     key_of: impl FnOnce(i64) -> String,
 ) -> Result<(Success, Arc<dyn ObjectStore>), SnapshotError> {
     let started = Instant::now();
@@ -132,9 +135,15 @@ pub async fn snapshot_cluster(
         revision: status.revision,
         cluster: format!("{}/{}", view.namespace, view.name),
         member,
+        encrypted: recipients.is_some(),
     };
+    let sealer = recipients
+        .map(Sealer::new)
+        .transpose()
+        .map_err(|source| SnapshotError::Transfer(transfer::TransferError::Encryption(source)))?;
     let stream = access.snapshot(&endpoint, settings.limit).await?;
-    let checked = transfer::upload(&bucket, &key, &info, location.metadata_names(), stream).await?;
+    let names = location.metadata_names();
+    let checked = transfer::upload(&bucket, &key, &info, names, stream, sealer).await?;
     Ok((
         Success {
             path: location.display(&key),
@@ -264,6 +273,58 @@ pub async fn credentials(
             StoreError::MissingKey(key) => secret_error(format!("has no key {key}")),
             e => SnapshotError::Store(e),
         }
+    })
+}
+
+/// The text of `key` in the Secret `name` of `namespace`: a clear error when the Secret or the
+/// key is missing, or the key is not text.
+async fn secret_text(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    key: &str,
+) -> Result<String, SnapshotError> {
+    let secret_error = |reason: String| SnapshotError::Secret {
+        name: name.to_string(),
+        reason,
+    };
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let secret = secrets
+        .get_opt(name)
+        .await
+        .map_err(Error::kube(format!("get secret {name}")))?
+        .ok_or_else(|| secret_error("not found".into()))?;
+    let bytes = secret
+        .data
+        .unwrap_or_default()
+        .remove(key)
+        .ok_or_else(|| secret_error(format!("has no key {key}")))?;
+    String::from_utf8(bytes.0).map_err(|_| secret_error(format!("key {key} is not UTF-8 text")))
+}
+
+/// The age recipients of the Secret `name` (key `recipients`), read at each backup.
+pub async fn recipients(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Recipients, SnapshotError> {
+    let text = secret_text(client, namespace, name, encryption::RECIPIENTS_KEY).await?;
+    Recipients::parse(&text).map_err(|source| SnapshotError::Key {
+        name: name.to_string(),
+        source,
+    })
+}
+
+/// The age identities of the Secret `name` (key `identity`).
+pub async fn identities(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Identities, SnapshotError> {
+    let text = secret_text(client, namespace, name, encryption::IDENTITY_KEY).await?;
+    Identities::parse(&text).map_err(|source| SnapshotError::Key {
+        name: name.to_string(),
+        source,
     })
 }
 

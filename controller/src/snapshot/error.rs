@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use etcd_shared::endpoints::EndpointError;
 
+use super::encryption::EncryptionError;
 use super::store::StoreError;
 use super::transfer::TransferError;
 use crate::error::Error;
@@ -43,6 +44,15 @@ pub enum SnapshotError {
         /// Why.
         reason: String,
     },
+    /// A Secret's recipients or identity cannot be used.
+    #[error("secret {name:?}: {source}")]
+    Key {
+        /// The Secret.
+        name: String,
+        /// Why.
+        #[source]
+        source: EncryptionError,
+    },
     /// The store could not be opened.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -69,6 +79,7 @@ impl SnapshotError {
             SnapshotError::ClusterInvalid { .. } => "ClusterInvalid",
             SnapshotError::NoMember { .. } => "NoMemberReachable",
             SnapshotError::Secret { .. } => "BadSecret",
+            SnapshotError::Key { source, .. } => source.reason(),
             SnapshotError::Store(e) => e.reason(),
             SnapshotError::Transfer(e) => e.reason(),
             SnapshotError::Controller(_) => "ApiFailed",

@@ -3,6 +3,7 @@
 //!
 //! - [`cluster`]: the snapshot service: taking, locating and checking the snapshots of a
 //!   cluster (its members, its store's credentials), and the one way every snapshot is taken.
+//! - [`encryption`]: client-side encryption of snapshots (age), streaming both ways.
 //! - [`error`]: why that failed.
 //! - [`integrity`]: etcd's snapshot hash, checked on every stream that passes.
 //! - [`keys`]: snapshot keys as CoreOS wrote them, and retention.
@@ -10,6 +11,7 @@
 //! - [`transfer`]: snapshots to and from the bucket as streams, in constant memory.
 
 pub mod cluster;
+pub mod encryption;
 pub mod error;
 pub mod integrity;
 pub mod keys;

@@ -5,17 +5,22 @@
 //! written with one request once its hash checked. A download is checked the same way as it
 //! passes, and written to a file only by the seed member's fetch. The same code serves every
 //! store (S3, Azure Blob Storage, GCS): only the names of the metadata differ ([`meta`]).
+//!
+//! With encryption ([`super::encryption`]) the upload hashes the plaintext and sends its age
+//! ciphertext; the download decrypts as it reads and checks the plaintext, so etcd's hash is
+//! always the check of the snapshot itself.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures::{Stream, StreamExt as _};
+use futures::{Stream, StreamExt as _, TryStreamExt as _};
 use object_store::path::Path;
 use object_store::{
     Attribute, AttributeValue, Attributes, ObjectStore, PutMultipartOptions, PutOptions,
     PutPayload, WriteMultipart,
 };
 
+use super::encryption::{self, EncryptionError, Identities, Sealer};
 use super::integrity::{CheckedSnapshot, IntegrityError, SnapshotHasher};
 
 /// Size of each uploaded part (S3's minimum for all parts but the last is 5 MiB).
@@ -55,6 +60,8 @@ pub mod meta {
     pub const CLUSTER: &str = "etcd-cluster";
     /// The member it was taken from.
     pub const MEMBER: &str = "etcd-member";
+    /// `age` when the object is encrypted ([`super::super::encryption`]); absent otherwise.
+    pub const ENCRYPTION: &str = "etcd-encryption";
 }
 
 /// What is recorded with a snapshot.
@@ -68,6 +75,8 @@ pub struct SnapshotInfo {
     pub cluster: String,
     /// The member's name.
     pub member: String,
+    /// Whether the object is encrypted.
+    pub encrypted: bool,
 }
 
 impl SnapshotInfo {
@@ -83,6 +92,9 @@ impl SnapshotInfo {
         put(meta::ETCD_REVISION, self.revision.to_string());
         put(meta::CLUSTER, self.cluster.clone());
         put(meta::MEMBER, self.member.clone());
+        if self.encrypted {
+            put(meta::ENCRYPTION, encryption::METADATA_VALUE.to_string());
+        }
         attributes
     }
 }
@@ -138,6 +150,13 @@ pub enum TransferError {
     /// The stream is not an intact snapshot; the upload was aborted.
     #[error(transparent)]
     Integrity(#[from] IntegrityError),
+    /// The snapshot could not be encrypted or decrypted (no identity, the wrong one, a damaged
+    /// object); nothing was written.
+    #[error(transparent)]
+    Encryption(#[from] EncryptionError),
+    /// Reading the object failed mid-stream.
+    #[error("reading the snapshot from the store: {0}")]
+    Read(std::io::Error),
     /// Writing the downloaded snapshot to a file failed.
     #[error("writing {path}: {source}")]
     File {
@@ -163,7 +182,54 @@ impl TransferError {
             TransferError::Source(_) => "SnapshotFailed",
             TransferError::Integrity(_) => "IntegrityCheckFailed",
             TransferError::File { .. } => "WriteFailed",
-            TransferError::UploadGone => "StoreFailed",
+            TransferError::UploadGone | TransferError::Read(_) => "StoreFailed",
+            TransferError::Encryption(e) => e.reason(),
+        }
+    }
+}
+
+impl TransferError {
+    /// An error of a (possibly decrypting) download stream: the decryption's own error when it
+    /// is one, else the store's.
+    fn of_stream(e: std::io::Error) -> Self {
+        if e.get_ref()
+            .is_some_and(|inner| inner.is::<EncryptionError>())
+        {
+            if let Some(inner) = e.into_inner()
+                && let Ok(encryption) = inner.downcast::<EncryptionError>()
+            {
+                return TransferError::Encryption(*encryption);
+            }
+            return TransferError::Source("decryption failed".into());
+        }
+        TransferError::Read(e)
+    }
+
+    /// Whether the snapshot cannot be read with the identity given (none, or the wrong one):
+    /// only another identity helps.
+    pub fn needs_identity(&self) -> bool {
+        matches!(
+            self,
+            TransferError::Encryption(EncryptionError::Encrypted | EncryptionError::WrongIdentity)
+        )
+    }
+}
+
+/// What the upload sends for each plaintext chunk: the chunk itself, or its ciphertext.
+struct Outgoing(Option<Sealer>);
+
+impl Outgoing {
+    fn pass(&mut self, chunk: Bytes) -> Result<Bytes, TransferError> {
+        match self.0.as_mut() {
+            None => Ok(chunk),
+            Some(sealer) => Ok(sealer.seal(&chunk)?),
+        }
+    }
+
+    fn finish(self) -> Result<Bytes, TransferError> {
+        match self.0 {
+            None => Ok(Bytes::new()),
+            Some(sealer) => Ok(sealer.finish()?),
         }
     }
 }
@@ -182,12 +248,16 @@ pub fn object_path(key: &str) -> Result<Path, TransferError> {
 /// Up to [`PART_SIZE`] bytes are held before anything is sent: a snapshot that fits is
 /// written with one request (fake-gcs-server, say, has no multipart upload); a larger one goes
 /// as a multipart upload, completed when the hash checks and aborted otherwise.
+///
+/// With a `sealer` the object is the age ciphertext of the stream (the hash is checked on the
+/// plaintext); what is held stays bounded as above, plus one age chunk (64 KiB).
 pub async fn upload<S, E>(
     store: &Arc<dyn ObjectStore>,
     key: &str,
     info: &SnapshotInfo,
     names: meta::Names,
     mut chunks: S,
+    sealer: Option<Sealer>,
 ) -> Result<CheckedSnapshot, TransferError>
 where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
@@ -198,9 +268,11 @@ where
     let mut held: Vec<Bytes> = Vec::new();
     let mut held_bytes = 0usize;
     let mut ended = true;
+    let mut outgoing = Outgoing(sealer);
     while let Some(chunk) = chunks.next().await {
         let chunk = chunk.map_err(|e| TransferError::Source(e.to_string()))?;
         hasher.update(&chunk);
+        let chunk = outgoing.pass(chunk)?;
         held_bytes += chunk.len();
         held.push(chunk);
         if held_bytes > PART_SIZE {
@@ -210,6 +282,7 @@ where
     }
     if ended {
         let checked = hasher.finish()?;
+        held.push(outgoing.finish()?);
         let options = PutOptions {
             attributes: info.attributes(names),
             ..PutOptions::default()
@@ -237,8 +310,14 @@ where
         while let Some(chunk) = chunks.next().await {
             let chunk = chunk.map_err(|e| TransferError::Source(e.to_string()))?;
             hasher.update(&chunk);
+            let chunk = outgoing.pass(chunk)?;
             writer.wait_for_capacity(PARTS_IN_FLIGHT).await?;
             writer.put(chunk);
+        }
+        let tail = outgoing.finish()?;
+        if !tail.is_empty() {
+            writer.wait_for_capacity(PARTS_IN_FLIGHT).await?;
+            writer.put(tail);
         }
         Ok(())
     }
@@ -302,21 +381,26 @@ impl Drop for AbortOnDrop {
 }
 
 /// Reads the snapshot at `key` through, checking etcd's hash (and `expected`, when given),
-/// without keeping it: what a restore does before it touches the cluster.
+/// without keeping it: what a restore does before it touches the cluster. An encrypted
+/// snapshot is decrypted with `identities` (an error without, or with the wrong ones).
 pub async fn verify(
     store: &Arc<dyn ObjectStore>,
     key: &str,
     expected: Option<&str>,
+    identities: Option<&Identities>,
 ) -> Result<(CheckedSnapshot, StoredInfo), TransferError> {
-    download(store, key, expected, |_| Ok(())).await
+    download(store, key, expected, identities, |_| Ok(())).await
 }
 
-/// Reads the snapshot at `key`, handing each chunk to `sink` and checking etcd's hash (and
-/// `expected`) at the end.
+/// Reads the snapshot at `key`, handing each chunk of plaintext to `sink` and checking etcd's
+/// hash (and `expected`) at the end; an encrypted snapshot is decrypted with `identities` as
+/// it passes. `sink` may have been given part of the plaintext when an error comes (a damaged
+/// object is found out at the damaged chunk): what it writes must be kept only on success.
 pub async fn download<F>(
     store: &Arc<dyn ObjectStore>,
     key: &str,
     expected: Option<&str>,
+    identities: Option<&Identities>,
     mut sink: F,
 ) -> Result<(CheckedSnapshot, StoredInfo), TransferError>
 where
@@ -325,10 +409,11 @@ where
     let path = object_path(key)?;
     let result = store.get_opts(&path, Default::default()).await?;
     let info = StoredInfo::from_attributes(&result.attributes);
-    let mut stream = result.into_stream();
+    let raw = result.into_stream().map_err(std::io::Error::other);
+    let mut stream = encryption::plaintext(raw, identities).await?;
     let mut hasher = SnapshotHasher::new();
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk?;
+        let chunk = chunk.map_err(TransferError::of_stream)?;
         hasher.update(&chunk);
         sink(&chunk)?;
     }
@@ -342,6 +427,119 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A snapshot as etcd streams it: `blocks` blocks of database and its SHA-256.
+    fn snapshot(blocks: usize) -> Vec<u8> {
+        use sha2::Digest as _;
+        let db: Vec<u8> = (0..blocks * 512).map(|i| (i % 253) as u8).collect();
+        let hash = sha2::Sha256::digest(&db);
+        let mut out = db;
+        out.extend_from_slice(&hash);
+        out
+    }
+
+    fn keypair() -> (Identities, encryption::Recipients) {
+        #[allow(deprecated)]
+        let identity = age::x25519::Identity::generate();
+        use age::secrecy::ExposeSecret as _;
+        let ids = Identities::parse(identity.to_string().expose_secret()).unwrap();
+        let recipients = encryption::Recipients::parse(&identity.to_public().to_string()).unwrap();
+        (ids, recipients)
+    }
+
+    #[tokio::test]
+    async fn an_encrypted_upload_is_only_read_back_with_its_key() {
+        let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let (ids, recipients) = keypair();
+        let (other, _) = keypair();
+        let info = SnapshotInfo {
+            etcd_version: "3.6.16".into(),
+            revision: 7,
+            cluster: "ns/demo".into(),
+            member: "demo-0".into(),
+            encrypted: true,
+        };
+        // Larger than a part: the multipart path; and one that fits in a single request.
+        for blocks in [2, PART_SIZE / 512 + 300] {
+            let bytes = snapshot(blocks);
+            let chunks: Vec<Result<Bytes, std::io::Error>> = bytes
+                .chunks(100_000)
+                .map(|c| Ok(Bytes::copy_from_slice(c)))
+                .collect();
+            let sealer = Some(Sealer::new(&recipients).unwrap());
+            let written = upload(
+                &store,
+                "b/snap.db",
+                &info,
+                meta::Names::Hyphens,
+                futures::stream::iter(chunks),
+                sealer,
+            )
+            .await
+            .expect("uploaded");
+            let object = store
+                .get_opts(&Path::from("b/snap.db"), Default::default())
+                .await
+                .unwrap();
+            assert_eq!(
+                object
+                    .attributes
+                    .get(&Attribute::Metadata("etcd-encryption".into()))
+                    .map(|v| v.as_ref().to_string()),
+                Some("age".into())
+            );
+            let stored = object.bytes().await.unwrap();
+            assert!(encryption::is_encrypted(&stored));
+            assert!(stored.len() > bytes.len(), "age adds its header and tags");
+            let mut plain = Vec::new();
+            let (read, _) = download(
+                &store,
+                "b/snap.db",
+                Some(&written.sha256),
+                Some(&ids),
+                |c| {
+                    plain.extend_from_slice(c);
+                    Ok(())
+                },
+            )
+            .await
+            .expect("decrypted and checked");
+            assert_eq!(read, written);
+            assert!(plain == bytes);
+            let wrong = verify(&store, "b/snap.db", None, Some(&other)).await;
+            let wrong = wrong.expect_err("another key");
+            assert_eq!(wrong.reason(), "WrongIdentity");
+            assert!(wrong.needs_identity());
+            let none = verify(&store, "b/snap.db", None, None).await;
+            assert_eq!(none.expect_err("no key").reason(), "SnapshotEncrypted");
+        }
+        // A byte changed in the store: found out by age's authentication, said so.
+        let path = Path::from("b/snap.db");
+        let object = store.get_opts(&path, Default::default()).await.unwrap();
+        let mut bytes = object.bytes().await.unwrap().to_vec();
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 1;
+        store
+            .put_opts(&path, PutPayload::from(bytes), PutOptions::default())
+            .await
+            .unwrap();
+        let damaged = verify(&store, "b/snap.db", None, Some(&ids)).await;
+        let damaged = damaged.expect_err("damaged");
+        assert_eq!(damaged.reason(), "DecryptionFailed", "{damaged}");
+        // Not a snapshot: refused before anything is written, encrypted or not.
+        let sealer = Some(Sealer::new(&recipients).unwrap());
+        let junk =
+            futures::stream::iter(vec![Ok::<_, std::io::Error>(Bytes::from_static(b"junk"))]);
+        let refused = upload(&store, "b/junk", &info, meta::Names::Hyphens, junk, sealer).await;
+        assert_eq!(refused.expect_err("junk").reason(), "IntegrityCheckFailed");
+        let junk_path = Path::from("b/junk");
+        assert!(
+            store
+                .get_opts(&junk_path, Default::default())
+                .await
+                .is_err()
+        );
+    }
     use etcd_shared::admission::{ESCAPED_KEY_CHARACTERS, check_object_key};
 
     /// Whether the controller can use `key` as it is: it names an object (the empty key is

@@ -43,6 +43,23 @@ pub(crate) fn check_backup(backup: &EtcdBackup, namespace: &str, report: &mut Re
         );
     }
     check_schedule(backup, report);
+    if let Some(encryption) = &spec.encryption {
+        check_secret_name(
+            &encryption.recipients_secret,
+            "spec.encryption.recipientsSecret",
+            true,
+            "the Secret whose key recipients holds the age recipients (age1...)",
+            report,
+        );
+        check_secret_name(
+            &encryption.identity_secret,
+            "spec.encryption.identitySecret",
+            false,
+            "blank (recovery skips encrypted snapshots) or the Secret whose key identity holds an age identity",
+            report,
+        );
+        refuse_encrypted_pvc(&spec.storage_type, report);
+    }
     let Some(policy) = &spec.backup_policy else {
         return;
     };
@@ -174,6 +191,48 @@ pub(crate) fn check_restore(restore: &EtcdRestore, report: &mut Report) {
     } else {
         check_cluster_name(name, "spec.etcdCluster.name", report);
     }
+    if let Some(encryption) = &spec.encryption {
+        check_secret_name(
+            &encryption.identity_secret,
+            "spec.encryption.identitySecret",
+            true,
+            "the Secret whose key identity holds the age identity (AGE-SECRET-KEY-1...)",
+            report,
+        );
+        refuse_encrypted_pvc(&spec.backup_storage_type, report);
+    }
+}
+
+/// A Secret name in `field`: blank only when not `required`, else a DNS-1123 subdomain;
+/// `what` says what it must name.
+fn check_secret_name(value: &str, field: &str, required: bool, what: &str, report: &mut Report) {
+    if value.is_empty() && !required {
+        return;
+    }
+    if value.is_empty() || !is_dns1123_subdomain(value) {
+        report.refuse(
+            "encryption-secret",
+            field,
+            format!(
+                "must be {what}: a Secret name of this namespace (a DNS-1123 subdomain: lowercase letters, digits, '-' and '.'), got {}",
+                quoted(value)
+            ),
+        );
+    }
+}
+
+/// `spec.encryption` is for object stores: a PVC's snapshot is written and read by a pod that
+/// mounts the claim, which does not encrypt.
+fn refuse_encrypted_pvc(storage_type: &str, report: &mut Report) {
+    if storage_type == PVC_STORAGE_TYPE {
+        report.refuse(
+            "encryption-storage-type",
+            "spec.encryption",
+            format!(
+                "is supported for S3, ABS and GCS only, not {PVC_STORAGE_TYPE}: remove it, or back up to an object store"
+            ),
+        );
+    }
 }
 
 /// An EtcdRestore's spec may not change: it names one restore, which runs once.
@@ -265,6 +324,13 @@ pub(crate) fn check_seed(cluster: &EtcdCluster, report: &mut Report) {
         }
     };
     check_seed_source(&seed.source, &field, report);
+    check_secret_name(
+        &seed.identity_secret,
+        &format!("{field}.identitySecret"),
+        false,
+        "blank or the Secret whose key identity decrypts the snapshot",
+        report,
+    );
     let sha = &seed.sha256;
     if sha.len() != 64 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
         report.refuse(

@@ -611,6 +611,64 @@ fn client_tls_secrets() {
 }
 
 #[test]
+fn encryption_secrets() {
+    assert_eq!(
+        accepted(judge_backup(
+            &good_backup("encryption:\n  recipientsSecret: backup-recipients\n"),
+            None
+        )),
+        Vec::<String>::new()
+    );
+    accepted(judge_backup(
+        &good_backup("encryption:\n  recipientsSecret: r\n  identitySecret: backup-identity\n"),
+        None,
+    ));
+    assert_refused(
+        judge_backup(
+            &good_backup("encryption:\n  recipientsSecret: \"\"\n"),
+            None,
+        ),
+        "encryption-secret",
+        "spec.encryption.recipientsSecret: must be the Secret whose key recipients holds the age recipients (age1...): a Secret name of this namespace (a DNS-1123 subdomain: lowercase letters, digits, '-' and '.'), got \"\"",
+    );
+    assert_refused(
+        judge_backup(
+            &good_backup("encryption:\n  recipientsSecret: r\n  identitySecret: Not_A_Name\n"),
+            None,
+        ),
+        "encryption-secret",
+        "spec.encryption.identitySecret: must be blank (recovery skips encrypted snapshots)",
+    );
+    assert_refused(
+        judge_backup(
+            &pvc_backup(&format!("{PVC}encryption:\n  recipientsSecret: r\n")),
+            None,
+        ),
+        "encryption-storage-type",
+        "spec.encryption: is supported for S3, ABS and GCS only, not PVC",
+    );
+    accepted(judge_restore(
+        &good_restore("encryption:\n  identitySecret: backup-identity\n"),
+        None,
+    ));
+    assert_refused(
+        judge_restore(&good_restore("encryption:\n  identitySecret: \"\"\n"), None),
+        "encryption-secret",
+        "spec.encryption.identitySecret: must be the Secret whose key identity holds the age identity (AGE-SECRET-KEY-1...)",
+    );
+    assert_refused(
+        judge_restore(
+            &restore(&format!(
+                "etcdCluster:\n  name: demo\nbackupStorageType: PVC\n{PVC}encryption:\n  identitySecret: k\n"
+            )),
+            None,
+        ),
+        "encryption-storage-type",
+        "spec.encryption: is supported for S3, ABS and GCS only",
+    );
+}
+
+#[test]
 fn backup_policies() {
     let policy = |lines: &str| good_backup(&format!("backupPolicy:\n{lines}"));
     // CoreOS' periodic example and the tests' 2 s interval.

@@ -1888,6 +1888,7 @@ fn restore_seed_rules() {
         sha256: sha.clone(),
         revision: Some(42),
         etcd_version: Some("3.6.16".into()),
+        identity_secret: "backup-identity".into(),
     }
     .to_annotation();
     assert_eq!(

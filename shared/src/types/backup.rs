@@ -89,6 +89,35 @@ pub struct EtcdBackupSpec {
     )]
     #[schemars(length(max = 253))]
     pub client_tls_secret: String,
+
+    /// An operator extension: client-side encryption of the snapshots with age. Each snapshot
+    /// is encrypted to the recipients of `recipientsSecret` in the controller, as it streams,
+    /// before a byte reaches the store; a restore then needs a matching identity (EtcdRestore
+    /// `spec.encryption.identitySecret`). Changing the recipients affects new snapshots only.
+    /// Object stores only (S3, ABS, GCS), not `PVC`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<BackupEncryption>,
+}
+
+/// How a backup's snapshots are encrypted (an operator extension).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupEncryption {
+    /// Secret of this namespace whose key `recipients` holds the age X25519 recipients (public
+    /// keys, `age1...`), one a line; blank lines and `#` comments are ignored. Every snapshot
+    /// is encrypted to all of them: any one matching identity decrypts it. Read at each
+    /// backup, so a change (a rotation) applies from the next snapshot on; snapshots already
+    /// written keep their recipients.
+    #[schemars(length(min = 1, max = 253))]
+    pub recipients_secret: String,
+
+    /// Secret of this namespace whose key `identity` holds an age identity
+    /// (`AGE-SECRET-KEY-1...`) that decrypts these snapshots: optional, used only when the
+    /// cluster recovers from quorum loss on its own from these backups. Without it such a
+    /// recovery skips the encrypted snapshots, and says so.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 253))]
+    pub identity_secret: String,
 }
 
 /// When backups are taken and how many are kept (CoreOS' `BackupPolicy`).

@@ -48,6 +48,25 @@ pub struct EtcdRestoreSpec {
     /// The EtcdCluster of this namespace to restore: its spec is the template of the restored
     /// cluster, which keeps its name.
     pub etcd_cluster: EtcdClusterRef,
+
+    /// An operator extension: the identity that decrypts a snapshot encrypted with age (an
+    /// EtcdBackup with `spec.encryption`). A snapshot that is encrypted cannot be restored
+    /// without it, nor with another key: the restore fails before the cluster is touched.
+    /// Unencrypted snapshots restore with or without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<RestoreEncryption>,
+}
+
+/// How an encrypted snapshot is decrypted (an operator extension).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreEncryption {
+    /// Secret of this namespace whose key `identity` holds the age identities (private keys,
+    /// `AGE-SECRET-KEY-1...`), one a line, `#` comments allowed: an `age-keygen` output file
+    /// as it is. It is read by the controller (to check the snapshot) and mounted into the
+    /// restored cluster's first member (to decrypt it again there).
+    #[schemars(length(min = 1, max = 253))]
+    pub identity_secret: String,
 }
 
 /// A reference to an EtcdCluster of the same namespace.
@@ -165,6 +184,9 @@ pub struct RestoreSeed {
     /// etcd version that took it, when its metadata says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etcd_version: Option<String>,
+    /// Secret (key `identity`) that decrypts the snapshot, when it is encrypted.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub identity_secret: String,
 }
 
 impl RestoreSeed {
