@@ -230,7 +230,9 @@ async fn an_upgrade(ctx: TestContext) -> anyhow::Result<()> {
     patch_spec(&ctx, "up", serde_json::json!({"version": to})).await?;
     wait_until(&ctx.api(), "up", "upgraded", |c| settled(c, 3, &to)).await?;
     duration("up: upgrade 3.6 -> 3.7 under clientv3 load", at);
-    clients.finish(&format!("upgrade {from} -> {to}"), 3, 1).await
+    clients
+        .finish(&format!("upgrade {from} -> {to}"), 3, 1)
+        .await
 }
 
 /// The users' line: 3.2.13 -> 3.3 (pods probed over TCP; the gate still moves clients first).
@@ -244,7 +246,9 @@ async fn the_users_3_2_line_upgraded(ctx: TestContext) -> anyhow::Result<()> {
     patch_spec(&ctx, "users", serde_json::json!({"version": to})).await?;
     wait_until(&ctx.api(), "users", "upgraded", |c| settled(c, 3, &to)).await?;
     duration("users: upgrade 3.2.13 -> 3.3 under clientv3 load", at);
-    clients.finish(&format!("upgrade {from} -> {to}"), 3, 1).await
+    clients
+        .finish(&format!("upgrade {from} -> {to}"), 3, 1)
+        .await
 }
 
 /// A scale 3 -> 5 -> 3: the members removed leave the Service before their removal.

@@ -1057,7 +1057,11 @@ async fn plain_to_tls(
         // and a new one carries on from there.
         poll_until("a bridge member", WAIT * 2, || async {
             let now = transports(ctx, name).await?;
-            anyhow::Ok(now.values().any(|t| t.peer_files && !t.peer_tls).then_some(()))
+            anyhow::Ok(
+                now.values()
+                    .any(|t| t.peer_files && !t.peer_tls)
+                    .then_some(()),
+            )
         })
         .await?;
         controller.stop().await?;
