@@ -150,16 +150,26 @@ impl MemberTransport {
         })
     }
 
-    /// How far this member is from what `view` asks.
+    /// How far this member is from what `view` asks. A member that speaks TLS where the
+    /// cluster no longer asks for it (TLS back to plain, which the webhook refuses: a spec
+    /// written past it) counts as the target: it is left as it is, never replaced by a plain
+    /// member its TLS peers could not reach.
     pub fn stage(&self, view: &ClusterView) -> TransportStage {
         let target = Self::target(view);
         if target.peer_files && !self.peer_files {
             TransportStage::WithoutFiles
-        } else if *self == target {
+        } else if *self == target || self.is_beyond(&target) {
             TransportStage::Target
         } else {
             TransportStage::Bridge
         }
+    }
+
+    /// It listens with TLS where `target` does not (peer port, or client port serving TLS
+    /// only).
+    fn is_beyond(&self, target: &MemberTransport) -> bool {
+        (self.peer_tls && !target.peer_tls)
+            || (self.client == ClientSchemes::Https && target.client == ClientSchemes::Http)
     }
 
     /// `http` or `https`: what the peer port listens with.
@@ -254,6 +264,23 @@ mod tests {
         );
         // A plain cluster adds plain members, whatever its members are.
         assert_eq!(MemberTransport::for_new_member(&plain(), [Some(&old)]), old);
+    }
+
+    #[test]
+    fn tls_members_of_a_cluster_written_back_to_plain_are_left_alone() {
+        let plain = plain();
+        let tls = tls();
+        // The webhook refuses TLS -> plain; a spec written past it replaces no TLS member
+        // (a plain one could not reach its TLS peers).
+        assert_eq!(
+            MemberTransport::target(&tls).stage(&plain),
+            TransportStage::Target
+        );
+        // A bridge holds nothing a plain member could not reach: it is replaced.
+        assert_eq!(
+            MemberTransport::bridge(&tls).stage(&plain),
+            TransportStage::Bridge
+        );
     }
 
     #[test]
