@@ -79,6 +79,11 @@ fn main() -> std::process::ExitCode {
         )
         .with_timeout(long),
         etcd_tests::Test::new(
+            "a_roll_back_bumps_revisions_past_the_old_history",
+            a_roll_back_bumps_revisions_past_the_old_history,
+        )
+        .with_timeout(long),
+        etcd_tests::Test::new(
             "a_3_5_snapshot_restores_into_3_6",
             a_3_5_snapshot_restores_into_3_6,
         )
@@ -702,7 +707,7 @@ async fn a_restore_into_a_new_name_clones_with_a_bumped_revision(
     OperatorBinaries::locate()?.register(ctx.kubelet()?);
     let _controller = Controller::start(&ctx)?;
     let storage = Storage::start(&ctx, "clones").await?;
-    settled_cluster(&ctx, "src", 1).await?;
+    settled_cluster(&ctx, "src", 3).await?;
     let slices: Api<EndpointSlice> = ctx.api();
     let data = bulk_put(&slices, "src", "/k/", 500, 8).await?;
     ensure!(
@@ -763,7 +768,7 @@ async fn a_restore_into_a_new_name_clones_with_a_bumped_revision(
         from.path == "clones/src/snapshot.db" && from.revision == Some(revision),
         "{from:?}"
     );
-    check_every_member(&pods, "copy", "/k/", &data, 1).await?;
+    check_every_member(&pods, "copy", "/k/", &data, 3).await?;
     let urls: Vec<String> = support::member_urls(&pods, "copy")
         .await?
         .into_values()
@@ -788,34 +793,7 @@ async fn a_restore_into_a_new_name_clones_with_a_bumped_revision(
         clone_revision >= revision + 1_000_000_000,
         "the clone's revision {clone_revision} is not bumped past the snapshot's {revision}"
     );
-    let mut stream = client
-        .watch(
-            "/k/",
-            Some(
-                etcd_client::WatchOptions::new()
-                    .with_prefix()
-                    .with_start_revision(revision),
-            ),
-        )
-        .await?;
-    let answer = tokio::time::timeout(WAIT, async {
-        loop {
-            let message = stream.message().await?.context("the watch ended")?;
-            if message.compact_revision() > 0 || !message.events().is_empty() || message.canceled()
-            {
-                return anyhow::Ok(message);
-            }
-        }
-    })
-    .await
-    .context("the watch from the old history never answered")??;
-    ensure!(
-        answer.compact_revision() > revision,
-        "watch from {revision}: compact revision {}, canceled {}, {} events",
-        answer.compact_revision(),
-        answer.canceled(),
-        answer.events().len()
-    );
+    compacted_from(&mut client, "/k/", revision).await?;
 
     // The source is untouched: same cluster, same member pods, all its data.
     let src = clusters.get("src").await?;
@@ -832,8 +810,8 @@ async fn a_restore_into_a_new_name_clones_with_a_bumped_revision(
         now == src_pods,
         "source members {src_pods:?} became {now:?}"
     );
-    check_every_member(&pods, "src", "/k/", &data, 1).await?;
-    check_every_member(&pods, "src", "/after/", &after, 1).await?;
+    check_every_member(&pods, "src", "/k/", &data, 3).await?;
+    check_every_member(&pods, "src", "/after/", &after, 3).await?;
 
     // A second clone into the same name: the cluster there is not its own, so it fails and
     // leaves it alone.
@@ -852,7 +830,113 @@ async fn a_restore_into_a_new_name_clones_with_a_bumped_revision(
         copy.uid() == copy_uid && copy.metadata.deletion_timestamp.is_none(),
         "the existing clone was touched"
     );
-    check_every_member(&pods, "copy", "/k/", &data, 1).await?;
+    check_every_member(&pods, "copy", "/k/", &data, 3).await?;
+    Ok(())
+}
+
+/// A watch of `prefix` resumed from `from` (a revision of the history before a restore) is told
+/// `compacted` (past `from`) rather than silently watching a history that went back in time.
+async fn compacted_from(
+    client: &mut etcd_client::Client,
+    prefix: &str,
+    from: i64,
+) -> anyhow::Result<()> {
+    let mut stream = client
+        .watch(
+            prefix,
+            Some(
+                etcd_client::WatchOptions::new()
+                    .with_prefix()
+                    .with_start_revision(from),
+            ),
+        )
+        .await?;
+    // The first answer says the watch was created; the next one says what became of it.
+    let answer = tokio::time::timeout(WAIT, async {
+        loop {
+            let message = stream.message().await?.context("the watch ended")?;
+            if message.compact_revision() > 0 || !message.events().is_empty() || message.canceled()
+            {
+                return anyhow::Ok(message);
+            }
+        }
+    })
+    .await
+    .context("the watch from the old history never answered")??;
+    ensure!(
+        answer.compact_revision() > from,
+        "watch from {from}: compact revision {}, canceled {}, {} events",
+        answer.compact_revision(),
+        answer.canceled(),
+        answer.events().len()
+    );
+    Ok(())
+}
+
+/// Issue 35, item 4: a roll back (an EtcdRestore into the cluster's own name) goes back to the
+/// snapshot's data but not back in revisions: they are bumped past every revision the old
+/// history reached (writes after the backup included), and a watcher resuming from one of those
+/// gets `compacted`.
+async fn a_roll_back_bumps_revisions_past_the_old_history(ctx: TestContext) -> anyhow::Result<()> {
+    install(&ctx).await?;
+    OperatorBinaries::locate()?.register(ctx.kubelet()?);
+    let _controller = Controller::start(&ctx)?;
+    let storage = Storage::start(&ctx, "rollbacks").await?;
+    settled_cluster(&ctx, "back", 1).await?;
+    let slices: Api<EndpointSlice> = ctx.api();
+    let data = bulk_put(&slices, "back", "/k/", 300, 8).await?;
+    create::<EtcdBackup>(
+        &ctx,
+        &backup_yaml(&storage, "b", "back", "back/snapshot.db"),
+    )
+    .await?;
+    let backup = backup_status(&ctx, "b", "succeeded", |s| s.succeeded).await?;
+    let revision = backup.etcd_revision.context("revision")?;
+    // The history goes on past the snapshot: a client of it has seen these revisions.
+    bulk_put(&slices, "back", "/after/", 100, 4).await?;
+    let urls = client_service_urls(&slices, "back").await?;
+    let seen = connect(&urls)
+        .await?
+        .get("/after/", None)
+        .await?
+        .header()
+        .map_or(0, |h| h.revision());
+    ensure!(seen > revision, "seen {seen}, snapshot {revision}");
+
+    create::<EtcdRestore>(
+        &ctx,
+        &restore_yaml(&storage, "undo", "back", "back/snapshot.db"),
+    )
+    .await?;
+    let status = restore_status(&ctx, "undo", "succeeded", |s| s.succeeded).await?;
+    ensure!(
+        status.restored_cluster.as_deref() == Some("back"),
+        "{status:?}"
+    );
+    let pods: Api<Pod> = ctx.api();
+    check_every_member(&pods, "back", "/k/", &data, 1).await?;
+    let urls: Vec<String> = support::member_urls(&pods, "back")
+        .await?
+        .into_values()
+        .collect();
+    let later = support::read_all(&urls[0], "/after/").await?;
+    ensure!(
+        later.is_empty(),
+        "rolled back, yet {} later keys",
+        later.len()
+    );
+    let mut client = connect(&urls).await?;
+    let now = client
+        .get("/k/", None)
+        .await?
+        .header()
+        .map_or(0, |h| h.revision());
+    println!("figure: snapshot revision {revision}, old history at {seen}, rolled back at {now}");
+    ensure!(
+        now >= revision + 1_000_000_000 && now > seen,
+        "revision {now} after the roll back: not past the old history's {seen}"
+    );
+    compacted_from(&mut client, "/k/", seen).await?;
     Ok(())
 }
 
