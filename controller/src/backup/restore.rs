@@ -760,6 +760,48 @@ mod tests {
         assert!(matches!(by_hand, RestoreStep::Conflict(_)), "{by_hand:?}");
     }
 
+    /// A clone's cluster takes the new name with the template's spec and the seed annotation
+    /// naming the restore: the one seed path (bump-revision) of a roll back.
+    #[test]
+    fn a_clone_is_created_under_its_new_name_with_the_seed() {
+        let mut r = restore(Some(EtcdRestoreStatus {
+            template: Some(ClusterTemplate {
+                labels: [("team".to_string(), "db".to_string())].into(),
+                annotations: Default::default(),
+                spec: etcd_shared::types::EtcdClusterSpec {
+                    size: Some(3),
+                    ..Default::default()
+                },
+            }),
+            snapshot_sha256: Some("ab".repeat(32)),
+            snapshot_revision: Some(42),
+            ..EtcdRestoreStatus::default()
+        }));
+        r.spec.etcd_cluster.name = "src".into();
+        r.spec.restore_into = Some("copy".into());
+        r.spec.backup_storage_type = "S3".into();
+        r.spec.source.s3 = Some(etcd_shared::types::storage::S3Source {
+            path: "b/k".into(),
+            aws_secret: "aws".into(),
+            ..Default::default()
+        });
+        let made = restored_cluster(&r, "ns").expect("a cluster");
+        assert_eq!(made.name_any(), "copy");
+        assert_eq!(made.namespace().as_deref(), Some("ns"));
+        assert_eq!(made.spec.size, Some(3));
+        assert_eq!(made.labels().get("team").map(String::as_str), Some("db"));
+        assert_eq!(seeded_by(&made).as_deref(), Some("r1"));
+        let seed = RestoreSeed::parse(&made.annotations()[ANNOTATION_RESTORE_SEED]).expect("seed");
+        assert_eq!(seed.revision, Some(42));
+        assert_eq!(seed.source.s3.map(|s| s.path).as_deref(), Some("b/k"));
+        // Without restoreInto the cluster keeps the name it restores.
+        r.spec.restore_into = None;
+        assert_eq!(
+            restored_cluster(&r, "ns").expect("a cluster").name_any(),
+            "src"
+        );
+    }
+
     /// A clone (`spec.restoreInto`) never deletes: it verifies, creates the new name, waits,
     /// and refuses a name taken by a cluster it did not seed.
     #[test]
