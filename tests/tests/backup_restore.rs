@@ -74,6 +74,16 @@ fn main() -> std::process::ExitCode {
         )
         .with_timeout(long),
         etcd_tests::Test::new(
+            "a_restore_into_a_new_name_clones_with_a_bumped_revision",
+            a_restore_into_a_new_name_clones_with_a_bumped_revision,
+        )
+        .with_timeout(long),
+        etcd_tests::Test::new(
+            "a_roll_back_bumps_revisions_past_the_old_history",
+            a_roll_back_bumps_revisions_past_the_old_history,
+        )
+        .with_timeout(long),
+        etcd_tests::Test::new(
             "a_3_5_snapshot_restores_into_3_6",
             a_3_5_snapshot_restores_into_3_6,
         )
@@ -681,6 +691,252 @@ async fn a_restore_brings_back_every_acknowledged_write(ctx: TestContext) -> any
     let pods: Api<Pod> = ctx.api();
     check_every_member(&pods, "rs", "/bulk/", &bulk, 3).await?;
     check_every_member(&pods, "rs", "/live/", &before, 3).await?;
+    Ok(())
+}
+
+/// Issue 35, item 4: an EtcdRestore with `spec.restoreInto` clones the backed-up cluster into
+/// a new name: the clone serves every key the source held at the backup (and none written
+/// after), its revisions are bumped past the snapshot's and a watcher resuming from the old
+/// history gets `compacted`; the source keeps running with its own members and data. A second
+/// clone into the name (now taken) fails with `ClusterExists` and leaves that cluster alone; a
+/// clone into the source's own name is refused at apply.
+async fn a_restore_into_a_new_name_clones_with_a_bumped_revision(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    install(&ctx).await?;
+    OperatorBinaries::locate()?.register(ctx.kubelet()?);
+    let _controller = Controller::start(&ctx)?;
+    let storage = Storage::start(&ctx, "clones").await?;
+    settled_cluster(&ctx, "src", 3).await?;
+    let slices: Api<EndpointSlice> = ctx.api();
+    let data = bulk_put(&slices, "src", "/k/", 500, 8).await?;
+    ensure!(
+        data.len() == 500,
+        "{} of 500 writes acknowledged",
+        data.len()
+    );
+    create::<EtcdBackup>(&ctx, &backup_yaml(&storage, "b", "src", "src/snapshot.db")).await?;
+    let backup = backup_status(&ctx, "b", "succeeded", |s| s.succeeded).await?;
+    let revision = backup.etcd_revision.context("revision")?;
+    // Written after the backup: the source has them, the clone must not.
+    let after = bulk_put(&slices, "src", "/after/", 50, 4).await?;
+
+    let clusters: Api<EtcdCluster> = ctx.api();
+    let pods: Api<Pod> = ctx.api();
+    let src_uid = clusters.get("src").await?.uid();
+    let src_pods: BTreeMap<String, Option<String>> = support::member_pods(&pods, "src")
+        .await?
+        .iter()
+        .map(|(name, p)| (name.clone(), p.uid()))
+        .collect();
+
+    // A clone into the source's own name is a roll back: refused, with the field named.
+    let same = format!(
+        "{}  restoreInto: src\n",
+        restore_yaml(&storage, "same", "src", "src/snapshot.db")
+    );
+    let refused = kubectl_apply_refused(&ctx, &same).await?;
+    ensure!(
+        refused.contains("spec.restoreInto") && refused.contains("roll back"),
+        "{refused}"
+    );
+
+    let clone_yaml = |name: &str| {
+        format!(
+            "{}  restoreInto: copy\n",
+            restore_yaml(&storage, name, "src", "src/snapshot.db")
+        )
+    };
+    let started = Instant::now();
+    create::<EtcdRestore>(&ctx, &clone_yaml("clone")).await?;
+    let status = restore_status(&ctx, "clone", "succeeded", |s| s.succeeded).await?;
+    let secs = duration("clone to a Running cluster", started);
+    println!("figure: clone {secs:.1} s");
+    ensure!(
+        status.restored_cluster.as_deref() == Some("copy"),
+        "{status:?}"
+    );
+    ensure!(status.snapshot_revision == Some(revision), "{status:?}");
+    ensure!(status.replaced_cluster_uid.is_none(), "{status:?}");
+    let copy = clusters.get("copy").await?;
+    let from = copy
+        .status
+        .as_ref()
+        .and_then(|s| s.restored_from.clone())
+        .context("status.restoredFrom of the clone")?;
+    ensure!(
+        from.path == "clones/src/snapshot.db" && from.revision == Some(revision),
+        "{from:?}"
+    );
+    check_every_member(&pods, "copy", "/k/", &data, 3).await?;
+    let urls: Vec<String> = support::member_urls(&pods, "copy")
+        .await?
+        .into_values()
+        .collect();
+    for url in &urls {
+        let later = support::read_all(url, "/after/").await?;
+        ensure!(
+            later.is_empty(),
+            "the clone holds writes after the backup: {later:?}"
+        );
+    }
+
+    // Revisions bumped past the snapshot's, and the old history marked compacted.
+    let mut client = connect(&urls).await?;
+    let clone_revision = client
+        .get("/k/", None)
+        .await?
+        .header()
+        .map_or(0, |h| h.revision());
+    println!("figure: snapshot revision {revision}, clone revision {clone_revision}");
+    ensure!(
+        clone_revision >= revision + 1_000_000_000,
+        "the clone's revision {clone_revision} is not bumped past the snapshot's {revision}"
+    );
+    compacted_from(&mut client, "/k/", revision).await?;
+
+    // The source is untouched: same cluster, same member pods, all its data.
+    let src = clusters.get("src").await?;
+    ensure!(
+        src.uid() == src_uid && src.metadata.deletion_timestamp.is_none(),
+        "the source was replaced"
+    );
+    let now: BTreeMap<String, Option<String>> = support::member_pods(&pods, "src")
+        .await?
+        .iter()
+        .map(|(name, p)| (name.clone(), p.uid()))
+        .collect();
+    ensure!(
+        now == src_pods,
+        "source members {src_pods:?} became {now:?}"
+    );
+    check_every_member(&pods, "src", "/k/", &data, 3).await?;
+    check_every_member(&pods, "src", "/after/", &after, 3).await?;
+
+    // A second clone into the same name: the cluster there is not its own, so it fails and
+    // leaves it alone.
+    let copy_uid = copy.uid();
+    create::<EtcdRestore>(&ctx, &clone_yaml("again")).await?;
+    let again = restore_status(&ctx, "again", "refused", |s| s.reason.is_some()).await?;
+    let reason = again.reason.clone().unwrap_or_default();
+    ensure!(
+        reason.starts_with("ClusterExists") && reason.contains("copy"),
+        "{reason}"
+    );
+    ensure!(!again.succeeded, "{again:?}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let copy = clusters.get("copy").await?;
+    ensure!(
+        copy.uid() == copy_uid && copy.metadata.deletion_timestamp.is_none(),
+        "the existing clone was touched"
+    );
+    check_every_member(&pods, "copy", "/k/", &data, 3).await?;
+    Ok(())
+}
+
+/// A watch of `prefix` resumed from `from` (a revision of the history before a restore) is told
+/// `compacted` (past `from`) rather than silently watching a history that went back in time.
+async fn compacted_from(
+    client: &mut etcd_client::Client,
+    prefix: &str,
+    from: i64,
+) -> anyhow::Result<()> {
+    let mut stream = client
+        .watch(
+            prefix,
+            Some(
+                etcd_client::WatchOptions::new()
+                    .with_prefix()
+                    .with_start_revision(from),
+            ),
+        )
+        .await?;
+    // The first answer says the watch was created; the next one says what became of it.
+    let answer = tokio::time::timeout(WAIT, async {
+        loop {
+            let message = stream.message().await?.context("the watch ended")?;
+            if message.compact_revision() > 0 || !message.events().is_empty() || message.canceled()
+            {
+                return anyhow::Ok(message);
+            }
+        }
+    })
+    .await
+    .context("the watch from the old history never answered")??;
+    ensure!(
+        answer.compact_revision() > from,
+        "watch from {from}: compact revision {}, canceled {}, {} events",
+        answer.compact_revision(),
+        answer.canceled(),
+        answer.events().len()
+    );
+    Ok(())
+}
+
+/// Issue 35, item 4: a roll back (an EtcdRestore into the cluster's own name) goes back to the
+/// snapshot's data but not back in revisions: they are bumped past every revision the old
+/// history reached (writes after the backup included), and a watcher resuming from one of those
+/// gets `compacted`.
+async fn a_roll_back_bumps_revisions_past_the_old_history(ctx: TestContext) -> anyhow::Result<()> {
+    install(&ctx).await?;
+    OperatorBinaries::locate()?.register(ctx.kubelet()?);
+    let _controller = Controller::start(&ctx)?;
+    let storage = Storage::start(&ctx, "rollbacks").await?;
+    settled_cluster(&ctx, "back", 1).await?;
+    let slices: Api<EndpointSlice> = ctx.api();
+    let data = bulk_put(&slices, "back", "/k/", 300, 8).await?;
+    create::<EtcdBackup>(
+        &ctx,
+        &backup_yaml(&storage, "b", "back", "back/snapshot.db"),
+    )
+    .await?;
+    let backup = backup_status(&ctx, "b", "succeeded", |s| s.succeeded).await?;
+    let revision = backup.etcd_revision.context("revision")?;
+    // The history goes on past the snapshot: a client of it has seen these revisions.
+    bulk_put(&slices, "back", "/after/", 100, 4).await?;
+    let urls = client_service_urls(&slices, "back").await?;
+    let seen = connect(&urls)
+        .await?
+        .get("/after/", None)
+        .await?
+        .header()
+        .map_or(0, |h| h.revision());
+    ensure!(seen > revision, "seen {seen}, snapshot {revision}");
+
+    create::<EtcdRestore>(
+        &ctx,
+        &restore_yaml(&storage, "undo", "back", "back/snapshot.db"),
+    )
+    .await?;
+    let status = restore_status(&ctx, "undo", "succeeded", |s| s.succeeded).await?;
+    ensure!(
+        status.restored_cluster.as_deref() == Some("back"),
+        "{status:?}"
+    );
+    let pods: Api<Pod> = ctx.api();
+    check_every_member(&pods, "back", "/k/", &data, 1).await?;
+    let urls: Vec<String> = support::member_urls(&pods, "back")
+        .await?
+        .into_values()
+        .collect();
+    let later = support::read_all(&urls[0], "/after/").await?;
+    ensure!(
+        later.is_empty(),
+        "rolled back, yet {} later keys",
+        later.len()
+    );
+    let mut client = connect(&urls).await?;
+    let now = client
+        .get("/k/", None)
+        .await?
+        .header()
+        .map_or(0, |h| h.revision());
+    println!("figure: snapshot revision {revision}, old history at {seen}, rolled back at {now}");
+    ensure!(
+        now >= revision + 1_000_000_000 && now > seen,
+        "revision {now} after the roll back: not past the old history's {seen}"
+    );
+    compacted_from(&mut client, "/k/", seen).await?;
     Ok(())
 }
 

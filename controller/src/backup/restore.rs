@@ -13,6 +13,12 @@
 //! 4. **Done** when it is Available with every member: status `succeeded`, the snapshot's
 //!    path, revision and hash in both statuses.
 //!
+//! A clone (`spec.restoreInto`) takes the same steps without the replace: the named cluster
+//! is only read (its spec is the template) and the new cluster is created under the new name,
+//! seeded the same way (one seed path for both: `--bump-revision --mark-compacted` where the
+//! line's tool has them). A cluster of the new name that this restore did not create is never
+//! touched: the restore fails with `ClusterExists`.
+//!
 //! Each step is chosen from what is observed ([`next_step`], pure), so a restart of the
 //! controller at any point resumes where it stopped.
 
@@ -28,7 +34,7 @@ use kube::{Api, ResourceExt as _};
 use serde_json::json;
 use tracing::{info, warn};
 
-use etcd_shared::names::ANNOTATION_RESTORE_SEED;
+use etcd_shared::names::{ANNOTATION_RECOVER, ANNOTATION_RESTORE_SEED, ANNOTATION_ROTATE_CA};
 use etcd_shared::types::storage::PVC_STORAGE_TYPE;
 use etcd_shared::types::{
     ClusterPhase, ClusterTemplate, EtcdCluster, EtcdRestore, EtcdRestoreStatus, RestoreSeed,
@@ -84,6 +90,8 @@ pub enum RestoreStep {
     Conflict(String),
     /// The cluster to restore does not exist and nothing was recorded of it.
     NoCluster,
+    /// A clone's new name is taken by a cluster this restore did not create.
+    Exists(String),
 }
 
 /// Whether the restored cluster is Available with all its members.
@@ -106,11 +114,14 @@ fn seeded_by(cluster: &EtcdCluster) -> Option<String> {
     RestoreSeed::parse(value).ok().map(|s| s.restore)
 }
 
-/// The next step of `restore` given the cluster of its name (if any).
+/// The next step of `restore` given the cluster it restores into (`spec.target()`), if any.
 pub fn next_step(restore: &EtcdRestore, cluster: Option<&EtcdCluster>) -> RestoreStep {
     let status = restore.status.as_ref();
     if status.is_some_and(|s| s.succeeded) {
         return RestoreStep::Done;
+    }
+    if restore.spec.is_clone() {
+        return next_clone_step(restore, cluster);
     }
     let replaced = status.and_then(|s| s.replaced_cluster_uid.clone());
     let verified = status.is_some_and(|s| s.template.is_some()) && replaced.is_some();
@@ -147,6 +158,31 @@ pub fn next_step(restore: &EtcdRestore, cluster: Option<&EtcdCluster>) -> Restor
         "EtcdCluster {} (uid {uid}) was created by someone else after the restore replaced the old one",
         cluster.name_any()
     ))
+}
+
+/// The next step of a clone given the cluster of its new name, if any: nothing is deleted, and
+/// a cluster of that name that this restore did not seed is left alone.
+fn next_clone_step(restore: &EtcdRestore, cluster: Option<&EtcdCluster>) -> RestoreStep {
+    let verified = restore
+        .status
+        .as_ref()
+        .is_some_and(|s| s.template.is_some());
+    match cluster {
+        Some(cluster) if seeded_by(cluster).as_deref() == Some(restore.name_any().as_str()) => {
+            if restored_and_ready(cluster) {
+                RestoreStep::Finish
+            } else {
+                RestoreStep::WaitReady
+            }
+        }
+        Some(cluster) => RestoreStep::Exists(format!(
+            "EtcdCluster {} exists already (uid {}): a clone creates a new cluster and never overwrites one; create a new EtcdRestore with another spec.restoreInto",
+            cluster.name_any(),
+            cluster.metadata.uid.as_deref().unwrap_or_default()
+        )),
+        None if verified => RestoreStep::CreateNew,
+        None => RestoreStep::Verify,
+    }
 }
 
 /// What every restore reconcile shares.
@@ -216,7 +252,7 @@ async fn reconcile(
     r: Arc<RestoreReconciler>,
 ) -> Result<Action, BackupError> {
     let namespace = restore.namespace().unwrap_or_default();
-    let target = restore.spec.etcd_cluster.name.clone();
+    let target = restore.spec.target().to_string();
     let clusters: Api<EtcdCluster> = Api::namespaced(r.client.clone(), &namespace);
     let cluster = clusters
         .get_opt(&target)
@@ -230,19 +266,31 @@ async fn reconcile(
     match step {
         RestoreStep::Done => Ok(Action::await_change()),
         RestoreStep::NoCluster => {
-            let message = format!(
-                "EtcdCluster {target:?} not found in this namespace: a restore replaces an existing cluster, whose spec is the template"
-            );
-            fail(&r, &restore, "ClusterNotFound", &message, VERIFIED).await;
+            no_cluster(&r, &restore).await;
             Ok(Action::requeue(Duration::from_secs(30)))
+        }
+        RestoreStep::Exists(message) => {
+            fail(&r, &restore, "ClusterExists", &message, RESTORED).await;
+            Ok(Action::await_change())
         }
         RestoreStep::Conflict(message) => {
             fail(&r, &restore, "ClusterReplaced", &message, RESTORED).await;
             Ok(Action::await_change())
         }
         RestoreStep::Verify => {
-            let Some(cluster) = cluster else {
-                return Ok(Action::requeue(POLL));
+            // The template: the cluster itself (a roll back), or the one cloned.
+            let source = if restore.spec.is_clone() {
+                let name = &restore.spec.etcd_cluster.name;
+                clusters
+                    .get_opt(name)
+                    .await
+                    .map_err(Error::kube(format!("get EtcdCluster {name}")))?
+            } else {
+                cluster
+            };
+            let Some(cluster) = source else {
+                no_cluster(&r, &restore).await;
+                return Ok(Action::requeue(Duration::from_secs(30)));
             };
             if r.restore_image.is_none() {
                 let message = "the controller runs without --restore-image (the chart sets it), so it cannot seed a restored member; the cluster is untouched";
@@ -299,7 +347,7 @@ async fn reconcile(
             status.succeeded = true;
             status.reason = None;
             let message = format!(
-                "EtcdCluster {target} runs on the snapshot {} (revision {})",
+                "EtcdCluster {target} is Running on the snapshot {} (revision {})",
                 status.snapshot_path.clone().unwrap_or_default(),
                 status
                     .snapshot_revision
@@ -318,6 +366,21 @@ async fn reconcile(
     }
 }
 
+/// Records that the cluster named in `spec.etcdCluster.name` is not there to be the template.
+async fn no_cluster(r: &RestoreReconciler, restore: &EtcdRestore) {
+    let source = &restore.spec.etcd_cluster.name;
+    let message = if restore.spec.is_clone() {
+        format!(
+            "EtcdCluster {source:?} not found in this namespace: a clone takes its spec as the template of the new cluster"
+        )
+    } else {
+        format!(
+            "EtcdCluster {source:?} not found in this namespace: a restore replaces an existing cluster, whose spec is the template"
+        )
+    };
+    fail(r, restore, "ClusterNotFound", &message, VERIFIED).await;
+}
+
 /// Creates the restored cluster from the recorded template (one that exists already is fine).
 async fn create_restored(
     r: &RestoreReconciler,
@@ -325,7 +388,7 @@ async fn create_restored(
     clusters: &Api<EtcdCluster>,
     namespace: &str,
 ) -> Result<(), BackupError> {
-    let target = restore.spec.etcd_cluster.name.clone();
+    let target = restore.spec.target().to_string();
     let new = restored_cluster(restore, namespace)?;
     idempotent::create(clusters, &new, format!("EtcdCluster {target}")).await?;
     let note = format!("EtcdCluster {target} created; its first member restores the snapshot");
@@ -459,6 +522,11 @@ async fn verify(
     let mut annotations = cluster.annotations().clone();
     annotations.remove(ANNOTATION_RESTORE_SEED);
     annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+    if restore.spec.is_clone() {
+        // Requests to the source cluster, not part of its template.
+        annotations.remove(ANNOTATION_RECOVER);
+        annotations.remove(ANNOTATION_ROTATE_CA);
+    }
     let mut status = restore.status.clone().unwrap_or_default();
     status.succeeded = false;
     status.reason = None;
@@ -466,7 +534,13 @@ async fn verify(
     status.snapshot_revision = info.revision;
     status.snapshot_etcd_version = info.etcd_version.clone();
     status.snapshot_sha256 = Some(checked.sha256.clone());
-    status.replaced_cluster_uid = cluster.metadata.uid.clone();
+    // A clone replaces nothing: the source is only read.
+    status.replaced_cluster_uid = if restore.spec.is_clone() {
+        None
+    } else {
+        cluster.metadata.uid.clone()
+    };
+    status.restored_cluster = Some(restore.spec.target().to_string());
     status.template = Some(ClusterTemplate {
         labels: cluster.labels().clone(),
         annotations,
@@ -512,9 +586,10 @@ fn restored_cluster(restore: &EtcdRestore, namespace: &str) -> Result<EtcdCluste
     };
     let mut annotations = template.annotations.clone();
     annotations.insert(ANNOTATION_RESTORE_SEED.into(), seed.to_annotation());
-    let mut cluster = EtcdCluster::new(&restore.spec.etcd_cluster.name, template.spec.clone());
+    let name = restore.spec.target();
+    let mut cluster = EtcdCluster::new(name, template.spec.clone());
     cluster.metadata = ObjectMeta {
-        name: Some(restore.spec.etcd_cluster.name.clone()),
+        name: Some(name.to_string()),
         namespace: Some(namespace.to_string()),
         labels: (!template.labels.is_empty()).then(|| template.labels.clone()),
         annotations: Some(annotations),
@@ -683,5 +758,101 @@ mod tests {
             Some(&cluster("else", None, false, true)),
         );
         assert!(matches!(by_hand, RestoreStep::Conflict(_)), "{by_hand:?}");
+    }
+
+    /// A clone's cluster takes the new name with the template's spec and the seed annotation
+    /// naming the restore: the one seed path (bump-revision) of a roll back.
+    #[test]
+    fn a_clone_is_created_under_its_new_name_with_the_seed() {
+        let mut r = restore(Some(EtcdRestoreStatus {
+            template: Some(ClusterTemplate {
+                labels: [("team".to_string(), "db".to_string())].into(),
+                annotations: Default::default(),
+                spec: etcd_shared::types::EtcdClusterSpec {
+                    size: Some(3),
+                    ..Default::default()
+                },
+            }),
+            snapshot_sha256: Some("ab".repeat(32)),
+            snapshot_revision: Some(42),
+            ..EtcdRestoreStatus::default()
+        }));
+        r.spec.etcd_cluster.name = "src".into();
+        r.spec.restore_into = Some("copy".into());
+        r.spec.backup_storage_type = "S3".into();
+        r.spec.source.s3 = Some(etcd_shared::types::storage::S3Source {
+            path: "b/k".into(),
+            aws_secret: "aws".into(),
+            ..Default::default()
+        });
+        let made = restored_cluster(&r, "ns").expect("a cluster");
+        assert_eq!(made.name_any(), "copy");
+        assert_eq!(made.namespace().as_deref(), Some("ns"));
+        assert_eq!(made.spec.size, Some(3));
+        assert_eq!(made.labels().get("team").map(String::as_str), Some("db"));
+        assert_eq!(seeded_by(&made).as_deref(), Some("r1"));
+        let seed = RestoreSeed::parse(&made.annotations()[ANNOTATION_RESTORE_SEED]).expect("seed");
+        assert_eq!(seed.revision, Some(42));
+        assert_eq!(seed.source.s3.map(|s| s.path).as_deref(), Some("b/k"));
+        // Without restoreInto the cluster keeps the name it restores.
+        r.spec.restore_into = None;
+        assert_eq!(
+            restored_cluster(&r, "ns").expect("a cluster").name_any(),
+            "src"
+        );
+    }
+
+    /// A clone (`spec.restoreInto`) never deletes: it verifies, creates the new name, waits,
+    /// and refuses a name taken by a cluster it did not seed.
+    #[test]
+    fn a_clone_creates_and_never_replaces() {
+        let clone = |status: Option<EtcdRestoreStatus>| {
+            let mut r = restore(status);
+            r.spec.etcd_cluster.name = "src".into();
+            r.spec.restore_into = Some("c".into());
+            r
+        };
+        let checked = EtcdRestoreStatus {
+            template: Some(ClusterTemplate::default()),
+            ..EtcdRestoreStatus::default()
+        };
+        let cases: Vec<(&str, EtcdRestore, Option<EtcdCluster>, RestoreStep)> = vec![
+            ("new name free", clone(None), None, RestoreStep::Verify),
+            (
+                "checked",
+                clone(Some(checked.clone())),
+                None,
+                RestoreStep::CreateNew,
+            ),
+            (
+                "ours, growing",
+                clone(Some(checked.clone())),
+                Some(cluster("new", Some("r1"), false, false)),
+                RestoreStep::WaitReady,
+            ),
+            (
+                "ours, ready",
+                clone(Some(checked.clone())),
+                Some(cluster("new", Some("r1"), false, true)),
+                RestoreStep::Finish,
+            ),
+            (
+                "ours, status lost",
+                clone(None),
+                Some(cluster("new", Some("r1"), false, false)),
+                RestoreStep::WaitReady,
+            ),
+        ];
+        for (name, r, c, want) in cases {
+            assert_eq!(next_step(&r, c.as_ref()), want, "{name}");
+        }
+        for (status, other) in [
+            (None, cluster("else", None, false, true)),
+            (Some(checked.clone()), cluster("else", None, false, true)),
+            (Some(checked), cluster("else", Some("r2"), false, true)),
+        ] {
+            let step = next_step(&clone(status), Some(&other));
+            assert!(matches!(step, RestoreStep::Exists(_)), "{step:?}");
+        }
     }
 }

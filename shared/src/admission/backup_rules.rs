@@ -191,6 +191,9 @@ pub(crate) fn check_restore(restore: &EtcdRestore, report: &mut Report) {
     } else {
         check_cluster_name(name, "spec.etcdCluster.name", report);
     }
+    if let Some(into) = &spec.restore_into {
+        check_restore_into(into, name, report);
+    }
     if let Some(encryption) = &spec.encryption {
         check_secret_name(
             &encryption.identity_secret,
@@ -200,6 +203,30 @@ pub(crate) fn check_restore(restore: &EtcdRestore, report: &mut Report) {
             report,
         );
         refuse_encrypted_pvc(&spec.backup_storage_type, report);
+    }
+}
+
+/// `spec.restoreInto` (a clone): a cluster name, not the source's (that is a roll back). That
+/// no cluster of the name exists is the controller's to find: it fails the restore rather than
+/// overwrite one.
+fn check_restore_into(into: &str, source: &str, report: &mut Report) {
+    if into.is_empty() {
+        report.refuse(
+            "restore-into-name",
+            "spec.restoreInto",
+            "must name the new EtcdCluster to create from the snapshot (a clone), or be left out to restore spec.etcdCluster.name in place (a roll back)",
+        );
+    } else if into == source {
+        report.refuse(
+            "restore-into-same",
+            "spec.restoreInto",
+            format!(
+                "is spec.etcdCluster.name ({}): restoring a cluster into itself is a roll back; leave spec.restoreInto out for that, or name a new cluster to clone into",
+                quoted(into)
+            ),
+        );
+    } else {
+        check_cluster_name(into, "spec.restoreInto", report);
     }
 }
 

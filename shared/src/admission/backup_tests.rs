@@ -919,6 +919,45 @@ fn restore_cluster_names() {
     assert_eq!(rules, ["s3-path", "s3-endpoint"], "{refusal}");
 }
 
+/// `spec.restoreInto` (a clone): a new cluster's name, not the source's.
+#[test]
+fn restore_into_names() {
+    accepted(judge_restore(
+        &good_restore("restoreInto: demo-clone\n"),
+        None,
+    ));
+    assert_refused(
+        judge_restore(&good_restore("restoreInto: demo\n"), None),
+        "restore-into-same",
+        "spec.restoreInto: is spec.etcdCluster.name (\"demo\"): restoring a cluster into itself is a roll back; leave spec.restoreInto out",
+    );
+    assert_refused(
+        judge_restore(&good_restore("restoreInto: \"\"\n"), None),
+        "restore-into-name",
+        "spec.restoreInto: must name the new EtcdCluster to create from the snapshot",
+    );
+    assert_refused(
+        judge_restore(&good_restore("restoreInto: Demo_Clone\n"), None),
+        "name-syntax",
+        "spec.restoreInto: must be a DNS-1035 label",
+    );
+    assert_refused(
+        judge_restore(
+            &good_restore(&format!("restoreInto: {}\n", "a".repeat(57))),
+            None,
+        ),
+        "name-length",
+        "spec.restoreInto: must be at most 56 characters",
+    );
+    // Like the rest of the spec, it cannot change once the restore exists.
+    let stored = good_restore("restoreInto: demo-clone\n");
+    assert_refused(
+        judge_restore(&good_restore("restoreInto: other\n"), Some(&stored)),
+        "restore-immutable",
+        "is immutable",
+    );
+}
+
 #[test]
 fn restore_specs_are_immutable() {
     let stored = good_restore("");
