@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use etcd_client::{
-    AlarmAction, AlarmOptions, AlarmType, Client, CompactionOptions, ConnectOptions,
+    AlarmAction, AlarmOptions, AlarmType, Client, CompactionOptions, ConnectOptions, GetOptions,
     MemberAddOptions,
 };
 
@@ -155,6 +155,20 @@ pub struct MemberStatus {
     pub db_size_in_use: i64,
     /// Its `--quota-backend-bytes` (3.6+; 0 where Status does not say).
     pub db_size_quota: i64,
+}
+
+/// What a member's key-value store holds at one revision: etcd's `HashKV` there and the keys
+/// live there (what a snapshot of that revision must hold too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvFingerprint {
+    /// The revision asked.
+    pub revision: i64,
+    /// etcd's `HashKV` at it.
+    pub hash_kv: u32,
+    /// The revision the member's history is compacted to (the hash covers what is after it).
+    pub compact_revision: i64,
+    /// Keys live at it.
+    pub keys: i64,
 }
 
 /// An alarm etcd reports, as raised for one member.
@@ -328,6 +342,32 @@ impl EtcdAccess {
             db_size: resp.db_size(),
             db_size_in_use: resp.raft_used_db_size(),
             db_size_quota: resp.db_size_quota(),
+        })
+    }
+
+    /// etcd's `HashKV` and the key count of the member at `endpoint`, both at `revision` (an
+    /// error `Compacted` when its history no longer reaches it).
+    pub async fn kv_fingerprint(
+        &self,
+        endpoint: &str,
+        revision: i64,
+    ) -> Result<KvFingerprint, Error> {
+        let mut client = self.connect(endpoint).await?;
+        let hashed = self
+            .settle(endpoint, client.hash_kv(revision).await)
+            .map_err(Error::etcd(format!("hashKV at revision {revision}")))?;
+        let every_key = GetOptions::new()
+            .with_from_key()
+            .with_count_only()
+            .with_revision(revision);
+        let counted = self
+            .settle(endpoint, client.get(vec![0u8], Some(every_key)).await)
+            .map_err(Error::etcd(format!("count keys at revision {revision}")))?;
+        Ok(KvFingerprint {
+            revision,
+            hash_kv: hashed.hash(),
+            compact_revision: hashed.compact_version(),
+            keys: counted.count(),
         })
     }
 

@@ -27,8 +27,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use backup::{
-    BackupEncryption, BackupPolicy, EtcdBackup, EtcdBackupSpec, EtcdBackupStatus, Retention,
-    SafetyBackup, SafetyBackupRecord,
+    BackupEncryption, BackupPolicy, BackupVerify, EtcdBackup, EtcdBackupSpec, EtcdBackupStatus,
+    Retention, SafetyBackup, SafetyBackupRecord, VerificationRecord,
 };
 pub use phase::ClusterPhase;
 pub use restore::{

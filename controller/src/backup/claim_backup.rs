@@ -57,6 +57,7 @@ pub fn success(claim: &str, file: &str, report: &PodReport, took: Duration) -> S
         size: report.size.unwrap_or_default(),
         sha256: report.sha256.clone().unwrap_or_default(),
         took,
+        source: None,
     }
 }
 

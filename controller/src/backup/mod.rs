@@ -8,6 +8,7 @@
 //! - [`reconciler`]: the EtcdBackup reconciler; [`config`]: its settings.
 //! - [`restore`]: the EtcdRestore reconciler.
 //! - [`error`]: why a backup or a restore failed.
+//! - [`verify`]: verified backups (`spec.verify`): reading a snapshot back and checking it.
 //! - [`claim_backup`], [`claim_restore`]: the controller's side of the pods that write and check
 //!   snapshots in a PersistentVolumeClaim (storage type PVC); [`one_shot_pod`]: the lifecycle
 //!   of those pods, the same for both.
@@ -20,3 +21,4 @@ pub mod one_shot_pod;
 pub mod reconciler;
 pub mod restore;
 pub mod schedule;
+pub mod verify;

@@ -29,11 +29,14 @@ use super::claim_backup::{self, Progress};
 use super::config::BackupConfig;
 use super::error::BackupError;
 use super::schedule::{self, Next};
+use super::verify;
 use crate::backoff::Backoff;
 use crate::controller_loop::{Reconciled, object_key as key};
 use crate::events::Events;
 use crate::metrics::backup::BackupMetrics;
-use crate::snapshot::cluster::{SnapshotSettings, Success, recipients, snapshot_cluster, target};
+use crate::snapshot::cluster::{
+    SnapshotSettings, Success, identities, recipients, snapshot_cluster, target,
+};
 use crate::snapshot::error::SnapshotError;
 use crate::snapshot::keys;
 use crate::snapshot::store::StoreLocation;
@@ -136,7 +139,7 @@ async fn reconcile(
         } else {
             match claim_backup::step(&backup, &r.client, &r.config, now).await {
                 Ok(Progress::Waiting) => return Ok(Action::requeue(claim_backup::POLL)),
-                Ok(Progress::Finished(outcome)) => outcome,
+                Ok(Progress::Finished(outcome)) => outcome.map(|success| (success, None)),
                 Err(e) => Err(e),
             }
         }
@@ -150,12 +153,26 @@ async fn reconcile(
     let namespace = backup.namespace().unwrap_or_default();
     let name = backup.name_any();
     match outcome {
-        Ok(success) => {
+        Ok((success, bucket)) => {
             let done = Timestamp::now();
             let mut status =
                 schedule::succeeded(backup.status.as_ref(), &success, generation, done);
             if let (Some(due), Some(Ok(cron))) = (scheduled, schedule::cron(&backup.spec)) {
                 status = schedule::with_schedule_times(status, &cron, due, done);
+            }
+            let count = status.backup_count.unwrap_or(0);
+            if let (true, Some(bucket)) = (verify::due(&backup.spec, count), bucket) {
+                let record = verify_snapshot(&backup, &r, &bucket, &success).await;
+                let passed = record.result == verify::PASSED;
+                r.metrics
+                    .verified(&namespace, &name, passed, Timestamp::now());
+                let note = format!("{}: {}", record.path, record.reason);
+                if passed {
+                    events.normal("SnapshotVerified", note).await;
+                } else {
+                    events.warning("VerificationFailed", note).await;
+                }
+                status = verify::with_record(status, record, generation, Timestamp::now());
             }
             write_status(&r.client, &*backup, &status).await?;
             r.metrics.succeeded(
@@ -202,7 +219,7 @@ async fn take(
     backup: &EtcdBackup,
     r: &BackupReconciler,
     now: Timestamp,
-) -> Result<Success, BackupError> {
+) -> Result<(Success, Option<Arc<dyn ObjectStore>>), BackupError> {
     let namespace = backup.namespace().unwrap_or_default();
     let spec = &backup.spec;
     let location = StoreLocation::from_source(&spec.storage_type, &spec.source)?;
@@ -243,7 +260,42 @@ async fn take(
             warn!(backup = %namespace, error = %e, "deleting old snapshots failed");
         }
     }
-    Ok(success)
+    Ok((success, Some(bucket)))
+}
+
+/// Verifies the snapshot `success` wrote to `bucket` (its own time limit: the backup's
+/// timeout), decrypting it with `spec.encryption.identitySecret` when encrypted.
+async fn verify_snapshot(
+    backup: &EtcdBackup,
+    r: &BackupReconciler,
+    bucket: &Arc<dyn ObjectStore>,
+    success: &Success,
+) -> etcd_shared::types::VerificationRecord {
+    let namespace = backup.namespace().unwrap_or_default();
+    let key = success.path.split_once('/').map_or("", |(_, k)| k);
+    let limit = schedule::timeout(&backup.spec);
+    let outcome = async {
+        let identities = match &backup.spec.encryption {
+            Some(e) if !e.identity_secret.is_empty() => Some(
+                identities(&r.client, &namespace, &e.identity_secret)
+                    .await
+                    .map_err(|e| e.to_string())?,
+            ),
+            Some(_) => return Err("encrypted, and spec.encryption.identitySecret is blank".into()),
+            None => None,
+        };
+        match tokio::time::timeout(
+            limit,
+            verify::check(bucket, key, success, identities.as_ref()),
+        )
+        .await
+        {
+            Ok(checked) => checked,
+            Err(_) => Err(format!("reading the snapshot back took over {limit:?}")),
+        }
+    }
+    .await;
+    verify::record(success, &outcome, Timestamp::now())
 }
 
 /// Deletes the periodic snapshots of `prefix` that `rule` does not keep, keeping `keep`.

@@ -18,6 +18,9 @@ use crate::snapshot::keys::interval;
 /// Condition type: the latest backup succeeded.
 pub const SUCCEEDED: &str = "Succeeded";
 
+/// Condition type: the latest verified snapshot checked (`spec.verify`).
+pub const VERIFIED: &str = "Verified";
+
 /// What to do with a backup now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Next {
@@ -168,6 +171,12 @@ pub fn succeeded(
         last_schedule_time: old.and_then(|o| o.last_schedule_time.clone()),
         next_schedule_time: old.and_then(|o| o.next_schedule_time.clone()),
         observed_generation: generation,
+        backup_count: Some(
+            old.and_then(|o| o.backup_count)
+                .unwrap_or(0)
+                .saturating_add(1),
+        ),
+        last_verification: old.and_then(|o| o.last_verification.clone()),
     }
 }
 
@@ -193,6 +202,9 @@ pub fn failed(
 
 fn with_condition(old: Option<&EtcdBackupStatus>, new: Condition) -> Vec<Condition> {
     let mut list = vec![new];
+    // The latest verification's condition stays until the next verification replaces it.
+    let verified = old.and_then(|o| o.conditions.iter().find(|c| c.type_ == VERIFIED));
+    list.extend(verified.cloned());
     if let Some(old) = old {
         conditions::carry_transition_times(&mut list, &old.conditions);
     }
@@ -479,6 +491,7 @@ mod tests {
             size: 1056,
             sha256: "ab".repeat(32),
             took: Duration::from_millis(1500),
+            source: None,
         };
         let s = succeeded(None, &ok, Some(3), now);
         assert!(s.succeeded && s.reason.is_none());

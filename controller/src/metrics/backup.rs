@@ -8,6 +8,9 @@
 //! | `backup_last_success_timestamp_seconds` | gauge | `namespace`, `backup` (dropped with the backup) |
 //! | `backup_last_size_bytes` | gauge | `namespace`, `backup` (dropped with the backup) |
 //! | `restores_total` | counter | `result` (`ok`, `error`) |
+//! | `backup_verifications_total` | counter | `result` (`verified`, `failed`) |
+//! | `backup_last_verified_timestamp_seconds` | gauge | `namespace`, `backup` (the latest verification that passed; dropped with the backup) |
+//! | `backup_last_verification_failed` | gauge | `namespace`, `backup` (1 when the latest verification failed; dropped with the backup) |
 
 use std::time::Duration;
 
@@ -28,6 +31,9 @@ pub struct BackupMetrics {
     last_success: IntGaugeVec,
     last_size: IntGaugeVec,
     restores_total: IntCounterVec,
+    verifications_total: IntCounterVec,
+    last_verified: IntGaugeVec,
+    verification_failed: IntGaugeVec,
 }
 
 impl BackupMetrics {
@@ -64,6 +70,24 @@ impl BackupMetrics {
             "Restores carried out, by result.",
             &["result"],
         )?;
+        let verifications_total = r.counters(
+            "backup_verifications_total",
+            "Verifications of snapshots (spec.verify), by result.",
+            &["result"],
+        )?;
+        let last_verified = r.gauges(
+            "backup_last_verified_timestamp_seconds",
+            "Unix time of the latest verification of an EtcdBackup's snapshot that passed.",
+            &["namespace", "backup"],
+        )?;
+        let verification_failed = r.gauges(
+            "backup_last_verification_failed",
+            "1 when the latest verification of an EtcdBackup's snapshot failed, else 0.",
+            &["namespace", "backup"],
+        )?;
+        for result in ["verified", "failed"] {
+            verifications_total.with_label_values(&[result]);
+        }
         for result in ["ok", "error"] {
             backups_total.with_label_values(&[result]);
             restores_total.with_label_values(&[result]);
@@ -75,6 +99,9 @@ impl BackupMetrics {
             last_success,
             last_size,
             restores_total,
+            verifications_total,
+            last_verified,
+            verification_failed,
         })
     }
 
@@ -106,6 +133,21 @@ impl BackupMetrics {
         self.failures_total.with_label_values(&[reason]).inc();
     }
 
+    /// Records a verification of a snapshot of `backup` at `at`.
+    pub fn verified(&self, namespace: &str, backup: &str, passed: bool, at: Timestamp) {
+        let result = if passed { "verified" } else { "failed" };
+        self.verifications_total.with_label_values(&[result]).inc();
+        let labels = [namespace, backup];
+        self.verification_failed
+            .with_label_values(&labels)
+            .set(i64::from(!passed));
+        if passed {
+            self.last_verified
+                .with_label_values(&labels)
+                .set(at.as_second());
+        }
+    }
+
     /// Records a restore's outcome.
     pub fn restored(&self, ok: bool) {
         self.restores_total
@@ -118,6 +160,8 @@ impl BackupMetrics {
         let labels = [namespace, backup];
         let _ = self.last_success.remove_label_values(&labels);
         let _ = self.last_size.remove_label_values(&labels);
+        let _ = self.last_verified.remove_label_values(&labels);
+        let _ = self.verification_failed.remove_label_values(&labels);
     }
 }
 
@@ -137,6 +181,9 @@ mod tests {
             Some(Timestamp::from_second(1_700_000_000).expect("t")),
         );
         m.failed("Timeout");
+        let at = Timestamp::from_second(1_700_000_100).expect("t");
+        m.verified("ns", "b", true, at);
+        m.verified("ns", "b", false, at);
         let encode = || {
             let families = registry.gather();
             prometheus::TextEncoder::new().encode_to_string(&families)
@@ -144,6 +191,17 @@ mod tests {
         let text = encode().expect("text");
         assert!(text.contains("etcd_controller_backup_last_success_timestamp_seconds{backup=\"b\",namespace=\"ns\"} 1700000000"), "{text}");
         assert!(text.contains("etcd_controller_backup_failures_total{reason=\"Timeout\"} 1"));
+        assert!(
+            text.contains("etcd_controller_backup_verifications_total{result=\"failed\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("etcd_controller_backup_last_verified_timestamp_seconds{backup=\"b\",namespace=\"ns\"} 1700000100"), "{text}");
+        assert!(
+            text.contains(
+                "etcd_controller_backup_last_verification_failed{backup=\"b\",namespace=\"ns\"} 1"
+            ),
+            "{text}"
+        );
         m.forget("ns", "b");
         let text = encode().expect("text");
         assert!(!text.contains("backup=\"b\""), "{text}");

@@ -31,7 +31,7 @@ use super::error::SnapshotError;
 use super::store::{self, Credentials, StoreError, StoreLocation, StoreTimeouts};
 use super::transfer::{self, SnapshotInfo};
 use crate::error::Error;
-use crate::etcd::{EtcdAccess, MemberStatus};
+use crate::etcd::{EtcdAccess, KvFingerprint, MemberStatus};
 use crate::observe;
 use crate::view::ClusterView;
 use crate::view::transport::MemberTransport;
@@ -51,6 +51,9 @@ pub struct Success {
     pub sha256: String,
     /// How long it took.
     pub took: Duration,
+    /// The source member's `HashKV` and key count at `revision`, asked right after the
+    /// snapshot (`None` when it could not say: the revision compacted meanwhile, say).
+    pub source: Option<KvFingerprint>,
 }
 
 /// The cluster the backup's endpoints name (in its namespace), read, and the Secret with the
@@ -144,6 +147,15 @@ pub async fn snapshot_cluster(
     let stream = access.snapshot(&endpoint, settings.limit).await?;
     let names = location.metadata_names();
     let checked = transfer::upload(&bucket, &key, &info, names, stream, sealer).await?;
+    // What the snapshot holds at its revision, from the member it came from: what a
+    // verification compares with. A failure here leaves the snapshot good, and unverifiable.
+    let source = match access.kv_fingerprint(&endpoint, status.revision).await {
+        Ok(fingerprint) => Some(fingerprint),
+        Err(e) => {
+            tracing::warn!(%key, error = %e, "no hashKV of the snapshot's revision");
+            None
+        }
+    };
     Ok((
         Success {
             path: location.display(&key),
@@ -152,6 +164,7 @@ pub async fn snapshot_cluster(
             size: checked.size,
             sha256: checked.sha256,
             took: started.elapsed(),
+            source,
         },
         bucket,
     ))

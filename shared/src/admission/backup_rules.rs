@@ -60,6 +60,36 @@ pub(crate) fn check_backup(backup: &EtcdBackup, namespace: &str, report: &mut Re
         );
         refuse_encrypted_pvc(&spec.storage_type, report);
     }
+    if let Some(verify) = &spec.verify {
+        if verify.every < 1 {
+            report.refuse(
+                "backup-verify-every",
+                "spec.verify.every",
+                format!(
+                    "must be at least 1 (1 verifies every backup), got {}",
+                    verify.every
+                ),
+            );
+        }
+        if spec
+            .encryption
+            .as_ref()
+            .is_some_and(|e| e.identity_secret.is_empty())
+        {
+            report.refuse(
+                "backup-verify-identity",
+                "spec.verify",
+                "an encrypted snapshot is read back with spec.encryption.identitySecret: set it, or remove spec.verify",
+            );
+        }
+        if spec.storage_type == PVC_STORAGE_TYPE {
+            report.refuse(
+                "backup-verify-storage-type",
+                "spec.verify",
+                "verification is for object stores (S3, ABS, GCS), not PVC",
+            );
+        }
+    }
     let Some(policy) = &spec.backup_policy else {
         return;
     };

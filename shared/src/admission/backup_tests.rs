@@ -1164,3 +1164,39 @@ fn pvc_restore_seeds() {
         "{refusal}"
     );
 }
+
+#[test]
+fn verify_every() {
+    assert_eq!(
+        accepted(judge_backup(&good_backup("verify:\n  every: 1\n"), None)),
+        Vec::<String>::new()
+    );
+    assert_refused(
+        judge_backup(&good_backup("verify:\n  every: 0\n"), None),
+        "backup-verify-every",
+        "spec.verify.every: must be at least 1 (1 verifies every backup), got 0",
+    );
+    assert_refused(
+        judge_backup(&pvc_backup(&format!("{PVC}verify:\n  every: 2\n")), None),
+        "backup-verify-storage-type",
+        "spec.verify: verification is for object stores (S3, ABS, GCS), not PVC",
+    );
+}
+
+#[test]
+fn verify_of_an_encrypted_backup_needs_its_identity() {
+    assert_refused(
+        judge_backup(
+            &good_backup("encryption:\n  recipientsSecret: r\nverify:\n  every: 1\n"),
+            None,
+        ),
+        "backup-verify-identity",
+        "spec.verify: an encrypted snapshot is read back with spec.encryption.identitySecret",
+    );
+    accepted(judge_backup(
+        &good_backup(
+            "encryption:\n  recipientsSecret: r\n  identitySecret: i\nverify:\n  every: 1\n",
+        ),
+        None,
+    ));
+}

@@ -97,6 +97,25 @@ pub struct EtcdBackupSpec {
     /// Object stores only (S3, ABS, GCS), not `PVC`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encryption: Option<BackupEncryption>,
+
+    /// An operator extension: verification of the snapshots once written. Every `every`th
+    /// successful backup is read back from the store and checked (etcd's snapshot hash and
+    /// the SHA-256 recorded at upload); the source member's `HashKV` and key count at the
+    /// snapshot's revision are recorded beside it. `status.lastVerification` and the
+    /// `Verified` condition say how it went. Absent: no verification. Object stores only
+    /// (S3, ABS, GCS), not `PVC`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<BackupVerify>,
+}
+
+/// Which backups are verified (an operator extension).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupVerify {
+    /// Verify every Nth successful backup: 1 verifies each one, 24 one a day of hourly
+    /// backups. At least 1.
+    #[schemars(range(min = 1, max = 10000))]
+    pub every: i64,
 }
 
 /// How a backup's snapshots are encrypted (an operator extension).
@@ -268,6 +287,44 @@ pub struct EtcdBackupStatus {
     /// The metadata.generation the controller last acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+
+    /// Successful backups taken since this EtcdBackup was created (what `spec.verify.every`
+    /// counts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_count: Option<i64>,
+
+    /// The latest verification of a snapshot (`spec.verify`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_verification: Option<VerificationRecord>,
+}
+
+/// One verification of a snapshot: what the source member said at backup time, and what
+/// reading the snapshot back found.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VerificationRecord {
+    /// BUCKET/KEY of the snapshot verified.
+    #[serde(default)]
+    pub path: String,
+    /// The snapshot's revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    /// etcd's `HashKV` of the source member at that revision, when it could be asked (not
+    /// when the revision was compacted already).
+    #[serde(default, rename = "hashKV", skip_serializing_if = "Option::is_none")]
+    pub hash_kv: Option<i64>,
+    /// Keys of the source member at that revision (same condition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keys: Option<i64>,
+    /// `Verified` or `Failed`.
+    #[serde(default)]
+    pub result: String,
+    /// Why it failed, or what was checked.
+    #[serde(default)]
+    pub reason: String,
+    /// When it was verified.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<Time>,
 }
 
 /// An operator extension (not in CoreOS' API): where the controller writes a snapshot of the
