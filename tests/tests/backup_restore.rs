@@ -59,6 +59,7 @@ fn main() -> std::process::ExitCode {
         a_corrupt_snapshot_is_refused_before_the_cluster_is_touched,
         a_tls_cluster_is_backed_up_with_the_client_tls_secret,
         bad_backups_and_restores_are_refused_at_kubectl_apply,
+        a_verified_backup_says_so_and_a_damaged_object_fails_verification,
     ];
     tests.push(
         etcd_tests::Test::new(
@@ -1004,6 +1005,114 @@ async fn a_corrupt_snapshot_is_refused_before_the_cluster_is_touched(
     ensure!(cluster.uid() == uid && cluster.metadata.deletion_timestamp.is_none());
     let pods: Api<Pod> = ctx.api();
     check_every_member(&pods, "live", "/k/", &data, 1).await?;
+    Ok(())
+}
+
+/// Issue 35, item 3 (verified backups, the read-back part): a one-shot backup with
+/// `spec.verify` of a real member to versitygw is read back and checked; its status says
+/// Verified, with the source member's hashKV and key count at the snapshot's revision (the
+/// same figures the test asks the member for). Then the object is overwritten through the S3
+/// API with one byte flipped, and the controller's verification of it fails, saying why.
+async fn a_verified_backup_says_so_and_a_damaged_object_fails_verification(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    use etcd_controller::backup::verify;
+    use etcd_controller::etcd::KvFingerprint;
+    use etcd_controller::snapshot::cluster::Success;
+
+    install(&ctx).await?;
+    let _controller = Controller::start(&ctx)?;
+    let storage = Storage::start(&ctx, "verified").await?;
+    settled_cluster(&ctx, "vf", 1).await?;
+    let slices: Api<EndpointSlice> = ctx.api();
+    bulk_put(&slices, "vf", "/v/", 300, 8).await?;
+    let started = Instant::now();
+    create::<EtcdBackup>(
+        &ctx,
+        &format!(
+            "{}  verify:\n    every: 1\n",
+            backup_yaml(&storage, "checked", "vf", "vf/snapshot.db")
+        ),
+    )
+    .await?;
+    let status = backup_status(&ctx, "checked", "verified", |s| {
+        s.last_verification.is_some()
+    })
+    .await?;
+    duration("one-shot backup written and verified", started);
+    let record = status
+        .last_verification
+        .clone()
+        .context("lastVerification")?;
+    ensure!(record.result == verify::PASSED, "{record:?}");
+    ensure!(record.path == "verified/vf/snapshot.db", "{record:?}");
+    let revision = status.etcd_revision.context("etcdRevision")?;
+    ensure!(record.revision == Some(revision), "{record:?}");
+    let condition = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Verified")
+        .context("Verified condition")?;
+    ensure!(condition.status == "True", "{condition:?}");
+
+    // The source's figures at the snapshot's revision, asked of the member directly.
+    let urls = client_service_urls(&slices, "vf").await?;
+    let mut client = connect(&urls).await?;
+    let hashed = client.hash_kv(revision).await?;
+    let counted = client
+        .get(
+            vec![0u8],
+            Some(
+                etcd_client::GetOptions::new()
+                    .with_from_key()
+                    .with_count_only()
+                    .with_revision(revision),
+            ),
+        )
+        .await?;
+    ensure!(
+        record.hash_kv == Some(i64::from(hashed.hash())) && record.keys == Some(counted.count()),
+        "recorded {record:?}, member: hashKV {} keys {}",
+        hashed.hash(),
+        counted.count()
+    );
+    ensure!(counted.count() >= 300, "{}", counted.count());
+    println!(
+        "figure: verified snapshot of {} bytes at revision {revision}: hashKV {} over {} keys",
+        status.last_backup_size.unwrap_or_default(),
+        hashed.hash(),
+        counted.count()
+    );
+
+    // One byte flipped, written back through the S3 API: verification fails and says why.
+    let bucket = storage.open()?;
+    let path = transfer::object_path("vf/snapshot.db")?;
+    let mut bytes = bucket.get(&path).await?.bytes().await?.to_vec();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    bucket.put(&path, bytes.into()).await?;
+    let success = Success {
+        path: record.path.clone(),
+        etcd_version: status.etcd_version.clone().unwrap_or_default(),
+        revision,
+        size: u64::try_from(status.last_backup_size.unwrap_or_default())?,
+        sha256: status.last_backup_sha256.clone().context("sha256")?,
+        took: Duration::ZERO,
+        source: Some(KvFingerprint {
+            revision,
+            hash_kv: hashed.hash(),
+            compact_revision: hashed.compact_version(),
+            keys: counted.count(),
+        }),
+    };
+    let outcome = verify::check(&bucket, "vf/snapshot.db", &success, None).await;
+    let failed = verify::record(&success, &outcome, k8s_openapi::jiff::Timestamp::now());
+    ensure!(failed.result == verify::FAILED, "{failed:?}");
+    ensure!(failed.reason.contains("hash"), "{}", failed.reason);
+    println!(
+        "figure: the damaged object fails verification: {}",
+        failed.reason
+    );
     Ok(())
 }
 
