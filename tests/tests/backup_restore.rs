@@ -1008,10 +1008,11 @@ async fn a_corrupt_snapshot_is_refused_before_the_cluster_is_touched(
     Ok(())
 }
 
-/// Issue 35, item 3 (verified backups, the read-back part): a one-shot backup with
-/// `spec.verify` of a real member to versitygw is read back and checked; its status says
-/// Verified, with the source member's hashKV and key count at the snapshot's revision (the
-/// same figures the test asks the member for). Then the object is overwritten through the S3
+/// Issue 35, item 3 (verified backups): a one-shot backup with `spec.verify` of a real member
+/// to versitygw is read back and checked, then restored into a scratch member (a short-lived
+/// pod, deleted after) whose hashKV and key count at the snapshot's revision match the source
+/// member's; its status says Verified, with the source member's figures (the same the test
+/// asks the member for). Then the object is overwritten through the S3
 /// API with one byte flipped, and the controller's verification of it fails, saying why.
 async fn a_verified_backup_says_so_and_a_damaged_object_fails_verification(
     ctx: TestContext,
@@ -1020,6 +1021,7 @@ async fn a_verified_backup_says_so_and_a_damaged_object_fails_verification(
     use etcd_controller::etcd::KvFingerprint;
     use etcd_controller::snapshot::cluster::Success;
 
+    OperatorBinaries::locate()?.register(ctx.kubelet()?);
     install(&ctx).await?;
     let _controller = Controller::start(&ctx)?;
     let storage = Storage::start(&ctx, "verified").await?;
@@ -1054,6 +1056,17 @@ async fn a_verified_backup_says_so_and_a_damaged_object_fails_verification(
         .find(|c| c.type_ == "Verified")
         .context("Verified condition")?;
     ensure!(condition.status == "True", "{condition:?}");
+    ensure!(
+        record.reason.contains("restored into a scratch member")
+            && record.reason.contains("as the source member's"),
+        "{record:?}"
+    );
+    // The scratch pod is gone once asked.
+    let pods: Api<Pod> = ctx.api();
+    ensure!(
+        pods.get_opt("checked-scratch").await?.is_none(),
+        "scratch pod left"
+    );
 
     // The source's figures at the snapshot's revision, asked of the member directly.
     let urls = client_service_urls(&slices, "vf").await?;

@@ -8,7 +8,8 @@
 //! - [`reconciler`]: the EtcdBackup reconciler; [`config`]: its settings.
 //! - [`restore`]: the EtcdRestore reconciler.
 //! - [`error`]: why a backup or a restore failed.
-//! - [`verify`]: verified backups (`spec.verify`): reading a snapshot back and checking it.
+//! - [`verify`]: verified backups (`spec.verify`): reading a snapshot back and checking it;
+//!   [`scratch`]: the scratch member it is restored into and compared with the source on.
 //! - [`claim_backup`], [`claim_restore`]: the controller's side of the pods that write and check
 //!   snapshots in a PersistentVolumeClaim (storage type PVC); [`one_shot_pod`]: the lifecycle
 //!   of those pods, the same for both.
@@ -21,4 +22,5 @@ pub mod one_shot_pod;
 pub mod reconciler;
 pub mod restore;
 pub mod schedule;
+pub mod scratch;
 pub mod verify;

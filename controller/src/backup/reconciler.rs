@@ -29,7 +29,7 @@ use super::claim_backup::{self, Progress};
 use super::config::BackupConfig;
 use super::error::BackupError;
 use super::schedule::{self, Next};
-use super::verify;
+use super::{scratch, verify};
 use crate::backoff::Backoff;
 use crate::controller_loop::{Reconciled, object_key as key};
 use crate::events::Events;
@@ -263,6 +263,9 @@ async fn take(
     Ok((success, Some(bucket)))
 }
 
+/// Time a scratch member gets beyond the backup's timeout to be scheduled and started.
+const SCRATCH_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Verifies the snapshot `success` wrote to `bucket` (its own time limit: the backup's
 /// timeout), decrypting it with `spec.encryption.identitySecret` when encrypted.
 async fn verify_snapshot(
@@ -284,15 +287,24 @@ async fn verify_snapshot(
             Some(_) => return Err("encrypted, and spec.encryption.identitySecret is blank".into()),
             None => None,
         };
-        match tokio::time::timeout(
+        let read = match tokio::time::timeout(
             limit,
             verify::check(bucket, key, success, identities.as_ref()),
         )
         .await
         {
-            Ok(checked) => checked,
-            Err(_) => Err(format!("reading the snapshot back took over {limit:?}")),
-        }
+            Ok(checked) => checked?,
+            Err(_) => return Err(format!("reading the snapshot back took over {limit:?}")),
+        };
+        let (view, _) = target(&r.client, &r.config.policy, backup)
+            .await
+            .map_err(|e| e.to_string())?;
+        let limit = limit + SCRATCH_GRACE;
+        let image = r.config.image.as_ref();
+        let restored =
+            scratch::fingerprint(&r.client, backup, &view, image, success, limit).await?;
+        let compared = verify::compare(success.source.as_ref(), &restored)?;
+        Ok(format!("{read}; {compared}"))
     }
     .await;
     verify::record(success, &outcome, Timestamp::now())

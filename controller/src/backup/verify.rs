@@ -1,11 +1,8 @@
 //! Verified backups (`spec.verify`): every Nth successful snapshot is read back from the store
 //! and checked (etcd's snapshot hash over the whole object, and the SHA-256 recorded when it
-//! was written), beside the source member's `HashKV` and key count at the snapshot's revision,
-//! asked right after the snapshot. The outcome is `status.lastVerification` and the `Verified`
-//! condition.
-//!
-//! What this does not do yet: restore the snapshot into a scratch member and compare its
-//! `HashKV` with the source's. The source's figures are recorded for that comparison.
+//! was written), then restored into a scratch member ([`super::scratch`]) whose `HashKV` and
+//! key count at the snapshot's revision must match the source member's, asked right after the
+//! snapshot. The outcome is `status.lastVerification` and the `Verified` condition.
 
 use std::sync::Arc;
 
@@ -17,6 +14,7 @@ use etcd_shared::types::{EtcdBackupSpec, EtcdBackupStatus, VerificationRecord};
 
 use super::schedule::VERIFIED;
 use crate::conditions::{self, Stamp, bounded_message};
+use crate::etcd::KvFingerprint;
 use crate::snapshot::cluster::Success;
 use crate::snapshot::encryption::Identities;
 use crate::snapshot::transfer;
@@ -49,6 +47,28 @@ pub async fn check(
         )),
         Err(e) => Err(e.to_string()),
     }
+}
+
+/// Compares the scratch member's `HashKV` and key count at the snapshot's revision with the
+/// source member's (`None`: the source could not say; the scratch member's figures are noted).
+pub fn compare(source: Option<&KvFingerprint>, scratch: &KvFingerprint) -> Result<String, String> {
+    let r = scratch.revision;
+    let Some(source) = source else {
+        return Ok(format!(
+            "restored into a scratch member: hashKV {} over {} keys at revision {r} (the source's was not available to compare)",
+            scratch.hash_kv, scratch.keys
+        ));
+    };
+    if source.hash_kv != scratch.hash_kv || source.keys != scratch.keys {
+        return Err(format!(
+            "the restored snapshot differs from the source at revision {r}: hashKV {} over {} keys, the source member's {} over {} keys",
+            scratch.hash_kv, scratch.keys, source.hash_kv, source.keys
+        ));
+    }
+    Ok(format!(
+        "restored into a scratch member: hashKV {} and {} keys at revision {r}, as the source member's",
+        scratch.hash_kv, scratch.keys
+    ))
 }
 
 /// The record of a verification of `success` at `now`: `outcome` is what [`check`] found.
@@ -109,7 +129,25 @@ mod tests {
     use etcd_shared::types::BackupVerify;
 
     use super::*;
-    use crate::etcd::KvFingerprint;
+
+    #[test]
+    fn the_scratch_member_must_match_the_source() {
+        let at = |hash_kv, keys| KvFingerprint {
+            revision: 9,
+            hash_kv,
+            compact_revision: 1,
+            keys,
+        };
+        assert!(compare(Some(&at(5, 3)), &at(5, 3)).is_ok());
+        let hash = compare(Some(&at(5, 3)), &at(6, 3)).expect_err("hash");
+        assert!(
+            hash.contains("hashKV 6 over 3 keys, the source member's 5 over 3"),
+            "{hash}"
+        );
+        assert!(compare(Some(&at(5, 3)), &at(5, 4)).is_err());
+        let unknown = compare(None, &at(5, 3)).expect("no source");
+        assert!(unknown.contains("not available"), "{unknown}");
+    }
 
     fn spec(every: Option<i64>) -> EtcdBackupSpec {
         EtcdBackupSpec {

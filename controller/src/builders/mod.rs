@@ -7,6 +7,7 @@ mod network_policy;
 mod operator_image;
 mod pdb;
 mod pod;
+pub mod scratch;
 pub mod seed;
 mod services;
 

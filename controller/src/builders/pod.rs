@@ -507,7 +507,7 @@ pub(super) fn read_only_mount(name: &str, path: &str) -> VolumeMount {
     }
 }
 
-fn field_env(name: &str, path: &str) -> EnvVar {
+pub(super) fn field_env(name: &str, path: &str) -> EnvVar {
     EnvVar {
         name: name.into(),
         value_from: Some(EnvVarSource {

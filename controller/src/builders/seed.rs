@@ -90,7 +90,7 @@ pub fn seed_member(
 
 /// The fetch's flags and mounts for a snapshot in an object store (S3, ABS, GCS); the
 /// credentials' Secret volume, if the store has one.
-fn store_source(
+pub(super) fn store_source(
     source: &etcd_shared::types::StorageSource,
     fetch_args: &mut Vec<String>,
     fetch_mounts: &mut Vec<VolumeMount>,
