@@ -197,3 +197,104 @@ pub fn scratch_pod(spec: ScratchPod) -> Pod {
         status: None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use etcd_shared::types::storage::S3Source;
+
+    use super::*;
+
+    fn pod(etcdutl: bool, identity: Option<&str>) -> Pod {
+        scratch_pod(ScratchPod {
+            backup: "nightly".into(),
+            namespace: "ns".into(),
+            owner: OwnerReference::default(),
+            operator_image: OperatorImage::new("example.com/etcd-operator:1"),
+            etcd_image: "quay.io/coreos/etcd:v3.6.16".into(),
+            etcdutl,
+            source: StorageSource {
+                s3: Some(S3Source {
+                    path: "b/k_v9".into(),
+                    aws_secret: "aws".into(),
+                    endpoint: "http://s3:9000".into(),
+                    force_path_style: true,
+                }),
+                ..StorageSource::default()
+            },
+            sha256: "ab".repeat(32),
+            identity_secret: identity.map(String::from),
+        })
+    }
+
+    fn args(c: &Container) -> Vec<String> {
+        c.args.clone().unwrap_or_default()
+    }
+
+    #[test]
+    fn a_scratch_pod_fetches_restores_and_serves_the_snapshot_alone() {
+        let p = pod(true, None);
+        assert_eq!(p.metadata.name.as_deref(), Some("nightly-scratch"));
+        let labels = p.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(
+            labels.get(names::LABEL_COMPONENT).map(String::as_str),
+            Some(COMPONENT)
+        );
+        assert!(
+            !labels.contains_key("etcd_cluster"),
+            "never a member: {labels:?}"
+        );
+        let spec = p.spec.expect("spec");
+        assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+        let init = spec.init_containers.expect("init");
+        let fetch = args(&init[0]);
+        for want in [
+            "restore",
+            "fetch",
+            "--path=b/k_v9",
+            "--storage-type=S3",
+            "--force-path-style",
+        ] {
+            assert!(fetch.iter().any(|a| a == want), "{want} in {fetch:?}");
+        }
+        assert!(fetch.contains(&format!("--sha256={}", "ab".repeat(32))));
+        assert_eq!(init[1].command, Some(vec![ETCDUTL_BINARY.to_string()]));
+        let etcd = args(&spec.containers[0]);
+        assert!(
+            etcd.contains(&"--listen-client-urls=http://$(POD_IP):2379".to_string()),
+            "{etcd:?}"
+        );
+        assert!(
+            etcd.iter().all(|a| !a.contains("initial-cluster-state")),
+            "{etcd:?}"
+        );
+        let volumes = spec.volumes.expect("volumes");
+        assert!(volumes.iter().any(|v| v.empty_dir.is_some()));
+        assert!(
+            volumes
+                .iter()
+                .any(|v| v.secret.as_ref().and_then(|s| s.secret_name.as_deref()) == Some("aws"))
+        );
+    }
+
+    #[test]
+    fn an_old_line_restores_with_etcdctl_and_an_encrypted_snapshot_gets_its_identity() {
+        let p = pod(false, Some("backup-identity"));
+        let spec = p.spec.expect("spec");
+        let init = spec.init_containers.expect("init");
+        assert_eq!(init[1].command, Some(vec![ETCDCTL_BINARY.to_string()]));
+        let env = init[1].env.clone().unwrap_or_default();
+        assert!(env.iter().any(|e| e.name == "ETCDCTL_API"), "{env:?}");
+        assert!(
+            args(&init[0])
+                .iter()
+                .any(|a| a.starts_with("--identity-file="))
+        );
+        let volumes = spec.volumes.expect("volumes");
+        assert!(
+            volumes
+                .iter()
+                .any(|v| v.secret.as_ref().and_then(|s| s.secret_name.as_deref())
+                    == Some("backup-identity"))
+        );
+    }
+}

@@ -100,8 +100,9 @@ pub struct EtcdBackupSpec {
 
     /// An operator extension: verification of the snapshots once written. Every `every`th
     /// successful backup is read back from the store and checked (etcd's snapshot hash and
-    /// the SHA-256 recorded at upload); the source member's `HashKV` and key count at the
-    /// snapshot's revision are recorded beside it. `status.lastVerification` and the
+    /// the SHA-256 recorded at upload), then restored into a scratch member (a short-lived
+    /// pod `NAME-scratch`) whose `HashKV` and key count at the snapshot's revision must equal
+    /// the source member's, asked right after the snapshot. `status.lastVerification` and the
     /// `Verified` condition say how it went. Absent: no verification. Object stores only
     /// (S3, ABS, GCS), not `PVC`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
