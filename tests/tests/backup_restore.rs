@@ -1012,14 +1012,12 @@ async fn a_corrupt_snapshot_is_refused_before_the_cluster_is_touched(
 /// to versitygw is read back and checked, then restored into a scratch member (a short-lived
 /// pod, deleted after) whose hashKV and key count at the snapshot's revision match the source
 /// member's; its status says Verified, with the source member's figures (the same the test
-/// asks the member for). Then the object is overwritten through the S3
-/// API with one byte flipped, and the controller's verification of it fails, saying why.
+/// asks the member for). Then the object is overwritten through the S3 API with one byte
+/// flipped and a verification asked for (the annotation): it fails, saying why.
 async fn a_verified_backup_says_so_and_a_damaged_object_fails_verification(
     ctx: TestContext,
 ) -> anyhow::Result<()> {
     use etcd_controller::backup::verify;
-    use etcd_controller::etcd::KvFingerprint;
-    use etcd_controller::snapshot::cluster::Success;
 
     OperatorBinaries::locate()?.register(ctx.kubelet()?);
     install(&ctx).await?;
@@ -1104,24 +1102,49 @@ async fn a_verified_backup_says_so_and_a_damaged_object_fails_verification(
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0xff;
     bucket.put(&path, bytes.into()).await?;
-    let success = Success {
-        path: record.path.clone(),
-        etcd_version: status.etcd_version.clone().unwrap_or_default(),
-        revision,
-        size: u64::try_from(status.last_backup_size.unwrap_or_default())?,
-        sha256: status.last_backup_sha256.clone().context("sha256")?,
-        took: Duration::ZERO,
-        source: Some(KvFingerprint {
-            revision,
-            hash_kv: hashed.hash(),
-            compact_revision: hashed.compact_version(),
-            keys: counted.count(),
-        }),
-    };
-    let outcome = verify::check(&bucket, "vf/snapshot.db", &success, None).await;
-    let failed = verify::record(&success, &outcome, k8s_openapi::jiff::Timestamp::now());
+    // Asked to verify the latest snapshot again (an annotation), the controller finds it out.
+    let backups: Api<EtcdBackup> = ctx.api();
+    let patch = serde_json::json!({"metadata": {"annotations": {
+        etcd_shared::types::backup::ANNOTATION_VERIFY: "after-damage"
+    }}});
+    let asked = Instant::now();
+    backups
+        .patch(
+            "checked",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await?;
+    let status = backup_status(&ctx, "checked", "verified on request", |s| {
+        s.last_verification
+            .as_ref()
+            .is_some_and(|v| v.request == "after-damage")
+    })
+    .await?;
+    duration("verification on request of a damaged object", asked);
+    let failed = status
+        .last_verification
+        .clone()
+        .context("lastVerification")?;
     ensure!(failed.result == verify::FAILED, "{failed:?}");
-    ensure!(failed.reason.contains("hash"), "{}", failed.reason);
+    ensure!(
+        failed.reason.contains("integrity hash mismatch"),
+        "{}",
+        failed.reason
+    );
+    let condition = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Verified")
+        .context("Verified condition")?;
+    ensure!(
+        condition.status == "False" && condition.reason == "VerificationFailed",
+        "{condition:?}"
+    );
+    ensure!(
+        status.succeeded,
+        "the backup itself stays succeeded: {status:?}"
+    );
     println!(
         "figure: the damaged object fails verification: {}",
         failed.reason

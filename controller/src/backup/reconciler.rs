@@ -35,11 +35,11 @@ use crate::controller_loop::{Reconciled, object_key as key};
 use crate::events::Events;
 use crate::metrics::backup::BackupMetrics;
 use crate::snapshot::cluster::{
-    SnapshotSettings, Success, identities, recipients, snapshot_cluster, target,
+    SnapshotSettings, Success, credentials, identities, recipients, snapshot_cluster, target,
 };
 use crate::snapshot::error::SnapshotError;
 use crate::snapshot::keys;
-use crate::snapshot::store::StoreLocation;
+use crate::snapshot::store::{self, StoreLocation};
 use crate::snapshot::transfer::{self, TransferError};
 use crate::status_writer::write_status;
 
@@ -104,6 +104,9 @@ async fn reconcile(
     r: Arc<BackupReconciler>,
 ) -> Result<Action, BackupError> {
     let generation = backup.metadata.generation;
+    if let Some(request) = verify::requested(&backup) {
+        return verify_on_request(&backup, &r, request).await;
+    }
     let now = Timestamp::now();
     let created = backup.metadata.creation_timestamp.as_ref().map(|t| t.0);
     let scheduled = match schedule::next(
@@ -261,6 +264,41 @@ async fn take(
         }
     }
     Ok((success, Some(bucket)))
+}
+
+/// Verifies the latest snapshot again, as the verify annotation's new value `request` asks,
+/// and records it; the next reconcile goes on as usual.
+async fn verify_on_request(
+    backup: &EtcdBackup,
+    r: &BackupReconciler,
+    request: String,
+) -> Result<Action, BackupError> {
+    let namespace = backup.namespace().unwrap_or_default();
+    let name = backup.name_any();
+    let Some(success) = backup.status.as_ref().and_then(verify::latest) else {
+        return Ok(Action::await_change());
+    };
+    let spec = &backup.spec;
+    let location = StoreLocation::from_source(&spec.storage_type, &spec.source)?;
+    let credentials = credentials(&r.client, &namespace, &location).await?;
+    let bucket =
+        store::open(&location, &credentials, r.config.store).map_err(SnapshotError::from)?;
+    let mut record = verify_snapshot(backup, r, &bucket, &success).await;
+    record.request = request;
+    let passed = record.result == verify::PASSED;
+    r.metrics
+        .verified(&namespace, &name, passed, Timestamp::now());
+    let note = format!("{} (on request): {}", record.path, record.reason);
+    let events = Events::of(&r.recorder, backup);
+    if passed {
+        events.normal("SnapshotVerified", note).await;
+    } else {
+        events.warning("VerificationFailed", note).await;
+    }
+    let old = backup.status.clone().unwrap_or_default();
+    let status = verify::with_record(old, record, backup.metadata.generation, Timestamp::now());
+    write_status(&r.client, backup, &status).await?;
+    Ok(Action::requeue(std::time::Duration::from_secs(1)))
 }
 
 /// Time a scratch member gets beyond the backup's timeout to be scheduled and started.

@@ -10,7 +10,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use object_store::ObjectStore;
 
-use etcd_shared::types::{EtcdBackupSpec, EtcdBackupStatus, VerificationRecord};
+use kube::ResourceExt as _;
+
+use etcd_shared::types::backup::ANNOTATION_VERIFY;
+use etcd_shared::types::{EtcdBackup, EtcdBackupSpec, EtcdBackupStatus, VerificationRecord};
 
 use super::schedule::VERIFIED;
 use crate::conditions::{self, Stamp, bounded_message};
@@ -47,6 +50,52 @@ pub async fn check(
         )),
         Err(e) => Err(e.to_string()),
     }
+}
+
+/// The value of the verify annotation of `backup` when it asks for a verification not yet
+/// made: `spec.verify` set, a latest snapshot to verify, and a value other than the one the
+/// latest verification answered.
+pub fn requested(backup: &EtcdBackup) -> Option<String> {
+    backup.spec.verify.as_ref()?;
+    let value = backup.annotations().get(ANNOTATION_VERIFY)?;
+    let status = backup.status.as_ref()?;
+    status.last_backup_path.as_ref()?;
+    let answered = status
+        .last_verification
+        .as_ref()
+        .map(|v| v.request.as_str());
+    (!value.is_empty() && answered != Some(value.as_str())).then(|| value.clone())
+}
+
+/// The latest snapshot of `status`, as its backup recorded it; the source member's figures
+/// when the latest verification was of the same snapshot.
+pub fn latest(status: &EtcdBackupStatus) -> Option<Success> {
+    let path = status.last_backup_path.clone()?;
+    let revision = status.etcd_revision?;
+    let source = status
+        .last_verification
+        .as_ref()
+        .filter(|v| v.path == path && v.revision == Some(revision))
+        .and_then(|v| {
+            Some(KvFingerprint {
+                revision,
+                hash_kv: u32::try_from(v.hash_kv?).ok()?,
+                compact_revision: 0,
+                keys: v.keys?,
+            })
+        });
+    Some(Success {
+        path,
+        etcd_version: status.etcd_version.clone().unwrap_or_default(),
+        revision,
+        size: status
+            .last_backup_size
+            .and_then(|s| u64::try_from(s).ok())
+            .unwrap_or_default(),
+        sha256: status.last_backup_sha256.clone().unwrap_or_default(),
+        took: std::time::Duration::ZERO,
+        source,
+    })
 }
 
 /// Compares the scratch member's `HashKV` and key count at the snapshot's revision with the
@@ -94,6 +143,7 @@ pub fn record(
         result: result.into(),
         reason,
         time: Some(Time(now)),
+        request: String::new(),
     }
 }
 

@@ -326,7 +326,17 @@ pub struct VerificationRecord {
     /// When it was verified.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<Time>,
+    /// The value of the annotation `etcd.database.coreos.com/verify` this verification
+    /// answered (a verification of the latest snapshot on request); blank for one that
+    /// followed a backup.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub request: String,
 }
+
+/// Annotation on an EtcdBackup with `spec.verify`: a new value asks the controller to verify
+/// the latest snapshot again (as it is in the store now); `status.lastVerification.request`
+/// then holds the value.
+pub const ANNOTATION_VERIFY: &str = "etcd.database.coreos.com/verify";
 
 /// An operator extension (not in CoreOS' API): where the controller writes a snapshot of the
 /// cluster before each minor upgrade and before each scale-down; the change waits until the
