@@ -217,6 +217,42 @@ mod tests {
         assert!(!due(&spec(Some(0)), 1), "past the webhook: off");
     }
 
+    #[test]
+    fn a_new_annotation_value_asks_for_the_latest_snapshot_once() {
+        let mut backup = EtcdBackup::new("b", spec(Some(3)));
+        let ask = |b: &mut EtcdBackup, v: &str| {
+            b.metadata.annotations = Some([(ANNOTATION_VERIFY.to_string(), v.to_string())].into());
+        };
+        ask(&mut backup, "1");
+        assert_eq!(requested(&backup), None, "no snapshot yet");
+        backup.status = Some(EtcdBackupStatus {
+            last_backup_path: Some("b/snap.db".into()),
+            etcd_revision: Some(42),
+            last_backup_sha256: Some("ab".into()),
+            ..EtcdBackupStatus::default()
+        });
+        assert_eq!(requested(&backup).as_deref(), Some("1"));
+        let latest_one = latest(backup.status.as_ref().expect("status")).expect("latest");
+        assert_eq!((latest_one.revision, latest_one.source), (42, None));
+        if let Some(status) = backup.status.as_mut() {
+            status.last_verification = Some(VerificationRecord {
+                path: "b/snap.db".into(),
+                revision: Some(42),
+                hash_kv: Some(7),
+                keys: Some(10),
+                request: "1".into(),
+                ..VerificationRecord::default()
+            });
+        }
+        assert_eq!(requested(&backup), None, "answered");
+        let again = latest(backup.status.as_ref().expect("status")).expect("latest");
+        assert_eq!(again.source.map(|s| (s.hash_kv, s.keys)), Some((7, 10)));
+        ask(&mut backup, "2");
+        assert_eq!(requested(&backup).as_deref(), Some("2"));
+        backup.spec.verify = None;
+        assert_eq!(requested(&backup), None, "without spec.verify");
+    }
+
     fn success() -> Success {
         Success {
             path: "b/snap.db".into(),
