@@ -256,17 +256,33 @@ async fn on_the_node(
     let example_file =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/example-etcd-cluster.yaml");
     let applying = Instant::now();
-    let (ok, out, err) = kubectl(
-        ctx,
-        &[
-            "apply",
-            "-n",
-            ctx.ns(),
-            "-f",
-            &example_file.to_string_lossy(),
-        ],
-    )?;
+    // `helm install --wait` returns once the webhook's pods are Ready; kube-proxy programs
+    // its Service a moment later (seen under CI load: `connection refused` on the ClusterIP).
+    // A refused connection to the webhook is waited out (the API server then refuses the
+    // object: nothing was created); any other answer decides.
+    let (ok, out, err) = loop {
+        let (ok, out, err) = kubectl(
+            ctx,
+            &[
+                "apply",
+                "-n",
+                ctx.ns(),
+                "-f",
+                &example_file.to_string_lossy(),
+            ],
+        )?;
+        let webhook_unreachable =
+            !ok && err.contains("failed calling webhook") && err.contains("connection refused");
+        if !webhook_unreachable || applying.elapsed() > Duration::from_secs(30) {
+            break (ok, out, err);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
     ensure!(ok, "kubectl apply of the example: {out}{err}");
+    println!(
+        "the example applied {:.1} s after helm install returned",
+        applying.elapsed().as_secs_f64()
+    );
     let clusters: Api<EtcdCluster> = ctx.api();
     wait_until(&clusters, CLUSTER, "3 members Running", |c| {
         settled(c, 3, example)

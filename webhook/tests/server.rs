@@ -344,13 +344,20 @@ fn rule_cases() -> Vec<Case> {
             ),
         ),
         // immutable TLS and domain
+        // Plain to TLS is a rolling switch; TLS back to plain is refused.
         update(
             "peer TLS turned on",
             quiet(json!({})),
             quiet(json!({"TLS": {"static": {"member": {"peerSecret": "peer"}}}})),
+            Want::Allowed(&[]),
+        ),
+        update(
+            "peer TLS turned off",
+            quiet(json!({"TLS": {"static": {"member": {"peerSecret": "peer"}}}})),
+            quiet(json!({})),
             Want::Refused(
                 "immutable-tls-mode",
-                "spec.TLS.static.member.peerSecret: peer traffic cannot switch from plain HTTP to TLS",
+                "spec.TLS.static.member.peerSecret: peer traffic cannot switch from TLS to plain HTTP",
             ),
         ),
         update(
