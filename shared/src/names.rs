@@ -10,6 +10,14 @@ pub const PEER_PORT: i32 = 2380;
 /// Plain-HTTP port for etcd's `/metrics` and `/health` (where the line supports it).
 pub const METRICS_PORT: i32 = 2381;
 
+/// The key of an encrypted backup's `recipientsSecret` holding its age recipients, one
+/// `age1...` per line.
+pub const RECIPIENTS_KEY: &str = "recipients";
+
+/// The key of an `identitySecret` holding age identities, one `AGE-SECRET-KEY-1...` per line
+/// (an `age-keygen` output file as it is).
+pub const IDENTITY_KEY: &str = "identity";
+
 /// The field manager of every server-side apply the operator makes.
 pub const FIELD_MANAGER: &str = "etcd-operator";
 

@@ -98,7 +98,7 @@ pub fn scratch_pod(spec: ScratchPod) -> Pod {
     if let Some(identity) = &spec.identity_secret {
         fetch_args.push(format!(
             "--identity-file={IDENTITY_DIR}/{}",
-            crate::snapshot::encryption::IDENTITY_KEY
+            etcd_shared::names::IDENTITY_KEY
         ));
         fetch_mounts.push(read_only_mount(IDENTITY_VOLUME, IDENTITY_DIR));
         volumes.push(secret_volume(IDENTITY_VOLUME, identity, 0o440));

@@ -191,7 +191,7 @@ fn fetch_container(
     if !identity_secret.is_empty() && source.pvc.is_none() {
         fetch_args.push(format!(
             "--identity-file={IDENTITY_DIR}/{}",
-            crate::snapshot::encryption::IDENTITY_KEY
+            etcd_shared::names::IDENTITY_KEY
         ));
         fetch_mounts.push(read_only_mount(IDENTITY_VOLUME, IDENTITY_DIR));
         volumes.push(secret_volume(IDENTITY_VOLUME, identity_secret, 0o440));

@@ -32,12 +32,7 @@ use futures::{Stream, StreamExt as _, TryStreamExt as _};
 /// The first bytes of every age file (its header's version line).
 pub const AGE_MAGIC: &[u8] = b"age-encryption.org/v1\n";
 
-/// The key of a `recipientsSecret` holding the recipients, one `age1...` per line.
-pub const RECIPIENTS_KEY: &str = "recipients";
-
-/// The key of an `identitySecret` holding the identities, one `AGE-SECRET-KEY-1...` per line
-/// (an `age-keygen` output file as it is).
-pub const IDENTITY_KEY: &str = "identity";
+pub use etcd_shared::names::{IDENTITY_KEY, RECIPIENTS_KEY};
 
 /// The value of the snapshot object's `etcd-encryption` metadata when it is encrypted.
 pub const METADATA_VALUE: &str = "age";
