@@ -1059,12 +1059,17 @@ async fn a_verified_backup_says_so_and_a_damaged_object_fails_verification(
             && record.reason.contains("as the source member's"),
         "{record:?}"
     );
-    // The scratch pod is gone once asked.
+    // The scratch pod is deleted once asked (its etcd stops within the grace period).
     let pods: Api<Pod> = ctx.api();
-    ensure!(
-        pods.get_opt("checked-scratch").await?.is_none(),
-        "scratch pod left"
-    );
+    poll_until("the scratch pod gone", WAIT, || async {
+        anyhow::Ok(
+            pods.get_opt("checked-scratch")
+                .await?
+                .is_none()
+                .then_some(()),
+        )
+    })
+    .await?;
 
     // The source's figures at the snapshot's revision, asked of the member directly.
     let urls = client_service_urls(&slices, "vf").await?;
