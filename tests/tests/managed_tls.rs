@@ -961,20 +961,8 @@ async fn transports(
         if pod.metadata.deletion_timestamp.is_some() {
             continue;
         }
-        let container = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.containers.iter().find(|c| c.name == "etcd"))
-            .with_context(|| format!("{member} has no etcd container"))?;
-        let transport = MemberTransport::of_args(
-            container
-                .command
-                .iter()
-                .flatten()
-                .chain(container.args.iter().flatten())
-                .map(String::as_str),
-        )
-        .with_context(|| format!("{member}'s flags name no peer URL"))?;
+        let transport = MemberTransport::of_pod(&pod)
+            .with_context(|| format!("{member}'s etcd flags name no peer URL"))?;
         out.insert(member, transport);
     }
     Ok(out)

@@ -195,21 +195,7 @@ pub async fn most_advanced_member(
         .filter(|p| observe::member_pod_origin(&p.metadata, view).is_some())
         .filter_map(|p| {
             let ip = p.status.as_ref()?.pod_ip.as_deref()?;
-            let transport = p
-                .spec
-                .as_ref()?
-                .containers
-                .iter()
-                .find(|c| c.name == "etcd")
-                .and_then(|c| {
-                    MemberTransport::of_args(
-                        c.command
-                            .iter()
-                            .flatten()
-                            .chain(c.args.iter().flatten())
-                            .map(String::as_str),
-                    )
-                });
+            let transport = MemberTransport::of_pod(p);
             Some((
                 observe::endpoint(view, transport.as_ref(), ip),
                 p.name_any(),

@@ -150,6 +150,25 @@ impl MemberTransport {
         })
     }
 
+    /// The transport of a member pod, from its `etcd` container's command and arguments
+    /// ([`Self::of_args`]).
+    pub fn of_pod(pod: &k8s_openapi::api::core::v1::Pod) -> Option<Self> {
+        let container = pod
+            .spec
+            .as_ref()?
+            .containers
+            .iter()
+            .find(|c| c.name == "etcd")?;
+        Self::of_args(
+            container
+                .command
+                .iter()
+                .flatten()
+                .chain(container.args.iter().flatten())
+                .map(String::as_str),
+        )
+    }
+
     /// How far this member is from what `view` asks. A member that speaks TLS where the
     /// cluster no longer asks for it (TLS back to plain, which the webhook refuses: a spec
     /// written past it) counts as the target: it is left as it is, never replaced by a plain

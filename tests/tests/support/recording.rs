@@ -188,19 +188,7 @@ async fn schemes_by_pod(
 
 /// Whether a member pod's etcd serves clients with TLS (by its flags).
 fn serves_tls(pod: &Pod) -> bool {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.containers.iter().find(|c| c.name == "etcd"))
-        .and_then(|c| {
-            etcd_controller::view::transport::MemberTransport::of_args(
-                c.command
-                    .iter()
-                    .flatten()
-                    .chain(c.args.iter().flatten())
-                    .map(String::as_str),
-            )
-        })
-        .is_some_and(|t| t.serves_tls())
+    etcd_controller::view::transport::MemberTransport::of_pod(pod).is_some_and(|t| t.serves_tls())
 }
 
 /// `http://` URLs as `https://` ones, for a cluster whose members serve clients over TLS.
