@@ -308,6 +308,7 @@ fn pod_state(
             leaves: annotation(names::ANNOTATION_TLS_LEAVES).map(str::to_string),
         },
         transport: pod.transport_of("etcd"),
+        tls_secrets: pod.tls_secrets(),
     })
 }
 
@@ -381,6 +382,7 @@ async fn operator_tls(
         &view.namespace,
         secret_name,
         &view.tls_server_name(),
+        view.tls.layout,
     )
     .await
     .map(Some)
@@ -389,12 +391,15 @@ async fn operator_tls(
 /// Client TLS for the members from a Secret in CoreOS' client layout (etcd-client.crt,
 /// etcd-client.key, etcd-client-ca.crt) or `kubernetes.io/tls` (cert-manager's), verifying the members' certificates against
 /// `server_name`, and a hash identifying the material (pooled connections are reused only
-/// with the material they were made with).
+/// with the material they were made with). A Secret cert-manager writes (`layout`) is read in
+/// its keys alone: after a switch from the operator's own certificates it may still hold the
+/// operator's keys of the same names.
 pub async fn secret_tls(
     client: &kube::Client,
     namespace: &str,
     secret_name: &str,
     server_name: &str,
+    layout: etcd_shared::tls::SecretLayout,
 ) -> Result<(Arc<MemberTls>, u64), Error> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let secret = secrets
@@ -414,7 +419,10 @@ pub async fn secret_tls(
                 reason: format!("has no key {key}"),
             })
     };
-    let [cert_key, key_key, ca_key] = crate::etcd_tls::client_keys(|k| data.contains_key(k));
+    let [cert_key, key_key, ca_key] = match layout {
+        etcd_shared::tls::SecretLayout::KubernetesTls => etcd_shared::tls::KUBERNETES_TLS_KEYS,
+        _ => crate::etcd_tls::client_keys(|k| data.contains_key(k)),
+    };
     let (cert, key, ca) = (get(cert_key)?, get(key_key)?, get(ca_key)?);
     // Members are dialled by IP; their certificates name the member DNS names.
     let tls = MemberTls::new(&ca, &cert, &key, server_name).map_err(|e| Error::OperatorTls {

@@ -887,6 +887,8 @@ pub fn compute(
             .into_iter()
             .map(str::to_string)
             .collect(),
+        // Written by the pipeline from what the members mount (see `certificates::switching`).
+        tls: previous.and_then(|p| p.tls.clone()),
     }
 }
 

@@ -138,6 +138,18 @@ pub fn operator_tls_secret_name(cluster: &str) -> String {
     format!("{cluster}-operator-tls")
 }
 
+/// The member pod's volume of its peer certificate Secret.
+pub const PEER_TLS_VOLUME: &str = "peer-tls";
+/// The member pod's volume of its server certificate Secret.
+pub const SERVER_TLS_VOLUME: &str = "server-tls";
+
+/// Name of the Secret the members and the operator use while the cluster's certificates move
+/// from one source to another: the peer, server and operator certificates in CoreOS' key names,
+/// with a trust bundle of both sources' CAs.
+pub fn tls_switch_secret_name(cluster: &str) -> String {
+    format!("{cluster}-tls-switch")
+}
+
 /// Name of the NetworkPolicy of a cluster's members.
 pub fn network_policy_name(cluster: &str) -> String {
     format!("{cluster}-members")

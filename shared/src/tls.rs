@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::duration::{ParseDurationError, parse_duration};
-use crate::types::{CertManagerTls, OperatorManagedTls, TlsPolicy};
+use crate::types::{CertManagerTls, OperatorManagedTls, TlsInUse, TlsPolicy};
 
 /// Default lifetime of an operator-issued leaf certificate (90 days).
 pub const DEFAULT_LEAF_DURATION: Duration = Duration::from_secs(90 * 24 * 3600);
@@ -48,6 +48,56 @@ impl TlsPolicy {
     /// The one source of a valid policy.
     pub fn source(&self) -> Option<TlsSource<'_>> {
         self.sources().into_iter().next()
+    }
+
+    /// The Secrets the members of cluster `name` use with this policy, and where they come
+    /// from: the user's (`static`), or the operator's or cert-manager's, of fixed names.
+    pub fn in_use(&self, name: &str) -> Option<TlsInUse> {
+        let managed = |source: &str, issuer: Option<String>| TlsInUse {
+            source: source.to_string(),
+            issuer,
+            peer_secret: Some(CertKind::Peer.secret_name(name)),
+            server_secret: Some(CertKind::Server.secret_name(name)),
+            operator_secret: Some(CertKind::Operator.secret_name(name)),
+        };
+        Some(match self.source()? {
+            TlsSource::Static(st) => {
+                let member = st.member.as_ref();
+                TlsInUse {
+                    source: "static".to_string(),
+                    issuer: None,
+                    peer_secret: member.and_then(|m| m.peer_secret.clone()),
+                    server_secret: member.and_then(|m| m.server_secret.clone()),
+                    operator_secret: st.operator_secret.clone(),
+                }
+            }
+            TlsSource::OperatorManaged(_) => managed("operatorManaged", None),
+            TlsSource::CertManager(cm) => {
+                let issuer = &cm.issuer_ref;
+                let kind = issuer.kind.as_deref().unwrap_or("Issuer");
+                let group = issuer.group.as_deref().unwrap_or(CERT_MANAGER_GROUP);
+                managed(
+                    "certManager",
+                    Some(format!("{kind}.{group}/{}", issuer.name)),
+                )
+            }
+        })
+    }
+}
+
+impl TlsInUse {
+    /// How its Secrets name their keys.
+    pub fn layout(&self) -> SecretLayout {
+        if self.source == "certManager" {
+            SecretLayout::KubernetesTls
+        } else {
+            SecretLayout::CoreOs
+        }
+    }
+
+    /// Which traffic uses TLS: (peer, client).
+    pub fn modes(&self) -> (bool, bool) {
+        (self.peer_secret.is_some(), self.server_secret.is_some())
     }
 }
 
@@ -208,6 +258,9 @@ pub enum SecretLayout {
     CoreOs,
     /// `kubernetes.io/tls` as cert-manager writes it: `tls.crt`, `tls.key`, `ca.crt`.
     KubernetesTls,
+    /// The operator's switch Secret ([`crate::names::tls_switch_secret_name`]): the three
+    /// kinds in one Secret, in CoreOS' key names; each mount takes its own kind's keys.
+    Switch,
 }
 
 /// The keys of a `kubernetes.io/tls` Secret: certificate, key, CA.
@@ -217,7 +270,7 @@ impl SecretLayout {
     /// The keys (certificate, key, CA bundle) of a Secret of `kind` in this layout.
     pub fn keys(self, kind: CertKind) -> [&'static str; 3] {
         match self {
-            SecretLayout::CoreOs => kind.coreos_keys(),
+            SecretLayout::CoreOs | SecretLayout::Switch => kind.coreos_keys(),
             SecretLayout::KubernetesTls => KUBERNETES_TLS_KEYS,
         }
     }

@@ -37,7 +37,7 @@ pub use restore::{
 };
 pub use status::{
     CompactionRecord, DefragmentationRecord, EtcdClusterStatus, MaintenanceStatus, MemberPlacement,
-    MembersStatus, RecoveryRecord, RecoveryStatus, RestoredFrom,
+    MembersStatus, RecoveryRecord, RecoveryStatus, RestoredFrom, TlsInUse,
 };
 pub use storage::{PvcSource, S3Source, StorageSource};
 

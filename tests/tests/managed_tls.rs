@@ -107,6 +107,21 @@ fn main() -> std::process::ExitCode {
             a_plain_cluster_switches_to_tls_with_no_outage_on_the_users_3_2,
         )
         .with_timeout(Duration::from_secs(900)),
+        etcd_tests::Test::new(
+            "static_certificates_switch_to_the_operators_with_no_outage_on_3_6",
+            static_certificates_switch_to_the_operators_with_no_outage_on_3_6,
+        )
+        .with_timeout(Duration::from_secs(900)),
+        etcd_tests::Test::new(
+            "the_operators_certificates_switch_to_cert_manager_with_no_outage_on_3_6",
+            the_operators_certificates_switch_to_cert_manager_with_no_outage_on_3_6,
+        )
+        .with_timeout(Duration::from_secs(900)),
+        etcd_tests::Test::new(
+            "static_certificates_switch_to_the_operators_with_no_outage_on_the_users_3_2",
+            static_certificates_switch_to_the_operators_with_no_outage_on_the_users_3_2,
+        )
+        .with_timeout(Duration::from_secs(1200)),
     ])
 }
 
@@ -986,7 +1001,7 @@ async fn a_plain_cluster_switches_to_cert_manager_tls_with_no_outage_on_3_6(
 }
 
 /// Where a switched cluster's certificates come from.
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Source {
     OperatorManaged,
     CertManager,
@@ -1108,6 +1123,330 @@ async fn plain_to_tls(
         ensure!(
             report.failed == 0 && report.unknown <= 4 * 2,
             "requests failed during the switch: {} failed, {} unknown (at most one per client per leader handover, 8)",
+            report.failed,
+            report.unknown
+        );
+    }
+    Ok(())
+}
+
+/// Where a switched cluster's certificates come from, in the tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// CoreOS' `static`, the test's own CA (`support::tls`).
+    Static,
+    /// The operator's own CA.
+    OperatorManaged,
+}
+
+/// Static certificates (a CoreOS user's) to the operator's own on 3.6, the controller
+/// restarted in the middle.
+async fn static_certificates_switch_to_the_operators_with_no_outage_on_3_6(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    source_switch(
+        &ctx,
+        "st2om",
+        "3.6",
+        Origin::Static,
+        Source::OperatorManaged,
+    )
+    .await
+}
+
+/// The operator's own certificates to cert-manager's on 3.6: both write Secrets of the same
+/// names, so the members move onto the switch Secret before cert-manager writes them.
+async fn the_operators_certificates_switch_to_cert_manager_with_no_outage_on_3_6(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    source_switch(
+        &ctx,
+        "om2cm",
+        "3.6",
+        Origin::OperatorManaged,
+        Source::CertManager,
+    )
+    .await
+}
+
+/// Static certificates to the operator's own on the users' 3.2.13 (no certificate reload, no
+/// MoveLeader: every phase replaces the members, each leader removal is an election).
+async fn static_certificates_switch_to_the_operators_with_no_outage_on_the_users_3_2(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    source_switch(
+        &ctx,
+        "st2om32",
+        "3.2",
+        Origin::Static,
+        Source::OperatorManaged,
+    )
+    .await
+}
+
+/// The recorder's TLS options during a switch of the certificates' source: the Secret the
+/// operator dials with (the old source's operator Secret, then the switch Secret while it is
+/// there, then the new source's), read again every 0.5 s and sent when it changed.
+async fn switch_tls_feed(
+    ctx: &TestContext,
+    name: &str,
+    from_secret: String,
+    to_secret: String,
+) -> anyhow::Result<(
+    tokio::sync::watch::Receiver<etcd_client::TlsOptions>,
+    tokio::task::JoinHandle<()>,
+)> {
+    let secrets: Api<Secret> = ctx.api();
+    let switch_name = names::tls_switch_secret_name(name);
+    let domain = format!("member.{name}.{}.svc", ctx.ns());
+    let first = secrets.get(&from_secret).await?;
+    let (tx, rx) = tokio::sync::watch::channel(tls_of(&first, &domain)?);
+    let mut last = first.data;
+    let task = tokio::spawn(async move {
+        let mut seen_switch = false;
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(500)) => {}
+                () = tx.closed() => return,
+            }
+            let switch = secrets.get_opt(&switch_name).await.ok().flatten();
+            seen_switch |= switch.is_some();
+            let secret = match switch {
+                Some(s) => Some(s),
+                None if seen_switch => secrets.get_opt(&to_secret).await.ok().flatten(),
+                None => continue,
+            };
+            let Some(secret) = secret else { continue };
+            if secret.data.is_none() || secret.data == last {
+                continue;
+            }
+            if let Ok(tls) = tls_of(&secret, &domain) {
+                tx.send_replace(tls);
+                last = secret.data;
+            }
+        }
+    });
+    Ok((rx, task))
+}
+
+/// The Secrets each member pod's TLS volumes mount (by member).
+async fn mounted_secrets(
+    ctx: &TestContext,
+    name: &str,
+) -> anyhow::Result<BTreeMap<String, Vec<String>>> {
+    let pods: Api<Pod> = ctx.api();
+    Ok(member_pods(&pods, name)
+        .await?
+        .into_iter()
+        .filter(|(_, p)| p.metadata.deletion_timestamp.is_none())
+        .map(|(member, pod)| {
+            let secrets = pod
+                .spec
+                .iter()
+                .flat_map(|s| s.volumes.iter().flatten())
+                .filter(|v| v.name == names::PEER_TLS_VOLUME || v.name == names::SERVER_TLS_VOLUME)
+                .filter_map(|v| v.secret.as_ref()?.secret_name.clone())
+                .collect();
+            (member, secrets)
+        })
+        .collect())
+}
+
+/// A running 3-member TLS cluster moves from one source of certificates to another under
+/// recorded traffic over mutual TLS (the clients following the Secret the operator dials
+/// with): onto the switch Secret, trusting both CAs, the new leaves, then the new source's own
+/// Secrets; every member replaced, the old CA's client certificate refused at the end, the
+/// history checked.
+async fn source_switch(
+    ctx: &TestContext,
+    name: &str,
+    line: &str,
+    from: Origin,
+    to: Source,
+) -> anyhow::Result<()> {
+    install(ctx).await?;
+    if to == Source::CertManager {
+        ca_issuer(ctx).await?;
+    }
+    let mut controller = Controller::start(ctx)?;
+    let version = if line == "3.2" {
+        "3.2.13".to_string()
+    } else {
+        support::pinned_etcd(line)?
+    };
+    let (from_operator, old_client) = match from {
+        Origin::Static => {
+            let (_, operator) = support::tls::coreos_tls_secrets(ctx, name).await?;
+            let yaml = format!(
+                "{}{}",
+                cluster_yaml(name, 3, Some(&version)),
+                support::tls::tls_section(name)
+            );
+            create_cluster(ctx, &yaml).await?;
+            (format!("{name}-operator"), Some(operator))
+        }
+        Origin::OperatorManaged => {
+            create_cluster(ctx, &managed_yaml(name, 3, &version, "")).await?;
+            (CertKind::Operator.secret_name(name), None)
+        }
+    };
+    let clusters: Api<etcd_shared::EtcdCluster> = ctx.api();
+    wait_until(
+        &clusters,
+        name,
+        "3 TLS members, their Secrets recorded",
+        |c| settled(c, 3, &version) && c.status.as_ref().is_some_and(|s| s.tls.is_some()),
+    )
+    .await?;
+    let pods: Api<Pod> = ctx.api();
+    let before: Vec<String> = member_pods(&pods, name).await?.into_keys().collect();
+    let to_operator = CertKind::Operator.secret_name(name);
+    let (feed, feed_task) = switch_tls_feed(ctx, name, from_operator, to_operator).await?;
+    let run = format!("{name}-source-switch");
+    let recording = Recording::start_tls_feed(ctx, name, &run, feed, feed_task).await?;
+    let started = Instant::now();
+    let (from_key, to_key, to_source) = match (from, to) {
+        (Origin::Static, Source::OperatorManaged) => {
+            ("static", "operatorManaged", serde_json::json!({}))
+        }
+        (Origin::OperatorManaged, Source::CertManager) => (
+            "operatorManaged",
+            "certManager",
+            serde_json::json!({"issuerRef": {"name": "etcd-ca"}}),
+        ),
+        (Origin::Static, Source::CertManager) => (
+            "static",
+            "certManager",
+            serde_json::json!({"issuerRef": {"name": "etcd-ca"}}),
+        ),
+        (Origin::OperatorManaged, Source::OperatorManaged) => anyhow::bail!("not a switch"),
+    };
+    clusters
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                serde_json::json!({"spec": {"TLS": {from_key: null, to_key: to_source}}}),
+            ),
+        )
+        .await
+        .context("the webhook takes a switch of the certificates' source")?;
+    let switch_name = names::tls_switch_secret_name(name);
+    if line != "3.2" {
+        // The controller fails in the middle of the switch: what it did is in the switch
+        // Secret, the pods' volumes and the status, and a new one carries on from there.
+        poll_until("a member on the switch Secret", WAIT * 2, || async {
+            let now = mounted_secrets(ctx, name).await?;
+            anyhow::Ok(now.values().any(|s| s.contains(&switch_name)).then_some(()))
+        })
+        .await?;
+        controller.stop().await?;
+        controller = Controller::start(ctx)?;
+        duration(&format!("{run}: controller restarted mid-switch"), started);
+    }
+    let _controller = controller;
+    let secrets: Api<Secret> = ctx.api();
+    let phases = std::sync::Mutex::new(Vec::<String>::new());
+    let targets = [
+        CertKind::Peer.secret_name(name),
+        CertKind::Server.secret_name(name),
+    ];
+    poll_until(
+        "every member on the new source's Secrets",
+        WAIT * 12,
+        || async {
+            if let Some(s) = secrets.get_opt(&switch_name).await? {
+                let phase =
+                    annotation_of(&s, etcd_controller::certificates::switch::PHASE_ANNOTATION);
+                if let Some(phase) = phase
+                    && let Ok(mut seen) = phases.lock()
+                    && !seen.contains(&phase)
+                {
+                    duration(&format!("{run}: switch phase {phase}"), started);
+                    seen.push(phase);
+                }
+            }
+            let now = mounted_secrets(ctx, name).await?;
+            let c = clusters.get(name).await?;
+            let recorded = c
+                .status
+                .as_ref()
+                .and_then(|s| s.tls.as_ref())
+                .map(|t| t.source.clone());
+            anyhow::Ok(
+                (now.len() == 3
+                    && now
+                        .values()
+                        .all(|s| !s.is_empty() && s.iter().all(|n| targets.contains(n)))
+                    && recorded.as_deref() == Some(to_key)
+                    && secrets.get_opt(&switch_name).await?.is_none())
+                .then_some(()),
+            )
+        },
+    )
+    .await?;
+    wait_until(&clusters, name, "3 healthy voters on the new source", |c| {
+        settled(c, 3, &version)
+    })
+    .await?;
+    duration(&format!("{run}: switch complete"), started);
+    let after: Vec<String> = member_pods(&pods, name).await?.into_keys().collect();
+    ensure!(
+        after.iter().all(|m| !before.contains(m)),
+        "members {before:?} -> {after:?}: not every member was replaced"
+    );
+    recording.ok_writes(20).await?;
+    check_mutual_tls(ctx, name).await?;
+    if let Some(old) = old_client {
+        // The old source's client certificate is refused now.
+        let operator = secrets.get(&CertKind::Operator.secret_name(name)).await?;
+        let ca = key_of(&operator, keys_of(&operator, CertKind::Operator)[2])?;
+        let urls: Vec<String> = member_ips(ctx, name)
+            .await?
+            .values()
+            .map(|ip| format!("https://{ip}:{}", names::CLIENT_PORT))
+            .collect();
+        let stale = Access::Tls {
+            tls: etcd_client::TlsOptions::new()
+                .ca_certificate(etcd_client::Certificate::from_pem(ca))
+                .identity(etcd_client::Identity::from_pem(old.cert_pem, old.key_pem))
+                .domain_name(format!("member.{name}.{}.svc", ctx.ns())),
+        };
+        let refused = match support::connect_with(&urls, &stale).await {
+            Err(e) => Some(format!("{e:#}")),
+            Ok(mut c) => c
+                .put("switch/old-ca", "x", None)
+                .await
+                .err()
+                .map(|e| e.to_string()),
+        };
+        ensure!(
+            refused.is_some(),
+            "a client certificate of the old source could still write"
+        );
+    }
+    let switched = support::event_count(ctx, "CertificateSwitched").await?;
+    ensure!(
+        switched == 1,
+        "{switched} CertificateSwitched Events, expected 1"
+    );
+    let report = recording.finish(ctx, name, 3).await?;
+    let phases = phases.into_inner().unwrap_or_default();
+    println!(
+        "{run}: members {before:?} -> {after:?}; phases seen {phases:?}; {} operations, {} failed, {} unknown, longest without an ok write {:?} ms",
+        report.ops, report.failed, report.unknown, report.longest_without_write_ms
+    );
+    if line == "3.2" {
+        // Four passes on 3.2 (onto the switch Secret, trusting both, the new leaves, the new
+        // source's Secrets), each leader removal an election.
+        election_bounded(&report, 4)?;
+    } else {
+        // Three passes (the new leaves are reloaded without a restart), each hands leadership
+        // over once (MoveLeader): a request in flight per client may be answered `leader
+        // changed` at each.
+        ensure!(
+            report.failed == 0 && report.unknown <= 4 * 3,
+            "requests failed during the switch: {} failed, {} unknown (at most one per client per leader handover, 12)",
             report.failed,
             report.unknown
         );

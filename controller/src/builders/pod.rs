@@ -192,9 +192,9 @@ fn add_tls_files(
             MemberFlag::PeerTrustedCaFile.arg(format_args!("{PEER_TLS_DIR}/peer-ca.crt")),
             MemberFlag::PeerClientCertAuth.arg(true),
         ]);
-        mounts.push(read_only_mount("peer-tls", PEER_TLS_DIR));
+        mounts.push(read_only_mount(names::PEER_TLS_VOLUME, PEER_TLS_DIR));
         volumes.push(tls_volume(
-            "peer-tls",
+            names::PEER_TLS_VOLUME,
             secret,
             view.tls.layout,
             etcd_shared::tls::CertKind::Peer,
@@ -212,9 +212,9 @@ fn add_tls_files(
             MemberFlag::TrustedCaFile.arg(format_args!("{SERVER_TLS_DIR}/server-ca.crt")),
             MemberFlag::ClientCertAuth.arg(true),
         ]);
-        mounts.push(read_only_mount("server-tls", SERVER_TLS_DIR));
+        mounts.push(read_only_mount(names::SERVER_TLS_VOLUME, SERVER_TLS_DIR));
         volumes.push(tls_volume(
-            "server-tls",
+            names::SERVER_TLS_VOLUME,
             secret,
             view.tls.layout,
             etcd_shared::tls::CertKind::Server,

@@ -88,6 +88,29 @@ pub struct CachedPodSpec {
     /// The pod conditions its readiness waits for besides its containers'.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub readiness_gates: Vec<CachedReadinessGate>,
+    /// Its volumes' names and the Secrets they mount.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<CachedVolume>,
+}
+
+/// A volume's name and the Secret it mounts, if it is a Secret volume.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+pub struct CachedVolume {
+    /// The volume's name.
+    #[serde(default)]
+    pub name: String,
+    /// The Secret it mounts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<CachedSecretVolume>,
+}
+
+/// The Secret of a Secret volume.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CachedSecretVolume {
+    /// The Secret's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_name: Option<String>,
 }
 
 /// A readiness gate's condition type.
@@ -238,6 +261,19 @@ impl CachedPod {
                 .chain(&container.args)
                 .map(String::as_str),
         )
+    }
+
+    /// The Secrets its member TLS volumes (peer, server) mount.
+    pub fn tls_secrets(&self) -> Vec<String> {
+        self.spec
+            .volumes
+            .iter()
+            .filter(|v| {
+                v.name == etcd_shared::names::PEER_TLS_VOLUME
+                    || v.name == etcd_shared::names::SERVER_TLS_VOLUME
+            })
+            .filter_map(|v| v.secret.as_ref()?.secret_name.clone())
+            .collect()
     }
 
     /// The image of the container named `name`.

@@ -9,6 +9,8 @@
 //! - [`apply`]: the reconcile's step that puts them together.
 //!
 //! - [`rotation`]: the phases of a CA rotation (pure).
+//! - [`switch`]: the phases of a switch from one source of certificates to another (pure);
+//!   [`switching`]: carrying it out.
 //!
 //! Members of 3.3+ pick renewed certificates up without a restart: the kubelet swaps the
 //! Secret volume's files and etcd loads its certificate files for each new TLS handshake. A
@@ -22,5 +24,7 @@ pub mod issue;
 pub mod plan;
 pub mod rotation;
 pub mod served;
+pub mod switch;
+pub mod switching;
 
 pub use apply::{Expiry, MemberFiles, Outcome, PodFiles, ensure};

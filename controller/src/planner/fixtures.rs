@@ -30,6 +30,7 @@ pub(crate) fn ready_pod(i: u32, version: &str) -> super::PodState {
         serving_changed: None,
         tls: super::TlsStamp::default(),
         transport: None,
+        tls_secrets: Vec::new(),
     }
 }
 

@@ -72,6 +72,8 @@ pub struct PodState {
     pub tls: TlsStamp,
     /// How its member speaks, read from its flags (`None`: they name no peer URL).
     pub transport: Option<crate::view::transport::MemberTransport>,
+    /// The Secrets its TLS volumes mount (peer, server).
+    pub tls_secrets: Vec<String>,
 }
 
 /// Fingerprints of TLS files: those a member pod was made with, or those the cluster's

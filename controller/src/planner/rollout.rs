@@ -38,9 +38,12 @@ fn files_current(obs: &Observed, pod: &PodState) -> bool {
     let Some(files) = &obs.tls else {
         return true;
     };
-    let trust_ok = match &pod.tls.trust {
-        Some(t) => Some(t) == files.current.trust.as_ref(),
-        None => !files.rotating,
+    // No trust fingerprint in the files: what the members trust is not tracked (cert-manager's
+    // CA, outside a switch).
+    let trust_ok = match (&pod.tls.trust, &files.current.trust) {
+        (Some(t), Some(current)) => t == current,
+        (Some(_), None) => true,
+        (None, _) => !files.rotating,
     };
     let reloads = pod
         .version
@@ -54,14 +57,24 @@ fn files_current(obs: &Observed, pod: &PodState) -> bool {
     trust_ok && leaves_ok
 }
 
+/// Whether the member of `pod` mounts the certificate Secrets the cluster's members use now
+/// (during a switch of the certificates' source: the switch Secret, then the new source's).
+fn mounts_current(view: &ClusterView, pod: &PodState) -> bool {
+    let wanted = [&view.tls.peer_secret, &view.tls.server_secret];
+    pod.tls_secrets
+        .iter()
+        .all(|s| wanted.iter().any(|w| w.as_deref() == Some(s.as_str())))
+}
+
 /// How current a member pod is, lowest first: how far its transport is from what the cluster
-/// asks (a switch from plain HTTP to TLS), then whether its TLS files are current. A pod whose
-/// flags name no peer URL counts as speaking as the cluster asks.
+/// asks (a switch from plain HTTP to TLS), then whether it mounts the current certificate
+/// Secrets and their files are current. A pod whose flags name no peer URL counts as speaking
+/// as the cluster asks.
 fn currency(view: &ClusterView, obs: &Observed, pod: &PodState) -> (TransportStage, bool) {
     let stage = pod
         .transport
         .map_or(TransportStage::Target, |t| t.stage(view));
-    (stage, files_current(obs, pod))
+    (stage, mounts_current(view, pod) && files_current(obs, pod))
 }
 
 /// Whether the member of `pod` must be replaced: it speaks otherwise than the cluster asks,

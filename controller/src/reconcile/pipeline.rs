@@ -65,6 +65,7 @@ pub async fn reconcile(cluster: &EtcdCluster, run: &Run<'_>) -> Result<Action, E
         return Ok(Action::await_change());
     };
     let certificates = keep_certificates(cluster, run, &at, &view).await?;
+    let view = certificates.effective(view);
     let records = Records::read(&at, cluster, &view).await;
     let now = Timestamp::now();
     let obs = observe_cluster(run, &at, &view, &records, certificates.files.as_ref(), now).await?;
@@ -86,7 +87,8 @@ pub async fn reconcile(cluster: &EtcdCluster, run: &Run<'_>) -> Result<Action, E
     .await;
     let recovered_from = records.recovering.as_ref().map(recovery::source_kind);
     let carried = records.after(outcome.as_ref().ok(), view.safety_backup.is_some());
-    let new = status::after_step(&view, &obs.model, &step, carried, at.previous, now);
+    let mut new = status::after_step(&view, &obs.model, &step, carried, at.previous, now);
+    new.tls = certificates.in_use.clone();
     let finished = (outcome.is_ok() && step == Step::FinishRecovery).then_some(recovered_from);
     announce(cluster, run, &at, &new, finished.flatten()).await;
     write_status(&at.api, &at.name, &new, at.previous).await?;
@@ -160,14 +162,37 @@ async fn validate(
 
 /// What the certificates stage leaves for the rest of the reconcile.
 struct Certificates {
-    /// The TLS files the Secrets hold (operator-managed or cert-manager's).
+    /// The TLS files the Secrets hold (operator-managed or cert-manager's, or a switch's).
     files: Option<crate::planner::TlsFiles>,
     /// When a certificate is due next, if the operator issues them.
     next_check: Option<Duration>,
+    /// The Secrets the members and the operator use while the certificates' source is
+    /// switched (else the spec's).
+    mode: Option<crate::view::TlsMode>,
+    /// What `status.tls` records: the Secrets every member uses.
+    in_use: Option<etcd_shared::types::TlsInUse>,
 }
 
+impl Certificates {
+    /// The view the rest of the reconcile works with: during a switch of the certificates'
+    /// source, its Secrets instead of the spec's.
+    fn effective(&self, view: ClusterView) -> ClusterView {
+        match &self.mode {
+            Some(mode) => ClusterView {
+                tls: mode.clone(),
+                ..view
+            },
+            None => view,
+        }
+    }
+}
+
+/// How often a switch of the certificates' source is looked at.
+const SWITCH_RECHECK: Duration = Duration::from_secs(5);
+
 /// The operator's own certificates first: the members' pods mount them and the operator dials
-/// the members with its client certificate. A failure is reported in the status (the members
+/// the members with its client certificate; a change of their source is switched to
+/// ([`crate::certificates::switching`]). A failure is reported in the status (the members
 /// cannot get their certificates), then retried with backoff.
 async fn keep_certificates(
     cluster: &EtcdCluster,
@@ -181,24 +206,29 @@ async fn keep_certificates(
         .map(|m| m.ready.iter().chain(&m.unready).cloned().collect())
         .unwrap_or_default();
     let kept = async {
-        if let Some(settings) = view.tls.issuing {
-            let members = member_files(run.caches, cluster, view, &listed);
-            let issued = ensure_certificates(run, cluster, view, &settings, &members).await?;
-            return Ok(Certificates {
-                files: issued.files,
-                next_check: issued.next_check,
-            });
+        let target = cluster.spec.tls.as_ref().and_then(|t| t.in_use(&view.name));
+        let pods = switch_pods(run.caches, view);
+        match switching_from(at, target.as_ref()).await {
+            Some(from) if target.is_some() => {
+                let to = target.as_ref().map_or_else(Default::default, Clone::clone);
+                switch_certificates(cluster, run, view, &listed, (&from, &to), &pods).await
+            }
+            recorded => {
+                let mut kept = upkeep(cluster, run, view, &listed).await?;
+                // Recorded once every member speaks as the spec asks (a switch from plain
+                // HTTP to TLS is over): a switch of the source starts from there.
+                let settled =
+                    crate::observe::member_pods(run.caches, view)
+                        .iter()
+                        .all(|(pod, _)| {
+                            pod.transport_of("etcd").is_none_or(|t| {
+                                t.stage(view) == crate::view::transport::TransportStage::Target
+                            })
+                        });
+                kept.in_use = if settled { target } else { recorded };
+                Ok(kept)
+            }
         }
-        let mut files = None;
-        if let Some(tls) = &view.tls.cert_manager {
-            let client = &run.ctx.client;
-            crate::certificates::cert_manager::keep_certificates(client, view, tls).await?;
-            files = crate::certificates::cert_manager::leaf_files(client, view).await?;
-        }
-        Ok::<_, Error>(Certificates {
-            files,
-            next_check: None,
-        })
     }
     .await;
     if let Err(e) = &kept {
@@ -212,6 +242,129 @@ async fn keep_certificates(
         .await;
     }
     kept
+}
+
+/// The upkeep of the spec's source: the operator's CA and certificates, or cert-manager's
+/// Certificates.
+async fn upkeep(
+    cluster: &EtcdCluster,
+    run: &Run<'_>,
+    view: &ClusterView,
+    listed: &[String],
+) -> Result<Certificates, Error> {
+    if let Some(settings) = view.tls.issuing {
+        let members = member_files(run.caches, cluster, view, listed);
+        let issued = ensure_certificates(run, cluster, view, &settings, &members).await?;
+        return Ok(Certificates {
+            files: issued.files,
+            next_check: issued.next_check,
+            mode: None,
+            in_use: None,
+        });
+    }
+    let mut files = None;
+    if let Some(tls) = &view.tls.cert_manager {
+        let client = &run.ctx.client;
+        crate::certificates::cert_manager::keep_certificates(client, view, tls).await?;
+        files = crate::certificates::cert_manager::leaf_files(client, view).await?;
+    }
+    Ok(Certificates {
+        files,
+        next_check: None,
+        mode: None,
+        in_use: None,
+    })
+}
+
+/// The Secrets the members use, when they differ from those the spec names and the traffic
+/// encrypted is the same (a switch of the certificates' source); else what the status
+/// records. Read from the API server when the cached status differs from the spec (the
+/// status that ended the last switch may not be cached yet).
+async fn switching_from(
+    at: &Target<'_>,
+    target: Option<&etcd_shared::types::TlsInUse>,
+) -> Option<etcd_shared::types::TlsInUse> {
+    let cached = at.previous.and_then(|s| s.tls.clone());
+    let recorded = if cached.as_ref() != target && target.is_some() {
+        match at.api.get(&at.name).await {
+            Ok(fresh) => fresh.status.and_then(|s| s.tls),
+            Err(_) => cached,
+        }
+    } else {
+        cached
+    };
+    recorded.filter(|r| target.is_some_and(|t| r != t && r.modes() == t.modes()))
+}
+
+/// The member pods as a switch needs them.
+fn switch_pods(
+    caches: &Caches,
+    view: &ClusterView,
+) -> Vec<crate::certificates::switching::SwitchPod> {
+    crate::observe::member_pods(caches, view)
+        .into_iter()
+        .map(|(pod, _)| crate::certificates::switching::SwitchPod {
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            ip: pod.status.pod_ip.clone().filter(|ip| !ip.is_empty()),
+            trust: pod
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(etcd_shared::names::ANNOTATION_TLS_TRUST))
+                .cloned(),
+            secrets: pod.tls_secrets(),
+        })
+        .collect()
+}
+
+/// One reconcile's part of a switch of the certificates' source: the switch Secret made or
+/// moved on, the new source set to work once the members left the old one's Secrets, Events
+/// for each phase.
+async fn switch_certificates(
+    cluster: &EtcdCluster,
+    run: &Run<'_>,
+    view: &ClusterView,
+    listed: &[String],
+    (from, to): (&etcd_shared::types::TlsInUse, &etcd_shared::types::TlsInUse),
+    pods: &[crate::certificates::switching::SwitchPod],
+) -> Result<Certificates, Error> {
+    use crate::certificates::switching;
+    let client = &run.ctx.client;
+    let state = switching::start(client, view, from, to, pods, listed).await?;
+    let mut next_check = SWITCH_RECHECK;
+    if state.detached() {
+        switching::clear_old(client, view, from, to).await?;
+        if let Some(after) = upkeep(cluster, run, view, listed).await?.next_check {
+            next_check = next_check.min(after);
+        }
+    }
+    let out = switching::advance(client, view, &state, to, pods, listed).await?;
+    let events = Events::of(run.recorder, cluster);
+    if let Some(moved) = &out.moved {
+        tracing::info!(name = %view.name, namespace = %view.namespace, %moved, "certificate switch");
+        events.normal("CertificateSwitch", moved.clone()).await;
+    }
+    let in_use = if out.done {
+        switching::clean_up(client, view, pods).await?;
+        events
+            .normal(
+                "CertificateSwitched",
+                format!(
+                    "every member uses {} certificates; the switch Secret is deleted",
+                    switching::describe(to)
+                ),
+            )
+            .await;
+        to.clone()
+    } else {
+        from.clone()
+    };
+    Ok(Certificates {
+        files: out.files,
+        next_check: Some(next_check),
+        mode: (!out.done).then_some(out.mode),
+        in_use: Some(in_use),
+    })
 }
 
 /// The status's records a reconcile acts on: the stored status where acting on a stale cached

@@ -91,7 +91,14 @@ pub async fn member_access(
     let tls = match tls_secret {
         None => None,
         Some(secret) => Some(
-            observe::secret_tls(client, &view.namespace, secret, &view.tls_server_name()).await?,
+            observe::secret_tls(
+                client,
+                &view.namespace,
+                secret,
+                &view.tls_server_name(),
+                view.tls.layout,
+            )
+            .await?,
         ),
     };
     Ok(EtcdAccess {

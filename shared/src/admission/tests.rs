@@ -960,18 +960,52 @@ fn immutable_tls_and_domain_rules() {
         &quiet("TLS:\n  certManager:\n    issuerRef:\n      name: ca"),
         Some(&plain),
     );
+    // Another source is a rolling switch through a bundle of both CAs: from the Secrets the
+    // operator recorded the members use, one change at a time.
+    let settled = |c: &EtcdCluster| {
+        let mut c = c.clone();
+        let name = c.metadata.name.clone().unwrap_or_default();
+        c.status = Some(crate::EtcdClusterStatus {
+            tls: c.spec.tls.as_ref().and_then(|t| t.in_use(&name)),
+            ..Default::default()
+        });
+        c
+    };
     assert_refused(
         &managed,
         Some(&full),
-        "spec.TLS: cannot move from static to operatorManaged certificates on a running cluster yet",
+        "spec.TLS: the operator has not recorded yet which certificate Secrets the members use (status.tls)",
+    );
+    warnings(&managed, Some(&settled(&full)));
+    let cert_manager = quiet("TLS:\n  certManager:\n    issuerRef:\n      name: ca");
+    warnings(&cert_manager, Some(&settled(&managed)));
+    let other_issuer =
+        quiet("TLS:\n  certManager:\n    issuerRef:\n      name: ca-2\n      kind: ClusterIssuer");
+    warnings(&other_issuer, Some(&settled(&cert_manager)));
+    let mut switching = managed.clone();
+    switching.status = settled(&full).status;
+    assert_refused(
+        &cert_manager,
+        Some(&switching),
+        "spec.TLS: the members still move from static to operatorManaged certificates (status.tls): wait until that switch finishes, then move to certManager (Issuer.cert-manager.io/ca)",
+    );
+    assert_refused(
+        &managed,
+        Some(&settled(&peer)),
+        "spec.TLS: cannot move from static to operatorManaged certificates and change which traffic uses TLS in one change",
     );
     warnings(
         &quiet("TLS:\n  operatorManaged:\n    duration: 1h"),
         Some(&managed),
     );
-    // Rotating to other secrets keeps the mode.
+    // Other static Secrets are a switch too (their CA may differ).
     let rotated = quiet("TLS:\n  static:\n    member:\n      peerSecret: peer-2");
-    warnings(&rotated, Some(&peer));
+    warnings(&rotated, Some(&settled(&peer)));
+    assert_refused(
+        &rotated,
+        Some(&peer),
+        "spec.TLS: the operator has not recorded yet",
+    );
     let domain = cluster(&format!("{QUIET}  ClusterDomain: corp.local"));
     assert_refused(
         &domain,

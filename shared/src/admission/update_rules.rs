@@ -10,7 +10,6 @@ use super::syntax::{quoted, shown};
 use super::{Defaults, Report};
 use crate::EtcdCluster;
 use crate::names;
-use crate::tls::TlsSource;
 use crate::types::PodPolicy;
 use crate::version::{EtcdVersion, check_upgrade};
 
@@ -345,41 +344,24 @@ fn check_medium_kept(
     }
 }
 
-fn tls_source(c: &EtcdCluster) -> Option<TlsSource<'_>> {
-    c.spec.tls.as_ref().and_then(|t| t.source())
+fn tls_in_use(c: &EtcdCluster) -> Option<crate::types::TlsInUse> {
+    let name = c.metadata.name.as_deref().unwrap_or_default();
+    c.spec.tls.as_ref().and_then(|t| t.in_use(name))
+}
+
+fn describe_source(u: &crate::types::TlsInUse) -> String {
+    match &u.issuer {
+        Some(issuer) => format!("{} ({issuer})", u.source),
+        None => u.source.clone(),
+    }
 }
 
 fn check_tls_mode(new: &EtcdCluster, old: &EtcdCluster, report: &mut Report) {
-    let modes = |c: &EtcdCluster| match tls_source(c) {
-        None => (false, false),
-        Some(TlsSource::Static(st)) => {
-            let member = st.member.as_ref();
-            (
-                member.and_then(|m| m.peer_secret.as_ref()).is_some(),
-                member.and_then(|m| m.server_secret.as_ref()).is_some(),
-            )
-        }
-        Some(TlsSource::OperatorManaged(_) | TlsSource::CertManager(_)) => (true, true),
-    };
-    let kind = |c: &EtcdCluster| match tls_source(c) {
-        None => "none",
-        Some(TlsSource::Static(_)) => "static",
-        Some(TlsSource::OperatorManaged(_)) => "operatorManaged",
-        Some(TlsSource::CertManager(_)) => "certManager",
-    };
-    let (old_kind, new_kind) = (kind(old), kind(new));
-    if old_kind != "none" && new_kind != "none" && old_kind != new_kind {
-        report.refuse(
-            "immutable-tls-source",
-            "spec.TLS",
-            format!(
-                "cannot move from {old_kind} to {new_kind} certificates on a running cluster yet: members trusting only the old CA would refuse peers with certificates of the new one (renewals and the operator's CA rotations within one source are handled)"
-            ),
-        );
-        return;
-    }
-    let (old_peer, old_client) = modes(old);
-    let (new_peer, new_client) = modes(new);
+    let (old_use, new_use) = (tls_in_use(old), tls_in_use(new));
+    let modes =
+        |u: &Option<crate::types::TlsInUse>| u.as_ref().map_or((false, false), |u| u.modes());
+    let (old_peer, old_client) = modes(&old_use);
+    let (new_peer, new_client) = modes(&new_use);
     // Plain to TLS is a rolling switch (members replaced in two passes); back is refused.
     if old_peer && !new_peer {
         report.refuse(
@@ -393,6 +375,55 @@ fn check_tls_mode(new: &EtcdCluster, old: &EtcdCluster, report: &mut Report) {
             "immutable-tls-mode",
             "spec.TLS.static.member.serverSecret",
             "client traffic cannot switch from TLS to plain HTTP on a running cluster: clients trusting the members' certificates would lose the cluster (plain HTTP to TLS is supported)".to_string(),
+        );
+    }
+    // A new source of certificates (or other Secrets, or another cert-manager issuer) is a
+    // rolling switch through a trust bundle of both CAs: one change at a time, from what the
+    // members use.
+    let (Some(o), Some(n)) = (&old_use, &new_use) else {
+        return;
+    };
+    if o == n {
+        return;
+    }
+    if o.modes() != n.modes() {
+        // More traffic encrypted with the same certificates is a switch from plain HTTP.
+        let same_source = o.source == n.source
+            && o.issuer == n.issuer
+            && (o.peer_secret.is_none() || o.peer_secret == n.peer_secret)
+            && (o.server_secret.is_none() || o.server_secret == n.server_secret);
+        if same_source {
+            return;
+        }
+        report.refuse(
+            "tls-switch-one-change",
+            "spec.TLS",
+            format!(
+                "cannot move from {} to {} certificates and change which traffic uses TLS in one change: first encrypt the same traffic with {} (plain HTTP to TLS), then move",
+                describe_source(o),
+                describe_source(n),
+                describe_source(o)
+            ),
+        );
+        return;
+    }
+    let recorded = old.status.as_ref().and_then(|s| s.tls.as_ref());
+    if recorded != Some(o) {
+        report.refuse(
+            "tls-switch-in-progress",
+            "spec.TLS",
+            match recorded {
+                Some(r) => format!(
+                    "the members still move from {} to {} certificates (status.tls): wait until that switch finishes, then move to {}",
+                    describe_source(r),
+                    describe_source(o),
+                    describe_source(n)
+                ),
+                None => format!(
+                    "the operator has not recorded yet which certificate Secrets the members use (status.tls): retry once it has reconciled the cluster, then move to {}",
+                    describe_source(n)
+                ),
+            },
         );
     }
 }

@@ -163,6 +163,39 @@ pub struct EtcdClusterStatus {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub coreos_members: Vec<String>,
+
+    /// The certificate Secrets the members run with (an extension of this operator): written
+    /// once every member uses the ones `spec.TLS` names. A change of `spec.TLS`'s source (or of
+    /// its Secrets, or of cert-manager's issuer) is rolled out from these to the new ones, the
+    /// members trusting both CAs on the way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsInUse>,
+}
+
+/// The certificate Secrets of a TLS cluster: where its certificates come from and the Secrets
+/// holding them.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsInUse {
+    /// `static`, `operatorManaged` or `certManager`.
+    #[schemars(length(max = 32))]
+    pub source: String,
+    /// cert-manager's issuer as `KIND/NAME` (certManager only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 320))]
+    pub issuer: Option<String>,
+    /// The members' peer certificate Secret, when peer traffic uses TLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub peer_secret: Option<String>,
+    /// The members' server certificate Secret, when clients use TLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub server_secret: Option<String>,
+    /// The operator's client certificate Secret, when clients use TLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub operator_secret: Option<String>,
 }
 
 /// Where a member's pod runs (or last ran).

@@ -196,8 +196,16 @@ fn this_operators_status_round_trips_and_writes_only_what_is_set() {
         }],
         another_operator_pods: vec![],
         coreos_members: vec!["demo-4bq7xk2m9z".into()],
+        tls: Some(crate::types::TlsInUse {
+            source: "certManager".into(),
+            issuer: Some("Issuer.cert-manager.io/ca".into()),
+            peer_secret: Some("demo-peer-tls".into()),
+            ..Default::default()
+        }),
     };
     let written = serde_json::to_value(&ours).expect("serializes");
+    assert_eq!(written["tls"]["issuer"], "Issuer.cert-manager.io/ca");
+    assert_eq!(written["tls"]["peerSecret"], "demo-peer-tls");
     assert_eq!(written["placement"][0]["node"], "node-b");
     assert_eq!(written["lastRecovery"]["source"], "member demo-0");
     assert_eq!(written["coreosMembers"][0], "demo-4bq7xk2m9z");
