@@ -100,8 +100,10 @@ pub(crate) fn decode_cluster(raw: &RawValue) -> Result<(EtcdCluster, Present), D
     let parts = decode_parts::<EtcdClusterSpec>(raw, "an EtcdCluster object")?;
     let mut cluster = EtcdCluster::new("", parts.spec);
     cluster.metadata = parts.metadata;
-    cluster.status = running_version(parts.status).map(|v| EtcdClusterStatus {
-        current_version: Some(v),
+    let (version, tls) = (running_version(parts.status), tls_in_use(parts.status));
+    cluster.status = (version.is_some() || tls.is_some()).then(|| EtcdClusterStatus {
+        current_version: version,
+        tls,
         ..EtcdClusterStatus::default()
     });
     Ok((cluster, parts.present))
@@ -225,8 +227,21 @@ fn decode_metadata(raw: &RawValue) -> Result<ObjectMeta, DecodeError> {
     part(&rest, "metadata")
 }
 
+/// The certificate Secrets the members use, as the controller recorded them (`status.tls`):
+/// what a change of `spec.TLS`'s source is switched from. `None` when absent or unreadable.
+pub(crate) fn tls_in_use(status: Option<&RawValue>) -> Option<etcd_shared::types::TlsInUse> {
+    #[derive(Deserialize)]
+    struct Tls<'a> {
+        #[serde(borrow, default)]
+        tls: Option<&'a RawValue>,
+    }
+    let status = status.filter(|s| is_object(s))?;
+    let tls: Tls<'_> = serde_json::from_str(status.get()).ok()?;
+    serde_json::from_str(tls.tls?.get()).ok()
+}
+
 /// The version the members run, from a raw status of any shape: `status.currentVersion` when it
-/// is a non-empty string, else unknown. Nothing else of the status is read or kept.
+/// is a non-empty string, else unknown. Of the rest of the status only `tls` is read.
 pub(crate) fn running_version(status: Option<&RawValue>) -> Option<String> {
     #[derive(Deserialize)]
     struct Version<'a> {
@@ -421,6 +436,11 @@ mod tests {
             assert_eq!(running_version(Some(&status)).as_deref(), want, "{status}");
         }
         assert_eq!(running_version(None), None);
+        let status = to_raw(&json!({"tls": {"source": "static", "peerSecret": "p"}}));
+        let tls = super::tls_in_use(Some(&status)).expect("status.tls");
+        assert_eq!(tls.peer_secret.as_deref(), Some("p"));
+        let status = to_raw(&json!({"tls": "nonsense"}));
+        assert_eq!(super::tls_in_use(Some(&status)), None);
     }
 
     /// A long string in a field of another type is refused as quickly as a short one, with
