@@ -271,3 +271,43 @@ fn a_switch_to_tls_adds_bridges_then_tls_members_the_least_current_first_the_lea
         add(5, true)
     );
 }
+
+#[test]
+fn members_mounting_other_certificate_secrets_are_replaced_during_a_switch() {
+    // A switch of the certificates' source: the view names the switch Secret, two members
+    // still mount the old source's; the fingerprints are equal (the hold phase copies them).
+    let mut view = view_of(&format!(
+        "size: 3\nversion: {V}\nTLS:\n  operatorManaged: {{}}"
+    ));
+    view.tls.peer_secret = Some("demo-tls-switch".into());
+    view.tls.server_secret = Some("demo-tls-switch".into());
+    let mut obs = cluster(
+        V,
+        &[(0, "t"), (1, "t"), (2, "t")],
+        files("t", "leaves-1", true),
+    );
+    for (i, p) in obs.pods.iter_mut().enumerate() {
+        p.tls_secrets = if i == 0 {
+            vec!["demo-tls-switch".into(); 2]
+        } else {
+            vec!["demo-peer-tls".into(), "demo-server-tls".into()]
+        };
+    }
+    let members = obs.members.clone().unwrap_or_default();
+    assert_eq!(
+        rollout::outdated_members(&view, &obs, &members),
+        ["demo-1", "demo-2"]
+    );
+    // Once every member mounts the Secrets the view names, none is.
+    for p in &mut obs.pods {
+        p.tls_secrets = vec!["demo-tls-switch".into(); 2];
+    }
+    assert!(rollout::outdated_members(&view, &obs, &members).is_empty());
+    // cert-manager's steady files track no trust: a pod made with a switch's stamp is current.
+    let cm = files("t", "leaves-1", false).map(|mut f| {
+        f.current.trust = None;
+        f
+    });
+    obs.tls = cm;
+    assert!(rollout::outdated_members(&view, &obs, &members).is_empty());
+}
