@@ -118,6 +118,11 @@ fn main() -> std::process::ExitCode {
         )
         .with_timeout(Duration::from_secs(900)),
         etcd_tests::Test::new(
+            "a_cert_manager_ca_rotation_by_a_new_issuer_with_no_outage_on_3_6",
+            a_cert_manager_ca_rotation_by_a_new_issuer_with_no_outage_on_3_6,
+        )
+        .with_timeout(Duration::from_secs(900)),
+        etcd_tests::Test::new(
             "static_certificates_switch_to_the_operators_with_no_outage_on_the_users_3_2",
             static_certificates_switch_to_the_operators_with_no_outage_on_the_users_3_2,
         )
@@ -1137,6 +1142,8 @@ enum Origin {
     Static,
     /// The operator's own CA.
     OperatorManaged,
+    /// cert-manager's CA Issuer `etcd-ca`.
+    CertManager,
 }
 
 /// Static certificates (a CoreOS user's) to the operator's own on 3.6, the controller
@@ -1164,6 +1171,21 @@ async fn the_operators_certificates_switch_to_cert_manager_with_no_outage_on_3_6
         "om2cm",
         "3.6",
         Origin::OperatorManaged,
+        Source::CertManager,
+    )
+    .await
+}
+
+/// cert-manager's CA rotated by pointing the cluster at another CA Issuer on 3.6 (cert-manager
+/// writes the new CA's certificates into the same Secrets: the members move off them first).
+async fn a_cert_manager_ca_rotation_by_a_new_issuer_with_no_outage_on_3_6(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    source_switch(
+        &ctx,
+        "cm2cm",
+        "3.6",
+        Origin::CertManager,
         Source::CertManager,
     )
     .await
@@ -1265,8 +1287,11 @@ async fn source_switch(
     to: Source,
 ) -> anyhow::Result<()> {
     install(ctx).await?;
-    if to == Source::CertManager {
+    if to == Source::CertManager || from == Origin::CertManager {
         ca_issuer(ctx).await?;
+    }
+    if to == Source::CertManager && from == Origin::CertManager {
+        etcd_tests::cert_manager::ca_issuer(ctx.client(), ctx.ns(), "etcd-ca-2", WAIT).await?;
     }
     let mut controller = Controller::start(ctx)?;
     let version = if line == "3.2" {
@@ -1287,6 +1312,10 @@ async fn source_switch(
         }
         Origin::OperatorManaged => {
             create_cluster(ctx, &managed_yaml(name, 3, &version, "")).await?;
+            (CertKind::Operator.secret_name(name), None)
+        }
+        Origin::CertManager => {
+            create_cluster(ctx, &cert_manager_yaml(name, 3, &version, "")).await?;
             (CertKind::Operator.secret_name(name), None)
         }
     };
@@ -1319,6 +1348,14 @@ async fn source_switch(
             "certManager",
             serde_json::json!({"issuerRef": {"name": "etcd-ca"}}),
         ),
+        (Origin::CertManager, Source::CertManager) => (
+            "certManager",
+            "certManager",
+            serde_json::json!({"issuerRef": {"name": "etcd-ca-2"}}),
+        ),
+        (Origin::CertManager, Source::OperatorManaged) => {
+            ("certManager", "operatorManaged", serde_json::json!({}))
+        }
         (Origin::OperatorManaged, Source::OperatorManaged) => anyhow::bail!("not a switch"),
     };
     clusters
@@ -1368,17 +1405,18 @@ async fn source_switch(
             }
             let now = mounted_secrets(ctx, name).await?;
             let c = clusters.get(name).await?;
-            let recorded = c
-                .status
-                .as_ref()
-                .and_then(|s| s.tls.as_ref())
-                .map(|t| t.source.clone());
+            let recorded = c.status.as_ref().and_then(|s| s.tls.clone());
+            let wanted = c.spec.tls.as_ref().and_then(|t| t.in_use(name));
+            let settled_seen = phases.lock().is_ok_and(|p| p.iter().any(|p| p == "settle"));
             anyhow::Ok(
-                (now.len() == 3
+                (settled_seen
+                    && now.len() == 3
                     && now
                         .values()
                         .all(|s| !s.is_empty() && s.iter().all(|n| targets.contains(n)))
-                    && recorded.as_deref() == Some(to_key)
+                    && recorded.is_some()
+                    && recorded == wanted
+                    && recorded.as_ref().map(|r| r.source.as_str()) == Some(to_key)
                     && secrets.get_opt(&switch_name).await?.is_none())
                 .then_some(()),
             )
@@ -1423,6 +1461,20 @@ async fn source_switch(
         ensure!(
             refused.is_some(),
             "a client certificate of the old source could still write"
+        );
+    }
+    if to == Source::CertManager {
+        // What the members serve (checked above: the Secret's certificate) is the new issuer's.
+        let wanted = if from == Origin::CertManager {
+            "etcd-ca-2"
+        } else {
+            "etcd-ca"
+        };
+        let server = secrets.get(&CertKind::Server.secret_name(name)).await?;
+        let issuer = annotation_of(&server, "cert-manager.io/issuer-name");
+        ensure!(
+            issuer.as_deref() == Some(wanted),
+            "the server certificate was issued by {issuer:?}, not {wanted}"
         );
     }
     let switched = support::event_count(ctx, "CertificateSwitched").await?;
