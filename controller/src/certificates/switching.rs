@@ -111,6 +111,16 @@ pub fn mode_of(in_use: &TlsInUse) -> TlsMode {
     }
 }
 
+/// The Secrets to dial the members of `cluster` with from outside its reconcile (a backup):
+/// while its certificates' source is switched (`status.tls` differs from the spec's, for the
+/// same traffic), the switch Secret, whose client certificate and bundle every member takes in
+/// every phase; else `None` (the spec's).
+pub fn dialling_mode(view: &ClusterView, cluster: &etcd_shared::EtcdCluster) -> Option<TlsMode> {
+    let to = cluster.spec.tls.as_ref()?.in_use(&view.name)?;
+    let from = cluster.status.as_ref()?.tls.as_ref()?;
+    (from != &to && from.modes() == to.modes()).then(|| switch_mode(view, &to))
+}
+
 /// The TLS mode of the switch Secret, for the traffic `to` encrypts.
 fn switch_mode(view: &ClusterView, to: &TlsInUse) -> TlsMode {
     let name = names::tls_switch_secret_name(&view.name);
@@ -550,5 +560,49 @@ pub async fn clean_up(
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         Err(e) => Err(Error::kube(format!("delete secret {name}"))(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::view::fixtures::{cluster_of, view_of};
+
+    #[test]
+    fn a_backup_dials_a_switching_cluster_with_the_switch_secret() {
+        let spec = "size: 3\nTLS:\n  operatorManaged: {}";
+        let view = view_of(spec);
+        let mut cluster = cluster_of(spec);
+        let target = cluster
+            .spec
+            .tls
+            .as_ref()
+            .and_then(|t| t.in_use(&view.name))
+            .expect("in use");
+        // Settled: the spec's Secrets.
+        cluster.status = Some(etcd_shared::EtcdClusterStatus {
+            tls: Some(target.clone()),
+            ..Default::default()
+        });
+        assert_eq!(dialling_mode(&view, &cluster), None);
+        // Switching from static: the switch Secret, in its layout.
+        let from = TlsInUse {
+            source: "static".into(),
+            peer_secret: Some("p".into()),
+            server_secret: Some("s".into()),
+            operator_secret: Some("o".into()),
+            ..Default::default()
+        };
+        if let Some(status) = cluster.status.as_mut() {
+            status.tls = Some(from);
+        }
+        let mode = dialling_mode(&view, &cluster).expect("switch mode");
+        let name = names::tls_switch_secret_name(&view.name);
+        assert_eq!(mode.operator_secret.as_deref(), Some(name.as_str()));
+        assert_eq!(mode.layout, SecretLayout::Switch);
+        assert_eq!(
+            kinds(&target, &target),
+            [CertKind::Peer, CertKind::Server, CertKind::Operator]
+        );
     }
 }

@@ -73,7 +73,11 @@ pub async fn target(
         .await
         .map_err(Error::kube(format!("get EtcdCluster {cluster_name}")))?
         .ok_or_else(|| SnapshotError::ClusterNotFound(cluster_name.clone()))?;
-    let view = ClusterView::new(&cluster, policy).map_err(SnapshotError::invalid(&cluster_name))?;
+    let mut view =
+        ClusterView::new(&cluster, policy).map_err(SnapshotError::invalid(&cluster_name))?;
+    if let Some(mode) = crate::certificates::switching::dialling_mode(&view, &cluster) {
+        view.tls = mode;
+    }
     let tls_secret = match spec.client_tls_secret.as_str() {
         "" => view.tls.operator_secret.clone(),
         secret => Some(secret.to_string()),
