@@ -50,6 +50,11 @@ fn main() -> std::process::ExitCode {
             pvc_retention_keeps_the_newest_of_each_day,
         )
         .with_timeout(long),
+        etcd_tests::Test::new(
+            "every_member_lost_recovers_from_the_latest_pvc_backup",
+            every_member_lost_recovers_from_the_latest_pvc_backup,
+        )
+        .with_timeout(long),
     ];
     etcd_tests::run_suite_with_kubelet(tests)
 }
@@ -387,5 +392,78 @@ async fn pvc_retention_keeps_the_newest_of_each_day(ctx: TestContext) -> anyhow:
         names == want,
         "keepLast 1 + keepDaily 2 keep {written} and yesterday's newest ({d1_12}), not {d1_10} or {d3}: {names:?}"
     );
+    Ok(())
+}
+
+/// Issue 35 item 4: the recovery from permanent quorum loss searches PVC backups too. A
+/// 3-member cluster with `recovery.policy: Automatic` and a PVC EtcdBackup of it; every member
+/// pod deleted (emptyDir: every member's data gone): the cluster is recovered from the latest
+/// snapshot in the claim (checked by the seed's fetch against the SHA-256 its EtcdBackup
+/// recorded), with every key of the backup, and `lastRecovery` names the claim.
+async fn every_member_lost_recovers_from_the_latest_pvc_backup(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    install(&ctx).await?;
+    OperatorBinaries::locate()?.register(ctx.kubelet()?);
+    let _controller = Controller::start(&ctx)?;
+    create_claim(&ctx).await?;
+    let version = etcd_shared::version::DEFAULT_VERSION;
+    support::operator::create_cluster(
+        &ctx,
+        &format!(
+            "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdCluster\nmetadata:\n  name: lost\nspec:\n  size: 3\n  version: {version}\n  recovery:\n    policy: Automatic\n"
+        ),
+    )
+    .await?;
+    let clusters: Api<EtcdCluster> = ctx.api();
+    support::wait_until(&clusters, "lost", "settled", |c| {
+        support::settled(c, 3, version)
+    })
+    .await?;
+    let slices: Api<EndpointSlice> = ctx.api();
+    let kept = bulk_put(&slices, "lost", "/kept/", 200, 8).await?;
+    create::<EtcdBackup>(
+        &ctx,
+        &backup_yaml("claimed", "lost", "lost/snapshot.db", ""),
+    )
+    .await?;
+    let status = backup_status(&ctx, "claimed", "succeeded", |s| s.succeeded).await?;
+    ensure!(
+        status.last_backup_path.as_deref() == Some("etcd-backups/lost/snapshot.db"),
+        "{:?}",
+        status.last_backup_path
+    );
+    // The backup pod is gone before the claim (ReadWriteOnce) is mounted by the seed.
+    poll_until("the backup pod gone", WAIT, || async {
+        anyhow::Ok(claim_pods(&ctx, "backup").await?.is_empty().then_some(()))
+    })
+    .await?;
+    let pods: Api<Pod> = ctx.api();
+    let lost_at = Instant::now();
+    pods.delete_collection(
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        },
+        &ListParams::default().labels(&format!("{}=lost", etcd_shared::names::LABEL_INSTANCE)),
+    )
+    .await?;
+    let done = support::wait_until(&clusters, "lost", "recovered from the PVC backup", |c| {
+        support::settled(c, 3, version)
+            && c.status
+                .as_ref()
+                .is_some_and(|s| s.last_recovery.is_some() && s.recovery.is_none())
+    })
+    .await?;
+    duration("every member lost -> Running from the PVC backup", lost_at);
+    let last = done
+        .status
+        .and_then(|s| s.last_recovery)
+        .context("lastRecovery")?;
+    ensure!(
+        last.source == "PVC etcd-backups/lost/snapshot.db",
+        "{last:?}"
+    );
+    check_every_member(&pods, "lost", "/kept/", &kept, 3).await?;
     Ok(())
 }

@@ -8,7 +8,11 @@
 //!   GCS; every periodic snapshot of each), read through and checked as an EtcdRestore checks
 //!   one; a damaged or unreadable one is skipped for the next newest, and said. An encrypted
 //!   one is decrypted with its EtcdBackup's `spec.encryption.identitySecret`; without one it
-//!   is skipped, and said.
+//!   is skipped, and said. A PersistentVolumeClaim backup (`storageType: PVC`) is a candidate by
+//!   what its EtcdBackup recorded of its latest snapshot (path, SHA-256, revision, version):
+//!   reading a claim takes a pod, so its bytes are checked by the seed member's fetch, against
+//!   that SHA-256 and etcd's hash, before the seed member starts (older snapshots in the claim
+//!   are not searched).
 
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::jiff::Timestamp;
@@ -59,6 +63,55 @@ pub struct Candidate {
     pub origin: String,
     /// The Secret with the identity that decrypts it, blank when none is named.
     pub identity_secret: String,
+    /// For a snapshot in a claim: what its EtcdBackup recorded of it (checked at the fetch).
+    pub recorded: Option<Recorded>,
+}
+
+/// What an EtcdBackup recorded of a snapshot it wrote in a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recorded {
+    /// SHA-256 of its bytes, hex.
+    pub sha256: String,
+    /// Its etcd revision.
+    pub revision: Option<i64>,
+    /// The etcd version it was taken from.
+    pub etcd_version: Option<String>,
+}
+
+/// The latest snapshot a PVC EtcdBackup recorded (`status.lastBackupPath` is `CLAIM/FILE`), as
+/// a candidate; `None` without a successful one with its SHA-256, or in another claim.
+pub fn claim_candidate(backup: &EtcdBackup) -> Option<Candidate> {
+    let pvc = backup.spec.source.pvc.as_ref()?;
+    let status = backup.status.as_ref()?;
+    let (claim, file) = status.last_backup_path.as_deref()?.split_once('/')?;
+    let sha256 = status
+        .last_backup_sha256
+        .clone()
+        .filter(|s| !s.is_empty())?;
+    if claim != pvc.claim_name || file.is_empty() {
+        return None;
+    }
+    Some(Candidate {
+        time: status
+            .last_success_date
+            .as_ref()
+            .map_or_else(String::new, |t| keys::sortable_time(t.0)),
+        storage_type: PVC_STORAGE_TYPE.to_string(),
+        source: StorageSource {
+            pvc: Some(etcd_shared::types::PvcSource {
+                claim_name: claim.to_string(),
+                path: file.to_string(),
+            }),
+            ..StorageSource::default()
+        },
+        origin: format!("EtcdBackup {} (claim {claim})", backup.name_any()),
+        identity_secret: String::new(),
+        recorded: Some(Recorded {
+            sha256,
+            revision: status.etcd_revision,
+            etcd_version: status.etcd_version.clone(),
+        }),
+    })
 }
 
 /// `source` (of `storage_type`) with its path set to `BUCKET/key`.
@@ -100,6 +153,7 @@ pub async fn candidates(
             source: at_key(&spec.storage_type, &spec.source, bucket, key),
             origin: format!("safety backup before {}", record.before),
             identity_secret: String::new(),
+            recorded: None,
         });
     }
     let backups: Api<EtcdBackup> = Api::namespaced(client.clone(), &view.namespace);
@@ -111,7 +165,11 @@ pub async fn candidates(
         let spec = &backup.spec;
         let ours = cluster_of_endpoints(&spec.etcd_endpoints, &view.namespace)
             .is_ok_and(|c| c == view.name);
-        if !ours || spec.storage_type == PVC_STORAGE_TYPE {
+        if !ours {
+            continue;
+        }
+        if spec.storage_type == PVC_STORAGE_TYPE {
+            found.extend(claim_candidate(&backup));
             continue;
         }
         let origin = format!("EtcdBackup {}", backup.name_any());
@@ -147,6 +205,7 @@ pub async fn candidates(
                     .as_ref()
                     .map(|e| e.identity_secret.clone())
                     .unwrap_or_default(),
+                recorded: None,
             });
         };
         if keys::is_periodic(spec) {
@@ -176,6 +235,26 @@ pub async fn newest_backup(
     let timeouts = StoreTimeouts::default();
     let (candidates, mut skipped) = candidates(client, view, status, timeouts).await?;
     for candidate in candidates {
+        if let Some(recorded) = &candidate.recorded {
+            // In a claim: its bytes are checked by the seed's fetch; the line is checked here.
+            match lines_fit(recorded.etcd_version.as_deref(), &view.version) {
+                Ok(()) => {
+                    let seed = RestoreSeed {
+                        restore: format!("recovery of {}", view.name),
+                        source: candidate.source.clone(),
+                        sha256: recorded.sha256.clone(),
+                        revision: recorded.revision,
+                        etcd_version: recorded.etcd_version.clone(),
+                        identity_secret: String::new(),
+                    };
+                    return Ok((seed, candidate.origin.clone(), skipped));
+                }
+                Err(e) => {
+                    skipped.push(format!("{} ({}): {e}", candidate.origin, candidate.time));
+                    continue;
+                }
+            }
+        }
         let checked = async {
             let location = StoreLocation::from_source(&candidate.storage_type, &candidate.source)?;
             let credentials = credentials(client, &view.namespace, &location).await?;
@@ -207,7 +286,7 @@ pub async fn newest_backup(
         }
     }
     Err(SnapshotError::NoSnapshot(if skipped.is_empty() {
-        "the cluster has no safety backup and no EtcdBackup in an object store".into()
+        "the cluster has no safety backup and no EtcdBackup with a snapshot".into()
     } else {
         format!("none checks: {}", skipped.join("; "))
     }))
@@ -216,4 +295,45 @@ pub async fn newest_backup(
 /// The time a recovery record keeps: now.
 pub fn now() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
     k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pvc_backup(path: Option<&str>, sha: Option<&str>) -> EtcdBackup {
+        let mut backup: EtcdBackup = serde_yaml::from_str(
+            "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdBackup\nmetadata:\n  name: nightly\nspec:\n  etcdEndpoints: [\"http://demo-client:2379\"]\n  storageType: PVC\n  pvc:\n    claimName: backups\n    path: demo/s.db\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        backup.status = Some(etcd_shared::types::EtcdBackupStatus {
+            succeeded: true,
+            last_backup_path: path.map(str::to_string),
+            last_backup_sha256: sha.map(str::to_string),
+            etcd_revision: Some(42),
+            etcd_version: Some("3.6.16".into()),
+            ..Default::default()
+        });
+        backup
+    }
+
+    #[test]
+    fn a_pvc_backup_is_a_candidate_by_what_its_status_recorded() {
+        let c = claim_candidate(&pvc_backup(Some("backups/demo/s.db"), Some("ab12")))
+            .expect("candidate");
+        let pvc = c.source.pvc.as_ref().expect("pvc source");
+        assert_eq!(
+            (pvc.claim_name.as_str(), pvc.path.as_str()),
+            ("backups", "demo/s.db")
+        );
+        let recorded = c.recorded.expect("recorded");
+        assert_eq!(
+            (recorded.sha256.as_str(), recorded.revision),
+            ("ab12", Some(42))
+        );
+        // Nothing checkable: no candidate.
+        assert!(claim_candidate(&pvc_backup(Some("backups/demo/s.db"), None)).is_none());
+        assert!(claim_candidate(&pvc_backup(None, Some("ab12"))).is_none());
+        assert!(claim_candidate(&pvc_backup(Some("other/demo/s.db"), Some("ab12"))).is_none());
+    }
 }
