@@ -892,6 +892,29 @@ pub fn compute(
     }
 }
 
+/// A switch of the certificates' source in progress: the Progressing condition says so (with
+/// `note`: its phase and what it waits for) unless it reports other work already, in which case
+/// the note is added to its message.
+pub fn note_certificate_switch(status: &mut EtcdClusterStatus, note: &str, now: Timestamp) {
+    let Some(c) = status
+        .conditions
+        .iter_mut()
+        .find(|c| c.type_ == PROGRESSING)
+    else {
+        return;
+    };
+    if c.status == "True" && c.reason != "ReplacingForCertificates" {
+        c.message = crate::conditions::bounded_message(format!("{}; {note}", c.message));
+        return;
+    }
+    if c.status != "True" {
+        c.status = "True".into();
+        c.last_transition_time = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now);
+    }
+    c.reason = "SwitchingCertificates".into();
+    c.message = crate::conditions::bounded_message(note.to_string());
+}
+
 /// The status of a cluster whose spec is invalid: Degraded with the violations and the reason
 /// InvalidSpec, nothing else changed.
 pub fn invalid(

@@ -1384,6 +1384,7 @@ async fn source_switch(
     let _controller = controller;
     let secrets: Api<Secret> = ctx.api();
     let phases = std::sync::Mutex::new(Vec::<String>::new());
+    let switching_said = std::sync::Mutex::new(None::<String>);
     let targets = [
         CertKind::Peer.secret_name(name),
         CertKind::Server.secret_name(name),
@@ -1407,6 +1408,19 @@ async fn source_switch(
             let c = clusters.get(name).await?;
             let recorded = c.status.as_ref().and_then(|s| s.tls.clone());
             let wanted = c.spec.tls.as_ref().and_then(|t| t.in_use(name));
+            let progressing = c.status.as_ref().and_then(|s| {
+                s.conditions
+                    .iter()
+                    .find(|c| c.type_ == "Progressing" && c.reason == "SwitchingCertificates")
+                    .map(|c| c.message.clone())
+            });
+            if let Some(message) = progressing
+                && let Ok(mut seen) = switching_said.lock()
+                && seen.is_none()
+            {
+                println!("{run}: Progressing SwitchingCertificates: {message}");
+                *seen = Some(message);
+            }
             let settled_seen = phases.lock().is_ok_and(|p| p.iter().any(|p| p == "settle"));
             anyhow::Ok(
                 (settled_seen
@@ -1477,6 +1491,12 @@ async fn source_switch(
             "the server certificate was issued by {issuer:?}, not {wanted}"
         );
     }
+    let said = switching_said.into_inner().unwrap_or_default();
+    ensure!(
+        said.as_deref()
+            .is_some_and(|m| m.contains("certificates moving from")),
+        "the Progressing condition never said SwitchingCertificates ({said:?})"
+    );
     let switched = support::event_count(ctx, "CertificateSwitched").await?;
     ensure!(
         switched == 1,

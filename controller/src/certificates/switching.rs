@@ -83,6 +83,8 @@ pub struct SwitchOutcome {
     pub moved: Option<String>,
     /// Every member uses the new source's own Secrets: the switch is over.
     pub done: bool,
+    /// Where the switch is and what it waits for, in words (the Progressing condition).
+    pub note: String,
 }
 
 /// The kinds of certificate both sources give (peer; server and the operator's client).
@@ -394,6 +396,12 @@ pub async fn advance(
         && !pods.is_empty()
         && every_listed_has_a_pod(pods, listed)
         && pods.iter().all(on_target);
+    let note = note(
+        phase,
+        (&state.from, to),
+        phase == state.phase && state.detached() && target.is_none(),
+        &names::tls_switch_secret_name(&view.name),
+    );
     let (mode, files) = if phase.members_on_switch() {
         let files = bundle_of(&data, kinds).map(|bundle| TlsFiles {
             current: TlsStamp {
@@ -424,7 +432,48 @@ pub async fn advance(
         files,
         moved,
         done,
+        note,
     })
+}
+
+/// Where a switch is and what it waits for, in words.
+fn note(
+    phase: SwitchPhase,
+    (from, to): (&TlsInUse, &TlsInUse),
+    target_missing: bool,
+    switch_secret: &str,
+) -> String {
+    let what = match phase {
+        SwitchPhase::Hold if target_missing => format!(
+            "every member runs on {switch_secret}; waiting for the new source's certificates ({}: missing, incomplete{})",
+            [&to.peer_secret, &to.server_secret, &to.operator_secret]
+                .into_iter()
+                .flatten()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", "),
+            if to.issuer.is_some() {
+                ", or not issued by the new issuer yet"
+            } else {
+                ""
+            }
+        ),
+        SwitchPhase::Hold => format!("members moving onto {switch_secret} (what they use now)"),
+        SwitchPhase::TrustBoth => "members replaced to trust both CAs".to_string(),
+        SwitchPhase::NewLeaves => {
+            "the new source's certificates are served: waiting for every member to serve them"
+                .to_string()
+        }
+        SwitchPhase::Settle => {
+            "members replaced onto the new source's own Secrets (its CA alone)".to_string()
+        }
+    };
+    format!(
+        "certificates moving from {} to {} (phase {}): {what}",
+        describe(from),
+        describe(to),
+        phase.as_str()
+    )
 }
 
 /// The peer and server certificates of the switch Secret's data.

@@ -89,6 +89,9 @@ pub async fn reconcile(cluster: &EtcdCluster, run: &Run<'_>) -> Result<Action, E
     let carried = records.after(outcome.as_ref().ok(), view.safety_backup.is_some());
     let mut new = status::after_step(&view, &obs.model, &step, carried, at.previous, now);
     new.tls = certificates.in_use.clone();
+    if let Some(note) = &certificates.switching {
+        status::note_certificate_switch(&mut new, note, now);
+    }
     let finished = (outcome.is_ok() && step == Step::FinishRecovery).then_some(recovered_from);
     announce(cluster, run, &at, &new, finished.flatten()).await;
     write_status(&at.api, &at.name, &new, at.previous).await?;
@@ -171,6 +174,8 @@ struct Certificates {
     mode: Option<crate::view::TlsMode>,
     /// What `status.tls` records: the Secrets every member uses.
     in_use: Option<etcd_shared::types::TlsInUse>,
+    /// A switch of the certificates' source in progress, in words.
+    switching: Option<String>,
 }
 
 impl Certificates {
@@ -260,6 +265,7 @@ async fn upkeep(
             next_check: issued.next_check,
             mode: None,
             in_use: None,
+            switching: None,
         });
     }
     let mut files = None;
@@ -273,6 +279,7 @@ async fn upkeep(
         next_check: None,
         mode: None,
         in_use: None,
+        switching: None,
     })
 }
 
@@ -364,6 +371,7 @@ async fn switch_certificates(
         next_check: Some(next_check),
         mode: (!out.done).then_some(out.mode),
         in_use: Some(in_use),
+        switching: (!out.done).then_some(out.note),
     })
 }
 

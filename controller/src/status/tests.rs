@@ -654,3 +654,42 @@ fn members_sharing_a_node_are_said() {
     );
     assert_eq!(s.placement.len(), 3);
 }
+
+#[test]
+fn a_certificate_switch_is_progress() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+    let at = Time(Timestamp::from_second(1_000).unwrap_or_else(|e| panic!("{e}")));
+    let idle = Condition {
+        type_: super::PROGRESSING.into(),
+        status: "False".into(),
+        reason: "AsExpected".into(),
+        message: "nothing to do".into(),
+        observed_generation: Some(1),
+        last_transition_time: at.clone(),
+    };
+    let mut status = EtcdClusterStatus {
+        conditions: vec![idle.clone()],
+        ..Default::default()
+    };
+    let now = Timestamp::from_second(2_000).unwrap_or_else(|e| panic!("{e}"));
+    super::note_certificate_switch(&mut status, "moving (phase hold)", now);
+    let c = &status.conditions[0];
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", "SwitchingCertificates")
+    );
+    assert_eq!(c.last_transition_time.0, now);
+    // Other work is kept, the switch added to its message.
+    let mut busy = idle;
+    busy.status = "True".into();
+    busy.reason = "ScalingUp".into();
+    busy.message = "adding demo-3".into();
+    let mut status = EtcdClusterStatus {
+        conditions: vec![busy],
+        ..Default::default()
+    };
+    super::note_certificate_switch(&mut status, "moving (phase hold)", now);
+    let c = &status.conditions[0];
+    assert_eq!(c.reason, "ScalingUp");
+    assert_eq!(c.message, "adding demo-3; moving (phase hold)");
+}
