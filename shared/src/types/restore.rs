@@ -67,6 +67,19 @@ pub struct EtcdRestoreSpec {
     /// Unencrypted snapshots restore with or without it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encryption: Option<RestoreEncryption>,
+
+    /// An operator extension: restore to a point in time, this etcd revision of the backed-up
+    /// cluster. The path then names the EtcdBackup's `KEY` (with `spec.continuous` and periodic
+    /// snapshots), not one snapshot: the newest snapshot at or before the revision is restored,
+    /// then the changes its continuous segments recorded up to and including the revision are
+    /// written again, one transaction per original revision, before the restore is
+    /// `Restored`. Refused (the cluster untouched) when no snapshot is that old or the
+    /// segments do not reach the revision without a gap. Object stores only, unencrypted
+    /// backups only. The restored cluster's revisions are new ones (bumped past the
+    /// snapshot's); keys come back without their leases.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub to_revision: Option<i64>,
 }
 
 impl EtcdRestoreSpec {
@@ -186,6 +199,16 @@ pub struct EtcdRestoreStatus {
     /// the template of the restored cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template: Option<ClusterTemplate>,
+
+    /// For `spec.toRevision`: the revision the restored cluster holds the changes of (the
+    /// target once every segment is written again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replayed_revision: Option<i64>,
+
+    /// For `spec.toRevision`: how many continuous segments are replayed onto the snapshot
+    /// (found when the snapshot was checked; read again from the store at the replay).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segments: Option<i64>,
 }
 
 /// What the restored cluster takes from the one it replaces.
