@@ -2676,12 +2676,18 @@ async fn a_restore_to_a_revision_between_two_snapshots_has_exactly_its_keys(
     );
 
     // RPO: for each acknowledged change, from its acknowledgement to the first listing of a
-    // segment holding it.
+    // segment holding it; once streaming (after the first segment was listed: until then the
+    // changes since the first snapshot are caught up on).
     let mut appearances: Vec<(i64, Instant)> = seen.values().copied().collect();
     appearances.sort_by_key(|(last, _)| *last);
+    let streaming_since = appearances
+        .iter()
+        .map(|(_, at)| *at)
+        .min()
+        .context("segments")?;
     let mut lags: Vec<f64> = history
         .iter()
-        .filter(|(r, _, _)| *r > rev1)
+        .filter(|(r, acked, _)| *r > rev1 && *acked > streaming_since)
         .filter_map(|(rev, acked, _)| {
             appearances
                 .iter()
@@ -2703,7 +2709,9 @@ async fn a_restore_to_a_revision_between_two_snapshots_has_exactly_its_keys(
         "figure: RPO (acknowledged write to its segment listed in the store, 5 s segments, {} writes): median {median:.2} s, p99 {p99:.2} s, max {max:.2} s",
         lags.len()
     );
-    ensure!(max <= 6.5, "a write waited {max:.2} s for its segment");
+    // 5 s: the segments' period, cut 0.5 s early for the upload; the store is listed every
+    // 0.1 s.
+    ensure!(max <= 5.5, "a write waited {max:.2} s for its segment");
 
     // A revision between the two snapshots, and the source's own view of it.
     let target = rev1 + (rev2 - rev1) / 2;

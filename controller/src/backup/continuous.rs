@@ -46,6 +46,15 @@ pub const MAX_SEGMENT_BYTES: usize = 8 * 1024 * 1024;
 /// store (etcd still has them, unless compacted meanwhile).
 pub const MAX_BUFFER_BYTES: usize = 64 * 1024 * 1024;
 
+/// How soon a task that waits (for a first snapshot, for one newer than a compaction) looks
+/// at the store again.
+const WAIT_AGAIN: Duration = Duration::from_secs(2);
+
+/// What is kept of each period for writing its segment: segments are cut this much before
+/// `segmentSeconds` is up, so that a change is in the store within `segmentSeconds` of its
+/// arrival when the store answers within it.
+const UPLOAD_ALLOWANCE: Duration = Duration::from_millis(500);
+
 /// How long one watch stream lasts before it is opened again (each request on a connection is
 /// bounded; the chain goes on from where it was).
 const WATCH_SPAN: Duration = Duration::from_secs(300);
@@ -150,7 +159,6 @@ fn failed(e: impl std::fmt::Display) -> Stop {
 /// The task of one EtcdBackup: streams, and after any stop looks again.
 async fn run(client: kube::Client, config: BackupConfig, backup: EtcdBackup) {
     let key = ObjectKey::of(&backup);
-    let every = segment_period(&backup.spec);
     let mut progress = Progress::default();
     let mut failures = 0u32;
     loop {
@@ -164,7 +172,7 @@ async fn run(client: kube::Client, config: BackupConfig, backup: EtcdBackup) {
                 failures = 0;
                 progress.reason = reason;
                 patch_status(&client, &backup, &progress).await;
-                every.max(Duration::from_secs(5))
+                WAIT_AGAIN
             }
             Err(Stop::Failed(reason)) => {
                 failures = failures.saturating_add(1);
@@ -185,7 +193,11 @@ fn segment_period(spec: &EtcdBackupSpec) -> Duration {
         .map_or(etcd_shared::types::DEFAULT_SEGMENT_SECONDS, |c| {
             c.segment_seconds()
         });
-    Duration::from_secs(seconds.clamp(1, 60).into())
+    let period = Duration::from_secs(seconds.clamp(1, 60).into());
+    // 1 s segments are cut every 0.5 s.
+    period
+        .saturating_sub(UPLOAD_ALLOWANCE)
+        .max(UPLOAD_ALLOWANCE)
 }
 
 /// What the status says of the stream.
@@ -209,7 +221,12 @@ async fn patch_status(client: &kube::Client, backup: &EtcdBackup, progress: &Pro
     };
     let api: Api<EtcdBackup> =
         Api::namespaced(client.clone(), &backup.namespace().unwrap_or_default());
-    let patch = json!({ "status": { "continuous": status } });
+    let mut value = serde_json::to_value(&status).unwrap_or_default();
+    if progress.reason.is_empty() {
+        // A merge patch removes a field only when told so.
+        value["reason"] = serde_json::Value::Null;
+    }
+    let patch = json!({ "status": { "continuous": value } });
     if let Err(e) = api
         .patch_status(
             &backup.name_any(),
@@ -506,7 +523,7 @@ mod tests {
             ..EtcdBackupSpec::default()
         };
         assert!(wanted(&spec));
-        assert_eq!(segment_period(&spec), Duration::from_secs(5));
+        assert_eq!(segment_period(&spec), Duration::from_millis(4500));
         spec.storage_type = PVC_STORAGE_TYPE.into();
         assert!(!wanted(&spec));
         spec.storage_type = "S3".into();

@@ -125,10 +125,11 @@ pub struct EtcdBackupSpec {
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ContinuousBackup {
-    /// Seconds between two segments (1 to 60; 0 or unset means 5): at most about this long
-    /// of acknowledged writes is not yet in the store (plus the time to write a segment). A
-    /// segment is written sooner when it reaches 8 MiB; no segment is written for an interval
-    /// without writes.
+    /// Seconds between two segments (1 to 60; 0 or unset means 5): the longest an
+    /// acknowledged write waits to be in the store while the store answers promptly (each
+    /// segment is cut half a second early, for its upload), so about the recovery point
+    /// objective. A segment is written sooner when it reaches 8 MiB; no segment is written
+    /// for an interval without writes.
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     #[schemars(range(min = 0, max = 60))]
     pub segment_seconds: u32,
