@@ -2596,12 +2596,17 @@ async fn a_restore_to_a_revision_between_two_snapshots_has_exactly_its_keys(
 ) -> anyhow::Result<()> {
     install(&ctx).await?;
     OperatorBinaries::locate()?.register(ctx.kubelet()?);
-    let _controller = Controller::start(&ctx)?;
+    let controller = Controller::start(&ctx)?;
     let storage = Storage::start(&ctx, "pitr").await?;
     settled_cluster(&ctx, "src", 3).await?;
     let slices: Api<EndpointSlice> = ctx.api();
     let urls = client_service_urls(&slices, "src").await?;
     let stop = Arc::new(AtomicBool::new(false));
+    // Wall-clock times of the writer's acknowledgements, for spec.toTime.
+    let (epoch, epoch_wall) = (Instant::now(), k8s_openapi::jiff::Timestamp::now());
+    let wall_ms = |at: Instant| {
+        epoch_wall.as_millisecond() + i64::try_from((at - epoch).as_millis()).unwrap_or(0)
+    };
     let writer = pitr_writer(connect(&urls).await?, stop.clone());
 
     // The store's segments as they appear: (last revision, when first listed).
@@ -2642,6 +2647,21 @@ async fn a_restore_to_a_revision_between_two_snapshots_has_exactly_its_keys(
         s.backup_count >= Some(1) && s.succeeded
     })
     .await?;
+    // Streaming; then the controller stops for 3 s and starts again: the stream resumes from
+    // what the store holds, and the chain stays whole.
+    backup_status(&ctx, "pitr", "two segments", |s| {
+        s.continuous
+            .as_ref()
+            .and_then(|c| c.segments)
+            .is_some_and(|n| n >= 2)
+    })
+    .await?;
+    controller.stop().await?;
+    let stopped_at = Instant::now();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let _controller = Controller::start(&ctx)?;
+    let restarted_at = Instant::now();
+    tokio::time::sleep(Duration::from_secs(3)).await;
     let second = backup_status(&ctx, "pitr", "a second snapshot", |s| {
         s.backup_count >= Some(2) && s.succeeded
     })
@@ -2685,18 +2705,34 @@ async fn a_restore_to_a_revision_between_two_snapshots_has_exactly_its_keys(
         .map(|(_, at)| *at)
         .min()
         .context("segments")?;
+    let lag = |rev: i64, acked: Instant| {
+        appearances
+            .iter()
+            .filter(|(last, _)| *last >= rev)
+            .map(|(_, at)| *at)
+            .min()
+            .map(|at| at.saturating_duration_since(acked).as_secs_f64())
+    };
+    // Steady streaming: not the writes of the restart (from a period before the stop to 10 s
+    // after the start, measured apart).
+    let restarting = |acked: Instant| {
+        acked + Duration::from_secs(5) > stopped_at
+            && acked < restarted_at + Duration::from_secs(10)
+    };
     let mut lags: Vec<f64> = history
         .iter()
-        .filter(|(r, acked, _)| *r > rev1 && *acked > streaming_since)
-        .filter_map(|(rev, acked, _)| {
-            appearances
-                .iter()
-                .filter(|(last, _)| last >= rev)
-                .map(|(_, at)| *at)
-                .min()
-                .map(|at| at.saturating_duration_since(*acked).as_secs_f64())
-        })
+        .filter(|(r, acked, _)| *r > rev1 && *acked > streaming_since && !restarting(*acked))
+        .filter_map(|(rev, acked, _)| lag(*rev, *acked))
         .collect();
+    let restart_max = history
+        .iter()
+        .filter(|(_, acked, _)| restarting(*acked))
+        .filter_map(|(rev, acked, _)| lag(*rev, *acked))
+        .fold(0.0, f64::max);
+    println!(
+        "figure: writes during the controller's restart (stopped {:.1} s): in the store at most {restart_max:.2} s after their acknowledgement",
+        (restarted_at - stopped_at).as_secs_f64()
+    );
     ensure!(
         !lags.is_empty(),
         "no write after the first snapshot was streamed"
@@ -2713,8 +2749,17 @@ async fn a_restore_to_a_revision_between_two_snapshots_has_exactly_its_keys(
     // 0.1 s.
     ensure!(max <= 5.5, "a write waited {max:.2} s for its segment");
 
-    // A revision between the two snapshots, and the source's own view of it.
-    let target = rev1 + (rev2 - rev1) / 2;
+    // A revision between the two snapshots, written after the restart (the chain crosses
+    // it), and the source's own view of it.
+    let target = history
+        .iter()
+        .find(|(_, acked, _)| *acked > restarted_at + Duration::from_secs(2))
+        .map(|(rev, _, _)| *rev)
+        .context("writes after the restart")?;
+    ensure!(
+        rev1 < target && target < rev2,
+        "revision {target} after the restart is not between the snapshots' {rev1} and {rev2}"
+    );
     let expected = state_at(&history, target);
     let mut source = connect(&urls).await?;
     let at_target = source
@@ -2778,6 +2823,54 @@ async fn a_restore_to_a_revision_between_two_snapshots_has_exactly_its_keys(
         );
     }
 
+    let clusters: Api<EtcdCluster> = ctx.api();
+    clusters
+        .delete("pitr-copy", &DeleteParams::default())
+        .await?;
+
+    // spec.toTime: a time after the restart, between the snapshots; the revision it maps to
+    // is the last one received at or before it, so every write acknowledged 0.3 s before it
+    // is in, none acknowledged 0.3 s after.
+    let pick = history
+        .iter()
+        .find(|(_, acked, _)| *acked > restarted_at + Duration::from_secs(4))
+        .map(|(_, acked, _)| wall_ms(*acked))
+        .context("writes 4 s after the restart")?;
+    let at = k8s_openapi::jiff::Timestamp::from_millisecond(pick)?;
+    let started = Instant::now();
+    let restore = format!(
+        "{}  restoreInto: pitr-time\n  toTime: \"{at}\"\n",
+        restore_yaml(&storage, "to-time", "src", "src/snapshot.db")
+    );
+    create::<EtcdRestore>(&ctx, &restore).await?;
+    let status = restore_status(&ctx, "to-time", "succeeded", |s| s.succeeded).await?;
+    let secs = duration("restore to a time", started);
+    let resolved = status.target_revision.context("status.targetRevision")?;
+    println!("figure: restore to {at} (revision {resolved}) in {secs:.1} s");
+    ensure!(status.replayed_revision == Some(resolved), "{status:?}");
+    ensure!(
+        rev1 < resolved && resolved < rev2,
+        "{resolved} not between {rev1} and {rev2}"
+    );
+    for (rev, acked, _) in &history {
+        let ms = wall_ms(*acked);
+        ensure!(
+            !((ms < pick - 300 && *rev > resolved) || (ms > pick + 300 && *rev <= resolved)),
+            "revision {rev} acknowledged {} ms from {at} is on the wrong side of {resolved}",
+            ms - pick
+        );
+    }
+    let expected_at_time = state_at(&history, resolved);
+    for (member, url) in &support::member_urls(&pods, "pitr-time").await? {
+        let got = support::read_all(url, "/pitr/").await?;
+        ensure!(
+            got == expected_at_time,
+            "member {member} of the cluster restored to {at}: {} keys, revision {resolved} had {}",
+            got.len(),
+            expected_at_time.len()
+        );
+    }
+
     // Past what was streamed: refused with the reason, nothing created.
     let beyond = format!(
         "{}  restoreInto: pitr-later\n  toRevision: {}\n",
@@ -2788,7 +2881,6 @@ async fn a_restore_to_a_revision_between_two_snapshots_has_exactly_its_keys(
     let refused = restore_status(&ctx, "beyond", "refused", |s| s.reason.is_some()).await?;
     let reason = refused.reason.unwrap_or_default();
     ensure!(reason.starts_with("RevisionNotStreamed"), "{reason}");
-    let clusters: Api<EtcdCluster> = ctx.api();
     ensure!(clusters.get_opt("pitr-later").await?.is_none());
     Ok(())
 }

@@ -32,6 +32,7 @@ use etcd_shared::types::{ContinuousStatus, EtcdBackup, EtcdBackupSpec};
 
 use super::config::BackupConfig;
 use crate::etcd::EtcdAccess;
+use crate::metrics::backup::BackupMetrics;
 use crate::object_key::ObjectKey;
 use crate::snapshot::cluster::{credentials, member_access, most_advanced_member, target};
 use crate::snapshot::keys;
@@ -82,7 +83,13 @@ struct Running {
 impl Streams {
     /// Starts the task of `backup` when it wants one and none runs for its spec; stops it when
     /// it does not want one.
-    pub fn ensure(&self, backup: &EtcdBackup, client: &kube::Client, config: &BackupConfig) {
+    pub fn ensure(
+        &self,
+        backup: &EtcdBackup,
+        client: &kube::Client,
+        config: &BackupConfig,
+        metrics: &BackupMetrics,
+    ) {
         let key = ObjectKey::of(backup);
         let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
         if !wanted(&backup.spec) || backup.metadata.deletion_timestamp.is_some() {
@@ -98,7 +105,12 @@ impl Streams {
             }
             old.task.abort();
         }
-        let task = tokio::spawn(run(client.clone(), config.clone(), backup.clone()));
+        let task = tokio::spawn(run(
+            client.clone(),
+            config.clone(),
+            metrics.clone(),
+            backup.clone(),
+        ));
         info!(backup = %key, "continuous backup started");
         running.insert(
             key,
@@ -157,12 +169,17 @@ fn failed(e: impl std::fmt::Display) -> Stop {
 }
 
 /// The task of one EtcdBackup: streams, and after any stop looks again.
-async fn run(client: kube::Client, config: BackupConfig, backup: EtcdBackup) {
+async fn run(
+    client: kube::Client,
+    config: BackupConfig,
+    metrics: BackupMetrics,
+    backup: EtcdBackup,
+) {
     let key = ObjectKey::of(&backup);
     let mut progress = Progress::default();
     let mut failures = 0u32;
     loop {
-        let outcome = stream(&client, &config, &backup, &mut progress).await;
+        let outcome = stream(&client, &config, &metrics, &backup, &mut progress).await;
         let wait = match outcome {
             Ok(()) => {
                 failures = 0;
@@ -327,6 +344,7 @@ fn now_ms() -> i64 {
 async fn stream(
     client: &kube::Client,
     config: &BackupConfig,
+    metrics: &BackupMetrics,
     backup: &EtcdBackup,
     progress: &mut Progress,
 ) -> Result<(), Stop> {
@@ -436,6 +454,7 @@ async fn stream(
                     .map_err(failed)?;
                 if written {
                     patch_status(client, backup, progress).await;
+                    metrics.segment_written(&namespace, &backup.name_any(), Timestamp::now());
                 }
             }
         }

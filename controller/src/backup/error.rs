@@ -82,7 +82,10 @@ impl BackupError {
                 SegmentError::Format(_) => "SegmentDamaged",
                 SegmentError::NoBase { .. } => "NoBaseSnapshot",
                 SegmentError::Gap { .. } => "ContinuousGap",
-                SegmentError::Short { .. } => "RevisionNotStreamed",
+                SegmentError::Short { .. } | SegmentError::TimeNotStreamed(_) => {
+                    "RevisionNotStreamed"
+                }
+                SegmentError::BadTime(_) => "InvalidTime",
             },
             BackupError::Replay(_) => "ReplayFailed",
         }
@@ -112,7 +115,10 @@ impl BackupError {
             BackupError::Pod(..) | BackupError::Replay(_) => false,
             BackupError::Snapshot(e) => e.needs_spec_change(),
             // A revision not yet streamed may be soon; the rest is what the store holds.
-            BackupError::PointInTime(e) => !matches!(e, SegmentError::Short { .. }),
+            BackupError::PointInTime(e) => !matches!(
+                e,
+                SegmentError::Short { .. } | SegmentError::TimeNotStreamed(_)
+            ),
         }
     }
 }

@@ -109,7 +109,7 @@ async fn reconcile(
     r: Arc<BackupReconciler>,
 ) -> Result<Action, BackupError> {
     let generation = backup.metadata.generation;
-    r.streams.ensure(&backup, &r.client, &r.config);
+    r.streams.ensure(&backup, &r.client, &r.config, &r.metrics);
     if let Some(request) = verify::requested(&backup) {
         return verify_on_request(&backup, &r, request).await;
     }

@@ -26,6 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Txn, TxnOp};
+use futures::TryStreamExt as _;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
@@ -352,8 +353,12 @@ async fn reconcile(
         }
         RestoreStep::Finish => {
             let mut status = restore.status.clone().unwrap_or_default();
-            if let (Some(target), Some(cluster)) = (restore.spec.to_revision, cluster.as_ref())
-                && status.replayed_revision != Some(target)
+            let target_revision = status.target_revision.or(restore.spec.to_revision);
+            if let (true, Some(target), Some(cluster)) = (
+                restore.spec.is_point_in_time(),
+                target_revision,
+                cluster.as_ref(),
+            ) && status.replayed_revision != Some(target)
             {
                 let started = std::time::Instant::now();
                 match replay(&r, &restore, cluster, target).await {
@@ -533,6 +538,50 @@ async fn point_in_time_plan(
     Ok(segments::plan(prefix, &snapshots, &markers, &segs, target)?)
 }
 
+/// How far a segment's store time may be behind the controller's clock (a store's and the
+/// controller's clocks differ): segments written more than this before `toTime` are not read
+/// when looking for it.
+const CLOCK_SKEW_MS: i64 = 60_000;
+
+/// The revision `toTime` (`time`) maps to in the continuous backup `prefix`: the last one
+/// received at or before it ([`segments::revision_at`]), reading the segments from the last
+/// one written before it (by the store's times, less [`CLOCK_SKEW_MS`]) on.
+async fn revision_at_time(
+    bucket: &Arc<dyn ObjectStore>,
+    prefix: &str,
+    time: &str,
+) -> Result<i64, BackupError> {
+    let at = time
+        .parse::<Timestamp>()
+        .map_err(|_| segments::SegmentError::BadTime(time.to_string()))?;
+    let at_ms = at.as_millisecond();
+    let dir = segments::segments_dir(prefix);
+    let listed: Vec<_> = bucket
+        .list(Some(&object_store::path::Path::from(dir.as_str())))
+        .try_collect()
+        .await
+        .map_err(TransferError::from)?;
+    let mut found: Vec<((String, i64, i64), i64)> = listed
+        .iter()
+        .filter_map(|meta| {
+            let key = meta.location.to_string();
+            let (first, last) = segments::parse_segment(prefix, &key)?;
+            Some(((key, first, last), meta.last_modified.timestamp_millis()))
+        })
+        .collect();
+    found.sort_by_key(|((_, first, last), _)| (*first, *last));
+    for (segment, written_ms) in &found {
+        if *written_ms < at_ms - CLOCK_SKEW_MS {
+            continue;
+        }
+        let records = read_segment(bucket, segment).await?;
+        if let Some(revision) = segments::revision_at(&records, at_ms) {
+            return Ok(revision);
+        }
+    }
+    Err(segments::SegmentError::TimeNotStreamed(time.to_string()).into())
+}
+
 /// The records of one segment of `plan`, read and checked.
 async fn read_segment(
     bucket: &Arc<dyn ObjectStore>,
@@ -563,7 +612,12 @@ async fn check_object(
         Some(e) => Some(identities(&r.client, &namespace, &e.identity_secret).await?),
         None => None,
     };
-    let (key, plan) = match spec.to_revision {
+    let target = match (spec.to_revision, &spec.to_time) {
+        (Some(revision), _) => Some(revision),
+        (None, Some(time)) => Some(revision_at_time(&bucket, &location.key, time).await?),
+        (None, None) => None,
+    };
+    let (key, plan) = match target {
         Some(target) => {
             let plan = point_in_time_plan(&bucket, &location.key, target).await?;
             for segment in &plan.segments {
@@ -698,6 +752,7 @@ async fn verify(
     });
     status.observed_generation = restore.metadata.generation;
     status.segments = segments_found.and_then(|(n, _)| i64::try_from(n).ok());
+    status.target_revision = segments_found.map(|(_, target)| target);
     status.replayed_revision = None;
     let mut message = format!(
         "{} checked: {} bytes, sha256 {}, etcd {} at revision {}",
@@ -729,10 +784,10 @@ fn restored_cluster(restore: &EtcdRestore, namespace: &str) -> Result<EtcdCluste
         .only(&restore.spec.backup_storage_type)
         .ok_or(BackupError::NoSource)?;
     // A restore to a revision names the backup's prefix: the seed is the snapshot chosen.
-    let source = match (restore.spec.to_revision, &status.snapshot_path) {
-        (Some(_), Some(path)) => with_path(source, path),
-        (Some(_), None) => return Err(BackupError::NoSource),
-        (None, _) => source,
+    let source = match (restore.spec.is_point_in_time(), &status.snapshot_path) {
+        (true, Some(path)) => with_path(source, path),
+        (true, None) => return Err(BackupError::NoSource),
+        (false, _) => source,
     };
     let seed = RestoreSeed {
         restore: restore.name_any(),

@@ -158,6 +158,14 @@ pub enum SegmentError {
         "the continuous backup has a gap after the snapshot of revision {base}: revisions {from} to {to} are not in any segment (the watch restarted from a newer snapshot); revisions in a gap can be restored only to a snapshot"
     )]
     Gap { base: i64, from: i64, to: i64 },
+    /// `toTime` is not a time.
+    #[error("spec.toTime {0:?} is not an RFC 3339 time")]
+    BadTime(String),
+    /// No change received after `toTime` is in the store yet.
+    #[error(
+        "no change received after {0} is in the continuous backup yet: the revision at that time is known once a later change is streamed (or ask for spec.toRevision)"
+    )]
+    TimeNotStreamed(String),
     /// The segments end before the target.
     #[error(
         "the continuous backup reaches revision {reached} only, not {target} (after the snapshot of revision {base}); a revision not yet streamed can be asked for again later, one the cluster never reached never"
@@ -325,6 +333,14 @@ pub fn expired_segments(segments: &[(String, i64, i64)], oldest: i64) -> Vec<Str
         .collect()
 }
 
+/// Where `toTime` (`at_ms`, milliseconds since the Unix epoch) falls in `records` (in revision
+/// order, as received): the revision before the first record received after it, `None` when
+/// every record was received at or before it (the stream has not shown it passed that time).
+/// Records are received in revision order, so their times do not go back.
+pub fn revision_at(records: &[Record], at_ms: i64) -> Option<i64> {
+    records.iter().find(|r| r.ms > at_ms).map(|r| r.rev - 1)
+}
+
 /// The records of `records` a restore to `plan.target` replays: after the base, at or before
 /// the target.
 pub fn replayed<'a>(plan: &Plan, records: &'a [Record]) -> impl Iterator<Item = &'a Record> {
@@ -472,6 +488,21 @@ mod tests {
         };
         let revs: Vec<i64> = replayed(&p, &records).map(|r| r.rev).collect();
         assert_eq!(revs, vec![51, 52, 53]);
+    }
+
+    #[test]
+    fn a_time_falls_before_the_first_record_received_after_it() {
+        let at = |rev: i64, ms: i64| Record {
+            rev,
+            ms,
+            ops: vec![],
+        };
+        let records = vec![at(10, 1000), at(11, 1000), at(12, 2500), at(13, 4000)];
+        assert_eq!(revision_at(&records, 999), Some(9));
+        assert_eq!(revision_at(&records, 1000), Some(11));
+        assert_eq!(revision_at(&records, 2499), Some(11));
+        assert_eq!(revision_at(&records, 3999), Some(12));
+        assert_eq!(revision_at(&records, 4000), None);
     }
 
     #[test]

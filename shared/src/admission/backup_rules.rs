@@ -283,25 +283,45 @@ pub(crate) fn check_restore(restore: &EtcdRestore, report: &mut Report) {
         refuse_encrypted_pvc(&spec.backup_storage_type, report);
     }
     if let Some(revision) = spec.to_revision {
-        check_to_revision(revision, restore, report);
+        check_to_revision(revision, restore, "spec.toRevision", report);
+    }
+    if let Some(time) = &spec.to_time {
+        if spec.to_revision.is_some() {
+            report.refuse(
+                "restore-to-time",
+                "spec.toTime",
+                "and spec.toRevision are both set: a restore to a point in time takes one or the other",
+            );
+        }
+        if time.parse::<jiff::Timestamp>().is_err() {
+            report.refuse(
+                "restore-to-time",
+                "spec.toTime",
+                format!(
+                    "must be an RFC 3339 time with its offset, such as 2026-12-07T05:10:00Z, got {}",
+                    quoted(time)
+                ),
+            );
+        }
+        check_to_revision(1, restore, "spec.toTime", report);
     }
 }
 
-/// `spec.toRevision` (a restore to a point in time): a revision, from an object store's
-/// continuous backup, unencrypted (as `spec.continuous` is).
-fn check_to_revision(revision: i64, restore: &EtcdRestore, report: &mut Report) {
+/// `spec.toRevision` or `spec.toTime` (`field`; a restore to a point in time): a revision,
+/// from an object store's continuous backup, unencrypted (as `spec.continuous` is).
+fn check_to_revision(revision: i64, restore: &EtcdRestore, field: &str, report: &mut Report) {
     let spec = &restore.spec;
     if revision < 1 {
         report.refuse(
             "restore-to-revision",
-            "spec.toRevision",
+            field,
             format!("must be an etcd revision (1 or more), got {revision}"),
         );
     }
     if spec.backup_storage_type == PVC_STORAGE_TYPE {
         report.refuse(
             "restore-to-revision",
-            "spec.toRevision",
+            field,
             format!(
                 "is supported for S3, ABS and GCS only (continuous backups), not {PVC_STORAGE_TYPE}"
             ),
@@ -310,7 +330,7 @@ fn check_to_revision(revision: i64, restore: &EtcdRestore, report: &mut Report) 
     if spec.encryption.is_some() {
         report.refuse(
             "restore-to-revision",
-            "spec.toRevision",
+            field,
             "is not supported with spec.encryption (continuous backups are not encrypted yet)",
         );
     }

@@ -1249,6 +1249,41 @@ fn continuous_backups() {
 }
 
 #[test]
+fn restores_to_a_time() {
+    accepted(judge_restore(
+        &good_restore("toTime: \"2026-12-07T05:10:00Z\"\n"),
+        None,
+    ));
+    accepted(judge_restore(
+        &good_restore("toTime: \"2026-12-07T06:10:00.250+01:00\"\n"),
+        None,
+    ));
+    assert_refused(
+        judge_restore(&good_restore("toTime: yesterday\n"), None),
+        "restore-to-time",
+        "spec.toTime: must be an RFC 3339 time with its offset, such as 2026-12-07T05:10:00Z, got \"yesterday\"",
+    );
+    assert_refused(
+        judge_restore(
+            &good_restore("toTime: \"2026-12-07T05:10:00Z\"\ntoRevision: 4\n"),
+            None,
+        ),
+        "restore-to-time",
+        "spec.toTime: and spec.toRevision are both set",
+    );
+    assert_refused(
+        judge_restore(
+            &restore(&format!(
+                "etcdCluster:\n  name: demo\nbackupStorageType: PVC\n{PVC}toTime: \"2026-12-07T05:10:00Z\"\n"
+            )),
+            None,
+        ),
+        "restore-to-revision",
+        "spec.toTime: is supported for S3, ABS and GCS only",
+    );
+}
+
+#[test]
 fn restores_to_a_revision() {
     accepted(judge_restore(&good_restore("toRevision: 42\n"), None));
     assert_refused(
