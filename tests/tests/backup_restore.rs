@@ -144,6 +144,11 @@ fn main() -> std::process::ExitCode {
             a_restore_to_a_revision_between_two_snapshots_has_exactly_its_keys,
         )
         .with_timeout(long),
+        etcd_tests::Test::new(
+            "point_in_time_restores_on_the_users_3_2",
+            point_in_time_restores_on_the_users_3_2,
+        )
+        .with_timeout(long),
     ]);
     etcd_tests::run_suite_with_kubelet(tests)
 }
@@ -2594,11 +2599,24 @@ fn state_at(history: &[Change], revision: i64) -> BTreeMap<String, String> {
 async fn a_restore_to_a_revision_between_two_snapshots_has_exactly_its_keys(
     ctx: TestContext,
 ) -> anyhow::Result<()> {
+    point_in_time_restores(ctx, None).await
+}
+
+/// The same on the users' line, etcd 3.2 (3.2.13 pinned).
+async fn point_in_time_restores_on_the_users_3_2(ctx: TestContext) -> anyhow::Result<()> {
+    let version = support::pinned_etcd("3.2")?;
+    point_in_time_restores(ctx, Some(version.as_str())).await
+}
+
+/// The continuous backup, the RPO, a controller restart mid-stream and the restores to a
+/// revision and to a time, on a 3-member cluster of `version` (the default when `None`).
+async fn point_in_time_restores(ctx: TestContext, version: Option<&str>) -> anyhow::Result<()> {
     install(&ctx).await?;
     OperatorBinaries::locate()?.register(ctx.kubelet()?);
     let controller = Controller::start(&ctx)?;
     let storage = Storage::start(&ctx, "pitr").await?;
-    settled_cluster(&ctx, "src", 3).await?;
+    let version = create_settled(&ctx, "src", 3, version).await?;
+    println!("figure: etcd {version}");
     let slices: Api<EndpointSlice> = ctx.api();
     let urls = client_service_urls(&slices, "src").await?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -2639,7 +2657,7 @@ async fn a_restore_to_a_revision_between_two_snapshots_has_exactly_its_keys(
     };
 
     let yaml = format!(
-        "{}  backupPolicy:\n    backupIntervalInSecond: 20\n  continuous:\n    segmentSeconds: 5\n",
+        "{}  backupPolicy:\n    backupIntervalInSecond: 30\n  continuous:\n    segmentSeconds: 5\n",
         backup_yaml(&storage, "pitr", "src", "src/snapshot.db")
     );
     create::<EtcdBackup>(&ctx, &yaml).await?;
@@ -2649,11 +2667,11 @@ async fn a_restore_to_a_revision_between_two_snapshots_has_exactly_its_keys(
     .await?;
     // Streaming; then the controller stops for 3 s and starts again: the stream resumes from
     // what the store holds, and the chain stays whole.
-    backup_status(&ctx, "pitr", "two segments", |s| {
+    backup_status(&ctx, "pitr", "three segments", |s| {
         s.continuous
             .as_ref()
             .and_then(|c| c.segments)
-            .is_some_and(|n| n >= 2)
+            .is_some_and(|n| n >= 3)
     })
     .await?;
     controller.stop().await?;
@@ -2671,7 +2689,7 @@ async fn a_restore_to_a_revision_between_two_snapshots_has_exactly_its_keys(
         second.etcd_revision.context("revision 2")?,
     );
     // A few segments past the second snapshot, then stop and let the last one be written.
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    tokio::time::sleep(Duration::from_secs(12)).await;
     stop.store(true, Ordering::Relaxed);
     let history = writer.await??;
     let last_acked = history.iter().map(|(r, _, _)| *r).max().context("writes")?;
