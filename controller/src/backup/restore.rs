@@ -1037,6 +1037,41 @@ mod tests {
         );
     }
 
+    /// A restore to a point in time names the backup's prefix; the cluster is seeded from the
+    /// snapshot the check chose (`status.snapshotPath`), and never from the prefix itself.
+    #[test]
+    fn a_point_in_time_restore_seeds_the_chosen_snapshot() {
+        let mut r = restore(Some(EtcdRestoreStatus {
+            template: Some(ClusterTemplate::default()),
+            snapshot_path: Some("b/k_v42_2026-12-07-05:00:00".into()),
+            snapshot_sha256: Some("ab".repeat(32)),
+            snapshot_revision: Some(42),
+            target_revision: Some(50),
+            ..EtcdRestoreStatus::default()
+        }));
+        r.spec.etcd_cluster.name = "src".into();
+        r.spec.backup_storage_type = "S3".into();
+        r.spec.to_revision = Some(50);
+        r.spec.source.s3 = Some(etcd_shared::types::storage::S3Source {
+            path: "b/k".into(),
+            aws_secret: "aws".into(),
+            ..Default::default()
+        });
+        let made = restored_cluster(&r, "ns").expect("a cluster");
+        let seed = RestoreSeed::parse(&made.annotations()[ANNOTATION_RESTORE_SEED]).expect("seed");
+        assert_eq!(
+            seed.source.s3.map(|s| s.path).as_deref(),
+            Some("b/k_v42_2026-12-07-05:00:00")
+        );
+        // Not checked yet: no seed from the prefix.
+        r.status.as_mut().expect("status").snapshot_path = None;
+        assert!(restored_cluster(&r, "ns").is_err());
+        // toTime the same.
+        r.spec.to_revision = None;
+        r.spec.to_time = Some("2026-12-07T05:10:00Z".into());
+        assert!(restored_cluster(&r, "ns").is_err());
+    }
+
     /// A clone (`spec.restoreInto`) never deletes: it verifies, creates the new name, waits,
     /// and refuses a name taken by a cluster it did not seed.
     #[test]
