@@ -1304,6 +1304,24 @@ async fn bad_backups_and_restores_are_refused_at_kubectl_apply(
         ),
         (
             backup(
+                "continuous-one-shot",
+                &format!(
+                    "  etcdEndpoints: [\"http://demo-client:2379\"]\n  storageType: S3\n  continuous: {{}}\n{s3}"
+                ),
+            ),
+            "spec.continuous: needs periodic snapshots",
+        ),
+        (
+            restore(
+                "to-revision-and-time",
+                &format!(
+                    "  etcdCluster:\n    name: demo\n  backupStorageType: S3\n  toRevision: 5\n  toTime: \"2026-12-07T05:10:00Z\"\n{s3}"
+                ),
+            ),
+            "spec.toTime: and spec.toRevision are both set",
+        ),
+        (
+            backup(
                 "bad-cron",
                 &format!(
                     "  etcdEndpoints: [\"http://demo-client:2379\"]\n  storageType: S3\n  schedule: \"0 3 * *\"\n{s3}"
