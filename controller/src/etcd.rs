@@ -263,6 +263,13 @@ impl EtcdAccess {
         result
     }
 
+    /// A connection of its own to the member at `endpoint`, never pooled: for a long call
+    /// (a continuous backup's watch, a restore's replay). Each request on it is bounded by
+    /// [`Self::timeout`], a watch's stream included.
+    pub async fn connection(&self, endpoint: &str) -> Result<Client, Error> {
+        self.dial(endpoint).await
+    }
+
     /// A new connection to the member at `endpoint`.
     async fn dial(&self, endpoint: &str) -> Result<Client, Error> {
         // Plain where the member serves plain (a member of a cluster switching to TLS may).

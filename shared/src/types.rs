@@ -27,8 +27,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use backup::{
-    BackupEncryption, BackupPolicy, BackupVerify, EtcdBackup, EtcdBackupSpec, EtcdBackupStatus,
-    Retention, SafetyBackup, SafetyBackupRecord, VerificationRecord,
+    BackupEncryption, BackupPolicy, BackupVerify, ContinuousBackup, ContinuousStatus,
+    DEFAULT_SEGMENT_SECONDS, EtcdBackup, EtcdBackupSpec, EtcdBackupStatus, Retention, SafetyBackup,
+    SafetyBackupRecord, VerificationRecord,
 };
 pub use phase::ClusterPhase;
 pub use restore::{

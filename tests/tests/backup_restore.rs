@@ -139,6 +139,16 @@ fn main() -> std::process::ExitCode {
             every_member_lost_recovers_from_an_encrypted_backup_with_its_identity,
         )
         .with_timeout(long),
+        etcd_tests::Test::new(
+            "a_restore_to_a_revision_between_two_snapshots_has_exactly_its_keys",
+            a_restore_to_a_revision_between_two_snapshots_has_exactly_its_keys,
+        )
+        .with_timeout(long),
+        etcd_tests::Test::new(
+            "point_in_time_restores_on_the_users_3_2",
+            point_in_time_restores_on_the_users_3_2,
+        )
+        .with_timeout(long),
     ]);
     etcd_tests::run_suite_with_kubelet(tests)
 }
@@ -1291,6 +1301,24 @@ async fn bad_backups_and_restores_are_refused_at_kubectl_apply(
                 ),
             ),
             "spec.schedule: and spec.backupPolicy.backupIntervalInSecond (3600) are both set",
+        ),
+        (
+            backup(
+                "continuous-one-shot",
+                &format!(
+                    "  etcdEndpoints: [\"http://demo-client:2379\"]\n  storageType: S3\n  continuous: {{}}\n{s3}"
+                ),
+            ),
+            "spec.continuous: needs periodic snapshots",
+        ),
+        (
+            restore(
+                "to-revision-and-time",
+                &format!(
+                    "  etcdCluster:\n    name: demo\n  backupStorageType: S3\n  toRevision: 5\n  toTime: \"2026-12-07T05:10:00Z\"\n{s3}"
+                ),
+            ),
+            "spec.toTime: and spec.toRevision are both set",
         ),
         (
             backup(
@@ -2509,5 +2537,386 @@ async fn every_member_lost_recovers_from_an_encrypted_backup_with_its_identity(
     );
     println!("figure: skipped: {skipped}");
     check_every_member(&pods, "sealed", "/kept/", &kept, 3).await?;
+    Ok(())
+}
+
+/// One acknowledged change of the point-in-time writer: its revision, when it was
+/// acknowledged, and the keys it set (`Some(value)`) or deleted (`None`).
+type Change = (i64, Instant, Vec<(String, Option<String>)>);
+
+/// Keeps changing `/pitr/` keys through the client Service: puts over 200 keys, a delete every
+/// 7th change and a two-key transaction every 5th, recording every acknowledged change (the
+/// history a restore to a revision is checked against).
+fn pitr_writer(
+    mut client: etcd_client::Client,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<anyhow::Result<Vec<Change>>> {
+    tokio::spawn(async move {
+        let mut history = Vec::new();
+        let mut n = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            n += 1;
+            let key = format!("/pitr/{:03}", n % 200);
+            let (txn, change) = if n.is_multiple_of(7) {
+                (
+                    etcd_client::Txn::new()
+                        .and_then([etcd_client::TxnOp::delete(key.clone(), None)]),
+                    vec![(key, None)],
+                )
+            } else if n.is_multiple_of(5) {
+                let other = format!("/pitr/{:03}", (n + 100) % 200);
+                let value = format!("t{n}");
+                (
+                    etcd_client::Txn::new().and_then([
+                        etcd_client::TxnOp::put(key.clone(), value.clone(), None),
+                        etcd_client::TxnOp::put(other.clone(), value.clone(), None),
+                    ]),
+                    vec![(key, Some(value.clone())), (other, Some(value))],
+                )
+            } else {
+                let value = format!("v{n}");
+                (
+                    etcd_client::Txn::new().and_then([etcd_client::TxnOp::put(
+                        key.clone(),
+                        value.clone(),
+                        None,
+                    )]),
+                    vec![(key, Some(value))],
+                )
+            };
+            if let Ok(Ok(resp)) = tokio::time::timeout(ETCD_TIMEOUT, client.txn(txn)).await {
+                let revision = resp.header().map_or(0, |h| h.revision());
+                history.push((revision, Instant::now(), change));
+            }
+        }
+        anyhow::Ok(history)
+    })
+}
+
+/// The keys of `history` as they were at `revision`, if every change up to it was
+/// acknowledged (a delete of a key that was not there takes no revision, so only the changes
+/// that took one are kept).
+fn state_at(history: &[Change], revision: i64) -> BTreeMap<String, String> {
+    let mut state = BTreeMap::new();
+    for (_, _, changes) in history.iter().filter(|(r, _, _)| *r <= revision) {
+        for (key, value) in changes {
+            match value {
+                Some(v) => state.insert(key.clone(), v.clone()),
+                None => state.remove(key),
+            };
+        }
+    }
+    state
+}
+
+/// Issue 35, item 5: a continuous backup (5 s segments) between periodic snapshots, under a
+/// writer changing, deleting and transacting on `/pitr/` keys; a restore to a revision between
+/// the first two snapshots (a clone, so the source stays to compare with) holds exactly the
+/// keys of that revision: the recorded history's and the source's own `get --rev`. Measures
+/// the RPO: from a write's acknowledgement to its segment being listed in the store.
+async fn a_restore_to_a_revision_between_two_snapshots_has_exactly_its_keys(
+    ctx: TestContext,
+) -> anyhow::Result<()> {
+    point_in_time_restores(ctx, None).await
+}
+
+/// The same on the users' line, etcd 3.2 (3.2.13 pinned).
+async fn point_in_time_restores_on_the_users_3_2(ctx: TestContext) -> anyhow::Result<()> {
+    let version = support::pinned_etcd("3.2")?;
+    point_in_time_restores(ctx, Some(version.as_str())).await
+}
+
+/// The continuous backup, the RPO, a controller restart mid-stream and the restores to a
+/// revision and to a time, on a 3-member cluster of `version` (the default when `None`).
+async fn point_in_time_restores(ctx: TestContext, version: Option<&str>) -> anyhow::Result<()> {
+    install(&ctx).await?;
+    OperatorBinaries::locate()?.register(ctx.kubelet()?);
+    let controller = Controller::start(&ctx)?;
+    let storage = Storage::start(&ctx, "pitr").await?;
+    let version = create_settled(&ctx, "src", 3, version).await?;
+    println!("figure: etcd {version}");
+    let slices: Api<EndpointSlice> = ctx.api();
+    let urls = client_service_urls(&slices, "src").await?;
+    let stop = Arc::new(AtomicBool::new(false));
+    // Wall-clock times of the writer's acknowledgements, for spec.toTime.
+    let (epoch, epoch_wall) = (Instant::now(), k8s_openapi::jiff::Timestamp::now());
+    let wall_ms = |at: Instant| {
+        epoch_wall.as_millisecond() + i64::try_from((at - epoch).as_millis()).unwrap_or(0)
+    };
+    let writer = pitr_writer(connect(&urls).await?, stop.clone());
+
+    // The store's segments as they appear: (last revision, when first listed).
+    let bucket = storage.open()?;
+    let watching = Arc::new(AtomicBool::new(false));
+    let seen_task = {
+        let watching = watching.clone();
+        let bucket = bucket.clone();
+        tokio::spawn(async move {
+            let mut seen: BTreeMap<String, (i64, Instant)> = BTreeMap::new();
+            while !watching.load(Ordering::Relaxed) {
+                let listed: Vec<_> = bucket
+                    .list(Some(&"src/snapshot.db_segments".into()))
+                    .try_collect()
+                    .await
+                    .unwrap_or_default();
+                let now = Instant::now();
+                for meta in listed {
+                    let key = meta.location.to_string();
+                    if let Some((_, last)) =
+                        etcd_controller::snapshot::segments::parse_segment("src/snapshot.db", &key)
+                    {
+                        seen.entry(key).or_insert((last, now));
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            seen
+        })
+    };
+
+    let yaml = format!(
+        "{}  backupPolicy:\n    backupIntervalInSecond: 30\n  continuous:\n    segmentSeconds: 5\n",
+        backup_yaml(&storage, "pitr", "src", "src/snapshot.db")
+    );
+    create::<EtcdBackup>(&ctx, &yaml).await?;
+    let first = backup_status(&ctx, "pitr", "a first snapshot", |s| {
+        s.backup_count >= Some(1) && s.succeeded
+    })
+    .await?;
+    // Streaming; then the controller stops for 3 s and starts again: the stream resumes from
+    // what the store holds, and the chain stays whole.
+    backup_status(&ctx, "pitr", "three segments", |s| {
+        s.continuous
+            .as_ref()
+            .and_then(|c| c.segments)
+            .is_some_and(|n| n >= 3)
+    })
+    .await?;
+    controller.stop().await?;
+    let stopped_at = Instant::now();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let _controller = Controller::start(&ctx)?;
+    let restarted_at = Instant::now();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let second = backup_status(&ctx, "pitr", "a second snapshot", |s| {
+        s.backup_count >= Some(2) && s.succeeded
+    })
+    .await?;
+    let (rev1, rev2) = (
+        first.etcd_revision.context("revision 1")?,
+        second.etcd_revision.context("revision 2")?,
+    );
+    // A few segments past the second snapshot, then stop and let the last one be written.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    stop.store(true, Ordering::Relaxed);
+    let history = writer.await??;
+    let last_acked = history.iter().map(|(r, _, _)| *r).max().context("writes")?;
+    let streamed = backup_status(&ctx, "pitr", "the last write streamed", |s| {
+        s.continuous
+            .as_ref()
+            .and_then(|c| c.last_revision)
+            .is_some_and(|r| r >= last_acked)
+    })
+    .await?;
+    watching.store(true, Ordering::Relaxed);
+    let seen = seen_task.await?;
+    println!(
+        "figure: {} changes acknowledged in {:.1} s (one client, sequential txns), snapshots at revisions {rev1} and {rev2}, {} segments streamed (status {:?})",
+        history.len(),
+        history
+            .last()
+            .zip(history.first())
+            .map_or(0.0, |(l, f)| (l.1 - f.1).as_secs_f64()),
+        seen.len(),
+        streamed.continuous
+    );
+
+    // RPO: for each acknowledged change, from its acknowledgement to the first listing of a
+    // segment holding it; once streaming (after the first segment was listed: until then the
+    // changes since the first snapshot are caught up on).
+    let mut appearances: Vec<(i64, Instant)> = seen.values().copied().collect();
+    appearances.sort_by_key(|(last, _)| *last);
+    let streaming_since = appearances
+        .iter()
+        .map(|(_, at)| *at)
+        .min()
+        .context("segments")?;
+    let lag = |rev: i64, acked: Instant| {
+        appearances
+            .iter()
+            .filter(|(last, _)| *last >= rev)
+            .map(|(_, at)| *at)
+            .min()
+            .map(|at| at.saturating_duration_since(acked).as_secs_f64())
+    };
+    // Steady streaming: not the writes of the restart (from a period before the stop to 10 s
+    // after the start, measured apart).
+    let restarting = |acked: Instant| {
+        acked + Duration::from_secs(5) > stopped_at
+            && acked < restarted_at + Duration::from_secs(10)
+    };
+    let mut lags: Vec<f64> = history
+        .iter()
+        .filter(|(r, acked, _)| *r > rev1 && *acked > streaming_since && !restarting(*acked))
+        .filter_map(|(rev, acked, _)| lag(*rev, *acked))
+        .collect();
+    let restart_max = history
+        .iter()
+        .filter(|(_, acked, _)| restarting(*acked))
+        .filter_map(|(rev, acked, _)| lag(*rev, *acked))
+        .fold(0.0, f64::max);
+    println!(
+        "figure: writes during the controller's restart (stopped {:.1} s): in the store at most {restart_max:.2} s after their acknowledgement",
+        (restarted_at - stopped_at).as_secs_f64()
+    );
+    ensure!(
+        !lags.is_empty(),
+        "no write after the first snapshot was streamed"
+    );
+    lags.sort_by(f64::total_cmp);
+    let median = lags[lags.len() / 2];
+    let p99 = lags[(lags.len() * 99 / 100).min(lags.len() - 1)];
+    let max = lags[lags.len() - 1];
+    println!(
+        "figure: RPO (acknowledged write to its segment listed in the store, 5 s segments, {} writes): median {median:.2} s, p99 {p99:.2} s, max {max:.2} s",
+        lags.len()
+    );
+    // 5 s: the segments' period, cut 0.5 s early for the upload; the store is listed every
+    // 0.1 s.
+    ensure!(max <= 5.5, "a write waited {max:.2} s for its segment");
+
+    // A revision between the two snapshots, written after the restart (the chain crosses
+    // it), and the source's own view of it.
+    let target = history
+        .iter()
+        .find(|(_, acked, _)| *acked > restarted_at + Duration::from_secs(2))
+        .map(|(rev, _, _)| *rev)
+        .context("writes after the restart")?;
+    ensure!(
+        rev1 < target && target < rev2,
+        "revision {target} after the restart is not between the snapshots' {rev1} and {rev2}"
+    );
+    let expected = state_at(&history, target);
+    let mut source = connect(&urls).await?;
+    let at_target = source
+        .get(
+            "/pitr/",
+            Some(
+                etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_revision(target),
+            ),
+        )
+        .await?;
+    let from_source: BTreeMap<String, String> = at_target
+        .kvs()
+        .iter()
+        .map(|kv| Ok((kv.key_str()?.to_string(), kv.value_str()?.to_string())))
+        .collect::<anyhow::Result<_>>()?;
+    ensure!(
+        from_source == expected,
+        "the recorded history and the source disagree at revision {target}: {} vs {} keys",
+        expected.len(),
+        from_source.len()
+    );
+    // The latest state differs from the target's: a restore of the newest data would fail.
+    let now = support::read_all(&urls[0], "/pitr/").await?;
+    ensure!(
+        now != expected,
+        "the keys did not change after revision {target}"
+    );
+
+    let started = Instant::now();
+    let restore = format!(
+        "{}  restoreInto: pitr-copy\n  toRevision: {target}\n",
+        restore_yaml(&storage, "to-rev", "src", "src/snapshot.db")
+    );
+    create::<EtcdRestore>(&ctx, &restore).await?;
+    let status = restore_status(&ctx, "to-rev", "succeeded", |s| s.succeeded).await?;
+    let secs = duration("restore to a revision", started);
+    println!(
+        "figure: restore to revision {target} ({} revisions after the snapshot of revision {:?}, {} segments) in {secs:.1} s",
+        target - status.snapshot_revision.unwrap_or(0),
+        status.snapshot_revision,
+        status.segments.unwrap_or(0)
+    );
+    ensure!(status.replayed_revision == Some(target), "{status:?}");
+    ensure!(status.snapshot_revision == Some(rev1), "{status:?}");
+    let pods: Api<Pod> = ctx.api();
+    let copy_urls = support::member_urls(&pods, "pitr-copy").await?;
+    ensure!(copy_urls.len() == 3, "{copy_urls:?}");
+    for (member, url) in &copy_urls {
+        let got = support::read_all(url, "/pitr/").await?;
+        ensure!(
+            got == expected,
+            "member {member} of the restored cluster: {} keys, revision {target} had {}; first difference: {:?}",
+            got.len(),
+            expected.len(),
+            expected
+                .iter()
+                .find(|(k, v)| got.get(*k) != Some(*v))
+                .or_else(|| got.iter().find(|(k, _)| !expected.contains_key(*k)))
+        );
+    }
+
+    let clusters: Api<EtcdCluster> = ctx.api();
+    clusters
+        .delete("pitr-copy", &DeleteParams::default())
+        .await?;
+
+    // spec.toTime: a time after the restart, between the snapshots; the revision it maps to
+    // is the last one received at or before it, so every write acknowledged 0.3 s before it
+    // is in, none acknowledged 0.3 s after.
+    let pick = history
+        .iter()
+        .find(|(_, acked, _)| *acked > restarted_at + Duration::from_secs(4))
+        .map(|(_, acked, _)| wall_ms(*acked))
+        .context("writes 4 s after the restart")?;
+    let at = k8s_openapi::jiff::Timestamp::from_millisecond(pick)?;
+    let started = Instant::now();
+    let restore = format!(
+        "{}  restoreInto: pitr-time\n  toTime: \"{at}\"\n",
+        restore_yaml(&storage, "to-time", "src", "src/snapshot.db")
+    );
+    create::<EtcdRestore>(&ctx, &restore).await?;
+    let status = restore_status(&ctx, "to-time", "succeeded", |s| s.succeeded).await?;
+    let secs = duration("restore to a time", started);
+    let resolved = status.target_revision.context("status.targetRevision")?;
+    println!("figure: restore to {at} (revision {resolved}) in {secs:.1} s");
+    ensure!(status.replayed_revision == Some(resolved), "{status:?}");
+    ensure!(
+        rev1 < resolved && resolved < rev2,
+        "{resolved} not between {rev1} and {rev2}"
+    );
+    for (rev, acked, _) in &history {
+        let ms = wall_ms(*acked);
+        ensure!(
+            !((ms < pick - 300 && *rev > resolved) || (ms > pick + 300 && *rev <= resolved)),
+            "revision {rev} acknowledged {} ms from {at} is on the wrong side of {resolved}",
+            ms - pick
+        );
+    }
+    let expected_at_time = state_at(&history, resolved);
+    for (member, url) in &support::member_urls(&pods, "pitr-time").await? {
+        let got = support::read_all(url, "/pitr/").await?;
+        ensure!(
+            got == expected_at_time,
+            "member {member} of the cluster restored to {at}: {} keys, revision {resolved} had {}",
+            got.len(),
+            expected_at_time.len()
+        );
+    }
+
+    // Past what was streamed: refused with the reason, nothing created.
+    let beyond = format!(
+        "{}  restoreInto: pitr-later\n  toRevision: {}\n",
+        restore_yaml(&storage, "beyond", "src", "src/snapshot.db"),
+        last_acked + 1_000_000
+    );
+    create::<EtcdRestore>(&ctx, &beyond).await?;
+    let refused = restore_status(&ctx, "beyond", "refused", |s| s.reason.is_some()).await?;
+    let reason = refused.reason.unwrap_or_default();
+    ensure!(reason.starts_with("RevisionNotStreamed"), "{reason}");
+    ensure!(clusters.get_opt("pitr-later").await?.is_none());
     Ok(())
 }

@@ -8,6 +8,7 @@ use etcd_shared::endpoints::EndpointError;
 
 use crate::error::Error;
 use crate::snapshot::error::SnapshotError;
+use crate::snapshot::segments::SegmentError;
 use crate::snapshot::store::StoreError;
 use crate::snapshot::transfer::TransferError;
 
@@ -35,6 +36,13 @@ pub enum BackupError {
     /// the store, the transfer, a timeout).
     #[error(transparent)]
     Snapshot(#[from] SnapshotError),
+    /// A restore to a revision (`spec.toRevision`): no snapshot and segments reach it.
+    #[error(transparent)]
+    PointInTime(#[from] SegmentError),
+    /// A restore to a revision: writing the segments' changes again into the restored cluster
+    /// failed (retried from the start: a put or a delete written twice ends the same).
+    #[error("replaying the continuous backup into the restored cluster: {0}")]
+    Replay(String),
 }
 
 impl From<EndpointError> for BackupError {
@@ -70,6 +78,16 @@ impl BackupError {
             BackupError::EncryptedPvc => "UnsupportedStorage",
             BackupError::Pod(reason, _) => reason,
             BackupError::Snapshot(e) => e.reason(),
+            BackupError::PointInTime(e) => match e {
+                SegmentError::Format(_) => "SegmentDamaged",
+                SegmentError::NoBase { .. } => "NoBaseSnapshot",
+                SegmentError::Gap { .. } => "ContinuousGap",
+                SegmentError::Short { .. } | SegmentError::TimeNotStreamed(_) => {
+                    "RevisionNotStreamed"
+                }
+                SegmentError::BadTime(_) => "InvalidTime",
+            },
+            BackupError::Replay(_) => "ReplayFailed",
         }
     }
 
@@ -94,8 +112,13 @@ impl BackupError {
     pub fn needs_spec_change(&self) -> bool {
         match self {
             BackupError::NoSource | BackupError::NoImage | BackupError::EncryptedPvc => true,
-            BackupError::Pod(..) => false,
+            BackupError::Pod(..) | BackupError::Replay(_) => false,
             BackupError::Snapshot(e) => e.needs_spec_change(),
+            // A revision not yet streamed may be soon; the rest is what the store holds.
+            BackupError::PointInTime(e) => !matches!(
+                e,
+                SegmentError::Short { .. } | SegmentError::TimeNotStreamed(_)
+            ),
         }
     }
 }

@@ -6,6 +6,8 @@
 //!
 //! - [`schedule`]: pure decisions (due or not, keys, retention, statuses).
 //! - [`reconciler`]: the EtcdBackup reconciler; [`config`]: its settings.
+//! - [`continuous`]: continuous backup between snapshots (`spec.continuous`), one task per
+//!   EtcdBackup.
 //! - [`restore`]: the EtcdRestore reconciler.
 //! - [`error`]: why a backup or a restore failed.
 //! - [`verify`]: verified backups (`spec.verify`): reading a snapshot back and checking it;
@@ -17,6 +19,7 @@
 pub mod claim_backup;
 pub mod claim_restore;
 pub mod config;
+pub mod continuous;
 pub mod error;
 pub mod one_shot_pod;
 pub mod reconciler;

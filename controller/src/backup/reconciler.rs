@@ -29,7 +29,7 @@ use super::claim_backup::{self, Progress};
 use super::config::BackupConfig;
 use super::error::BackupError;
 use super::schedule::{self, Next};
-use super::{scratch, verify};
+use super::{continuous, scratch, verify};
 use crate::backoff::Backoff;
 use crate::controller_loop::{Reconciled, object_key as key};
 use crate::events::Events;
@@ -50,6 +50,8 @@ pub struct BackupReconciler {
     recorder: Recorder,
     pub(crate) config: BackupConfig,
     backoff: Backoff,
+    /// The continuous backups' tasks (`spec.continuous`).
+    streams: continuous::Streams,
 }
 
 impl BackupReconciler {
@@ -66,6 +68,7 @@ impl BackupReconciler {
             client,
             metrics,
             config,
+            streams: continuous::Streams::default(),
         }
     }
 }
@@ -93,6 +96,8 @@ impl Reconciled for BackupReconciler {
     }
 
     fn forget(&self, namespace: &str, name: &str) {
+        self.streams
+            .stop(&crate::object_key::ObjectKey::new(namespace, name));
         self.metrics.forget(namespace, name);
         self.backoff
             .succeeded(&crate::object_key::ObjectKey::new(namespace, name));
@@ -104,6 +109,7 @@ async fn reconcile(
     r: Arc<BackupReconciler>,
 ) -> Result<Action, BackupError> {
     let generation = backup.metadata.generation;
+    r.streams.ensure(&backup, &r.client, &r.config, &r.metrics);
     if let Some(request) = verify::requested(&backup) {
         return verify_on_request(&backup, &r, request).await;
     }
@@ -262,8 +268,58 @@ async fn take(
             // The snapshot is written; old ones are tried again after the next one.
             warn!(backup = %namespace, error = %e, "deleting old snapshots failed");
         }
+        if continuous::wanted(spec) {
+            base_marker(r, &view, tls_secret.as_deref(), &bucket, prefix, &success).await;
+            match continuous::prune(&bucket, prefix).await {
+                Ok(0) => {}
+                Ok(n) => {
+                    info!(backup = %namespace, deleted = n, "segments older than the oldest snapshot deleted")
+                }
+                Err(e) => warn!(backup = %namespace, error = %e, "deleting old segments failed"),
+            }
+        }
     }
     Ok((success, Some(bucket)))
+}
+
+/// Writes the continuous-backup marker of the snapshot `success` wrote: the cluster's revision
+/// now, which the snapshot holds at most. Without it the snapshot is not a base of restores to
+/// a revision (a warning; the snapshot itself is good).
+async fn base_marker(
+    r: &BackupReconciler,
+    view: &crate::view::ClusterView,
+    tls_secret: Option<&str>,
+    bucket: &Arc<dyn ObjectStore>,
+    prefix: &str,
+    success: &Success,
+) {
+    let outcome = async {
+        let access = crate::snapshot::cluster::member_access(
+            &r.client,
+            view,
+            tls_secret,
+            r.config.etcd_timeout,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        let (_, _, status) =
+            crate::snapshot::cluster::most_advanced_member(&r.client, view, &access)
+                .await
+                .map_err(|e| e.to_string())?;
+        continuous::write_marker(bucket, prefix, success.revision, status.revision)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok::<i64, String>(status.revision)
+    }
+    .await;
+    match outcome {
+        Ok(upper) => {
+            info!(path = %success.path, revision = success.revision, upper, "continuous-backup marker written")
+        }
+        Err(e) => {
+            warn!(path = %success.path, error = %e, "no continuous-backup marker: this snapshot is not a base of restores to a revision")
+        }
+    }
 }
 
 /// Verifies the latest snapshot again, as the verify annotation's new value `request` asks,

@@ -25,12 +25,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use etcd_client::{Txn, TxnOp};
+use futures::TryStreamExt as _;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::{Api, ResourceExt as _};
+use object_store::{ObjectStore, ObjectStoreExt as _};
 use serde_json::json;
 use tracing::{info, warn};
 
@@ -40,8 +43,8 @@ use etcd_shared::types::{
     ClusterPhase, ClusterTemplate, EtcdCluster, EtcdRestore, EtcdRestoreStatus, RestoreSeed,
 };
 
-use super::claim_restore;
 use super::error::BackupError;
+use super::{claim_restore, continuous};
 use crate::backoff::Backoff;
 use crate::builders::OperatorImage;
 use crate::conditions::{self, Stamp, bounded_message};
@@ -50,15 +53,21 @@ use crate::error::Error;
 use crate::events::Events;
 use crate::idempotent;
 use crate::metrics::backup::BackupMetrics;
-use crate::snapshot::cluster::{CheckedSource, credentials, identities, lines_fit};
+use crate::snapshot::cluster::{
+    CheckedSource, credentials, identities, lines_fit, member_access, most_advanced_member,
+};
+use crate::snapshot::segments;
 use crate::snapshot::store::{self, StoreLocation, StoreTimeouts};
-use crate::snapshot::transfer;
+use crate::snapshot::transfer::{self, TransferError};
 use crate::status_writer::write_status;
 
 /// Condition type: the snapshot was downloaded and checked.
 pub const VERIFIED: &str = "Verified";
 /// Condition type: the cluster runs on the restored data.
 pub const RESTORED: &str = "Restored";
+
+/// Timeout of each etcd call of a replay (`spec.toRevision`).
+const REPLAY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How often a restore in progress looks again (the cluster's own changes do not wake it).
 const POLL: Duration = Duration::from_secs(2);
@@ -344,15 +353,46 @@ async fn reconcile(
         }
         RestoreStep::Finish => {
             let mut status = restore.status.clone().unwrap_or_default();
+            let target_revision = status.target_revision.or(restore.spec.to_revision);
+            if let (true, Some(target), Some(cluster)) = (
+                restore.spec.is_point_in_time(),
+                target_revision,
+                cluster.as_ref(),
+            ) && status.replayed_revision != Some(target)
+            {
+                let started = std::time::Instant::now();
+                match replay(&r, &restore, cluster, target).await {
+                    Ok(written) => {
+                        status.replayed_revision = Some(target);
+                        write_status(&r.client, &*restore, &status).await?;
+                        let note = format!(
+                            "{written} revisions after the snapshot replayed up to revision {target} in {:.1} s",
+                            started.elapsed().as_secs_f64()
+                        );
+                        info!(restore = %key(&*restore), written, target, "continuous backup replayed");
+                        r.events(&restore).normal("Replayed", note).await;
+                    }
+                    Err(error) => {
+                        let reason = error.reason();
+                        fail(&r, &restore, reason, &error.to_string(), RESTORED).await;
+                        return error.into_action();
+                    }
+                }
+            }
             status.succeeded = true;
             status.reason = None;
-            let message = format!(
+            let mut message = format!(
                 "EtcdCluster {target} is Running on the snapshot {} (revision {})",
                 status.snapshot_path.clone().unwrap_or_default(),
                 status
                     .snapshot_revision
                     .map_or("unknown".to_string(), |r| r.to_string())
             );
+            if let Some(replayed) = status.replayed_revision {
+                message.push_str(&format!(
+                    " and the continuous backup's changes up to revision {replayed}"
+                ));
+            }
             let at = Stamp::new(restore.metadata.generation, Timestamp::now());
             let restored = at.condition(RESTORED, true, "Restored", message.clone());
             conditions::replace(&mut status.conditions, vec![restored]);
@@ -469,29 +509,190 @@ async fn set_finalizer(
     }
 }
 
-/// Reads the snapshot in the object store (S3, ABS or GCS) through and checks it.
-async fn check_object(
+/// The bucket of a restore's source.
+async fn open_bucket(
     r: &RestoreReconciler,
     restore: &EtcdRestore,
-) -> Result<CheckedSource, BackupError> {
+) -> Result<(StoreLocation, Arc<dyn ObjectStore>), BackupError> {
     let namespace = restore.namespace().unwrap_or_default();
     let spec = &restore.spec;
     let location = StoreLocation::from_source(&spec.backup_storage_type, &spec.source)?;
     let credentials = credentials(&r.client, &namespace, &location).await?;
     let bucket = store::open(&location, &credentials, r.store)?;
+    Ok((location, bucket))
+}
+
+/// What a restore of the continuous backup `prefix` to `target` restores and replays, as the
+/// store holds it now.
+async fn point_in_time_plan(
+    bucket: &Arc<dyn ObjectStore>,
+    prefix: &str,
+    target: i64,
+) -> Result<segments::Plan, BackupError> {
+    let (snapshots, segs) = continuous::listing(bucket, prefix)
+        .await
+        .map_err(TransferError::from)?;
+    let markers = continuous::markers(bucket, prefix)
+        .await
+        .map_err(TransferError::from)?;
+    Ok(segments::plan(prefix, &snapshots, &markers, &segs, target)?)
+}
+
+/// How far a segment's store time may be behind the controller's clock (a store's and the
+/// controller's clocks differ): segments written more than this before `toTime` are not read
+/// when looking for it.
+const CLOCK_SKEW_MS: i64 = 60_000;
+
+/// The revision `toTime` (`time`) maps to in the continuous backup `prefix`: the last one
+/// received at or before it ([`segments::revision_at`]), reading the segments from the last
+/// one written before it (by the store's times, less [`CLOCK_SKEW_MS`]) on.
+async fn revision_at_time(
+    bucket: &Arc<dyn ObjectStore>,
+    prefix: &str,
+    time: &str,
+) -> Result<i64, BackupError> {
+    let at = time
+        .parse::<Timestamp>()
+        .map_err(|_| segments::SegmentError::BadTime(time.to_string()))?;
+    let at_ms = at.as_millisecond();
+    let dir = segments::segments_dir(prefix);
+    let listed: Vec<_> = bucket
+        .list(Some(&object_store::path::Path::from(dir.as_str())))
+        .try_collect()
+        .await
+        .map_err(TransferError::from)?;
+    let mut found: Vec<((String, i64, i64), i64)> = listed
+        .iter()
+        .filter_map(|meta| {
+            let key = meta.location.to_string();
+            let (first, last) = segments::parse_segment(prefix, &key)?;
+            Some(((key, first, last), meta.last_modified.timestamp_millis()))
+        })
+        .collect();
+    found.sort_by_key(|((_, first, last), _)| (*first, *last));
+    for (segment, written_ms) in &found {
+        if *written_ms < at_ms - CLOCK_SKEW_MS {
+            continue;
+        }
+        let records = read_segment(bucket, segment).await?;
+        if let Some(revision) = segments::revision_at(&records, at_ms) {
+            return Ok(revision);
+        }
+    }
+    Err(segments::SegmentError::TimeNotStreamed(time.to_string()).into())
+}
+
+/// The records of one segment of `plan`, read and checked.
+async fn read_segment(
+    bucket: &Arc<dyn ObjectStore>,
+    (key, first, last): &(String, i64, i64),
+) -> Result<Vec<segments::Record>, BackupError> {
+    let body = bucket
+        .get(&transfer::object_path(key)?)
+        .await
+        .map_err(TransferError::from)?
+        .bytes()
+        .await
+        .map_err(TransferError::from)?;
+    segments::decode(&body, *first, *last).map_err(|e| {
+        BackupError::PointInTime(segments::SegmentError::Format(format!("{key}: {e}")))
+    })
+}
+
+/// Reads the snapshot in the object store (S3, ABS or GCS) through and checks it; for a
+/// restore to a revision, the snapshot the plan chose, and every segment it replays.
+async fn check_object(
+    r: &RestoreReconciler,
+    restore: &EtcdRestore,
+) -> Result<(CheckedSource, Option<segments::Plan>), BackupError> {
+    let namespace = restore.namespace().unwrap_or_default();
+    let spec = &restore.spec;
+    let (location, bucket) = open_bucket(r, restore).await?;
     let identities = match &spec.encryption {
         Some(e) => Some(identities(&r.client, &namespace, &e.identity_secret).await?),
         None => None,
     };
-    let (checked, info) =
-        transfer::verify(&bucket, &location.key, None, identities.as_ref()).await?;
-    Ok(CheckedSource {
-        path: location.display(&location.key),
-        size: checked.size,
-        sha256: checked.sha256,
-        revision: info.revision,
-        etcd_version: info.etcd_version,
-    })
+    let target = match (spec.to_revision, &spec.to_time) {
+        (Some(revision), _) => Some(revision),
+        (None, Some(time)) => Some(revision_at_time(&bucket, &location.key, time).await?),
+        (None, None) => None,
+    };
+    let (key, plan) = match target {
+        Some(target) => {
+            let plan = point_in_time_plan(&bucket, &location.key, target).await?;
+            for segment in &plan.segments {
+                read_segment(&bucket, segment).await?;
+            }
+            (plan.snapshot.clone(), Some(plan))
+        }
+        None => (location.key.clone(), None),
+    };
+    let (checked, info) = transfer::verify(&bucket, &key, None, identities.as_ref()).await?;
+    Ok((
+        CheckedSource {
+            path: location.display(&key),
+            size: checked.size,
+            sha256: checked.sha256,
+            revision: info.revision,
+            etcd_version: info.etcd_version,
+        },
+        plan,
+    ))
+}
+
+/// Writes the changes the continuous backup recorded after the restored snapshot, up to
+/// `target`, into the restored `cluster`: one transaction per original revision, in order.
+/// Run again from the start after any failure (a put or a delete written twice ends the
+/// same). The snapshot must be the one checked and seeded. Returns the revisions written.
+async fn replay(
+    r: &RestoreReconciler,
+    restore: &EtcdRestore,
+    cluster: &EtcdCluster,
+    target: i64,
+) -> Result<usize, BackupError> {
+    let (location, bucket) = open_bucket(r, restore).await?;
+    let plan = point_in_time_plan(&bucket, &location.key, target).await?;
+    let seeded = restore
+        .status
+        .as_ref()
+        .and_then(|s| s.snapshot_path.clone());
+    let chosen = location.display(&plan.snapshot);
+    if seeded.as_deref() != Some(chosen.as_str()) {
+        return Err(BackupError::Replay(format!(
+            "the store changed since the check: the cluster was seeded from {}, the plan now starts from {chosen}",
+            seeded.unwrap_or_default()
+        )));
+    }
+    let view = crate::builders::ClusterView::new(cluster, &r.policy)
+        .map_err(BackupError::invalid(cluster.name_any()))?;
+    let access = member_access(
+        &r.client,
+        &view,
+        view.tls.operator_secret.as_deref(),
+        REPLAY_TIMEOUT,
+    )
+    .await?;
+    let (endpoint, _, _) = most_advanced_member(&r.client, &view, &access).await?;
+    let mut etcd = access.connection(&endpoint).await?;
+    let mut written = 0usize;
+    for segment in &plan.segments {
+        let records = read_segment(&bucket, segment).await?;
+        for record in segments::replayed(&plan, &records) {
+            let mut ops = Vec::with_capacity(record.ops.len());
+            for op in &record.ops {
+                let key = op.key()?;
+                ops.push(match op.value()? {
+                    Some(value) => TxnOp::put(key, value, None),
+                    None => TxnOp::delete(key, None),
+                });
+            }
+            etcd.txn(Txn::new().and_then(ops)).await.map_err(|e| {
+                BackupError::Replay(format!("revision {} at {endpoint}: {e}", record.rev))
+            })?;
+            written += 1;
+        }
+    }
+    Ok(written)
 }
 
 /// Reads the snapshot through and checks it (S3, ABS, GCS: here; PVC: in a pod that mounts
@@ -504,6 +705,7 @@ async fn verify(
 ) -> Result<Option<EtcdRestoreStatus>, BackupError> {
     let view = crate::builders::ClusterView::new(cluster, &r.policy)
         .map_err(BackupError::invalid(cluster.name_any()))?;
+    let mut segments_found = None;
     let checked = if restore.spec.backup_storage_type == PVC_STORAGE_TYPE {
         if restore.spec.encryption.is_some() {
             return Err(BackupError::EncryptedPvc);
@@ -514,7 +716,9 @@ async fn verify(
             None => return Ok(None),
         }
     } else {
-        check_object(r, restore).await?
+        let (checked, plan) = check_object(r, restore).await?;
+        segments_found = plan.map(|p| (p.segments.len(), p.target));
+        checked
     };
     let info = &checked;
     lines_fit(info.etcd_version.as_deref(), &view.version)
@@ -547,7 +751,10 @@ async fn verify(
         spec: cluster.spec.clone(),
     });
     status.observed_generation = restore.metadata.generation;
-    let message = format!(
+    status.segments = segments_found.and_then(|(n, _)| i64::try_from(n).ok());
+    status.target_revision = segments_found.map(|(_, target)| target);
+    status.replayed_revision = None;
+    let mut message = format!(
         "{} checked: {} bytes, sha256 {}, etcd {} at revision {}",
         checked.path,
         checked.size,
@@ -556,6 +763,11 @@ async fn verify(
         info.revision
             .map_or("(not recorded)".to_string(), |r| r.to_string())
     );
+    if let Some((n, target)) = segments_found {
+        message.push_str(&format!(
+            "; {n} continuous segments read and checked, replayed up to revision {target} once the cluster runs"
+        ));
+    }
     let at = Stamp::new(restore.metadata.generation, Timestamp::now());
     let verified = at.condition(VERIFIED, true, "SnapshotVerified", message);
     conditions::replace(&mut status.conditions, vec![verified]);
@@ -571,6 +783,12 @@ fn restored_cluster(restore: &EtcdRestore, namespace: &str) -> Result<EtcdCluste
         .source
         .only(&restore.spec.backup_storage_type)
         .ok_or(BackupError::NoSource)?;
+    // A restore to a revision names the backup's prefix: the seed is the snapshot chosen.
+    let source = match (restore.spec.is_point_in_time(), &status.snapshot_path) {
+        (true, Some(path)) => with_path(source, path),
+        (true, None) => return Err(BackupError::NoSource),
+        (false, _) => source,
+    };
     let seed = RestoreSeed {
         restore: restore.name_any(),
         source,
@@ -596,6 +814,23 @@ fn restored_cluster(restore: &EtcdRestore, namespace: &str) -> Result<EtcdCluste
         ..ObjectMeta::default()
     };
     Ok(cluster)
+}
+
+/// `source` (one object store's) with `path` (`BUCKET/KEY`) instead of its own.
+fn with_path(
+    mut source: etcd_shared::types::StorageSource,
+    path: &str,
+) -> etcd_shared::types::StorageSource {
+    if let Some(s3) = source.s3.as_mut() {
+        s3.path = path.to_string();
+    }
+    if let Some(abs) = source.abs.as_mut() {
+        abs.path = path.to_string();
+    }
+    if let Some(gcs) = source.gcs.as_mut() {
+        gcs.path = path.to_string();
+    }
+    source
 }
 
 /// Records a failure (the live cluster untouched when it happens before the replace step).
@@ -800,6 +1035,41 @@ mod tests {
             restored_cluster(&r, "ns").expect("a cluster").name_any(),
             "src"
         );
+    }
+
+    /// A restore to a point in time names the backup's prefix; the cluster is seeded from the
+    /// snapshot the check chose (`status.snapshotPath`), and never from the prefix itself.
+    #[test]
+    fn a_point_in_time_restore_seeds_the_chosen_snapshot() {
+        let mut r = restore(Some(EtcdRestoreStatus {
+            template: Some(ClusterTemplate::default()),
+            snapshot_path: Some("b/k_v42_2026-12-07-05:00:00".into()),
+            snapshot_sha256: Some("ab".repeat(32)),
+            snapshot_revision: Some(42),
+            target_revision: Some(50),
+            ..EtcdRestoreStatus::default()
+        }));
+        r.spec.etcd_cluster.name = "src".into();
+        r.spec.backup_storage_type = "S3".into();
+        r.spec.to_revision = Some(50);
+        r.spec.source.s3 = Some(etcd_shared::types::storage::S3Source {
+            path: "b/k".into(),
+            aws_secret: "aws".into(),
+            ..Default::default()
+        });
+        let made = restored_cluster(&r, "ns").expect("a cluster");
+        let seed = RestoreSeed::parse(&made.annotations()[ANNOTATION_RESTORE_SEED]).expect("seed");
+        assert_eq!(
+            seed.source.s3.map(|s| s.path).as_deref(),
+            Some("b/k_v42_2026-12-07-05:00:00")
+        );
+        // Not checked yet: no seed from the prefix.
+        r.status.as_mut().expect("status").snapshot_path = None;
+        assert!(restored_cluster(&r, "ns").is_err());
+        // toTime the same.
+        r.spec.to_revision = None;
+        r.spec.to_time = Some("2026-12-07T05:10:00Z".into());
+        assert!(restored_cluster(&r, "ns").is_err());
     }
 
     /// A clone (`spec.restoreInto`) never deletes: it verifies, creates the new name, waits,

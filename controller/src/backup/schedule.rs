@@ -177,6 +177,7 @@ pub fn succeeded(
                 .saturating_add(1),
         ),
         last_verification: old.and_then(|o| o.last_verification.clone()),
+        continuous: old.and_then(|o| o.continuous.clone()),
     }
 }
 

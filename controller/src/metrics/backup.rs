@@ -11,6 +11,8 @@
 //! | `backup_verifications_total` | counter | `result` (`verified`, `failed`) |
 //! | `backup_last_verified_timestamp_seconds` | gauge | `namespace`, `backup` (the latest verification that passed; dropped with the backup) |
 //! | `backup_last_verification_failed` | gauge | `namespace`, `backup` (1 when the latest verification failed; dropped with the backup) |
+//! | `backup_continuous_last_segment_timestamp_seconds` | gauge | `namespace`, `backup` (`spec.continuous`: the latest segment written; dropped with the backup) |
+//! | `backup_continuous_segments_total` | counter | |
 
 use std::time::Duration;
 
@@ -34,6 +36,8 @@ pub struct BackupMetrics {
     verifications_total: IntCounterVec,
     last_verified: IntGaugeVec,
     verification_failed: IntGaugeVec,
+    last_segment: IntGaugeVec,
+    segments_total: prometheus::IntCounter,
 }
 
 impl BackupMetrics {
@@ -85,6 +89,18 @@ impl BackupMetrics {
             "1 when the latest verification of an EtcdBackup's snapshot failed, else 0.",
             &["namespace", "backup"],
         )?;
+        let last_segment = r.gauges(
+            "backup_continuous_last_segment_timestamp_seconds",
+            "Unix time of the latest segment a continuous backup (spec.continuous) wrote.",
+            &["namespace", "backup"],
+        )?;
+        let segments_total = r
+            .counters(
+                "backup_continuous_segments_total",
+                "Segments written by continuous backups.",
+                &[],
+            )?
+            .with_label_values(&[] as &[&str]);
         for result in ["verified", "failed"] {
             verifications_total.with_label_values(&[result]);
         }
@@ -102,6 +118,8 @@ impl BackupMetrics {
             verifications_total,
             last_verified,
             verification_failed,
+            last_segment,
+            segments_total,
         })
     }
 
@@ -148,6 +166,14 @@ impl BackupMetrics {
         }
     }
 
+    /// Records a segment of the continuous backup `backup` written at `at`.
+    pub fn segment_written(&self, namespace: &str, backup: &str, at: Timestamp) {
+        self.segments_total.inc();
+        self.last_segment
+            .with_label_values(&[namespace, backup])
+            .set(at.as_second());
+    }
+
     /// Records a restore's outcome.
     pub fn restored(&self, ok: bool) {
         self.restores_total
@@ -162,6 +188,7 @@ impl BackupMetrics {
         let _ = self.last_size.remove_label_values(&labels);
         let _ = self.last_verified.remove_label_values(&labels);
         let _ = self.verification_failed.remove_label_values(&labels);
+        let _ = self.last_segment.remove_label_values(&labels);
     }
 }
 

@@ -78,6 +78,15 @@ pub fn periodic_snapshots(prefix: &str, keys: &[String]) -> Vec<(String, String)
     found.into_iter().map(|p| (p.time, p.key)).collect()
 }
 
+/// The periodic snapshots of `prefix` among `keys`: `(revision, key)` (the revision the key
+/// names), in no particular order.
+pub fn periodic_revisions(prefix: &str, keys: &[String]) -> Vec<(i64, String)> {
+    keys.iter()
+        .filter_map(|k| parse_periodic(prefix, k))
+        .map(|p| (p.revision, p.key))
+        .collect()
+}
+
 /// A time as periodic snapshot keys and [`periodic_snapshots`] write it.
 pub fn sortable_time(at: Timestamp) -> String {
     key_time(at)

@@ -7,6 +7,8 @@
 //! - [`error`]: why that failed.
 //! - [`integrity`]: etcd's snapshot hash, checked on every stream that passes.
 //! - [`keys`]: snapshot keys as CoreOS wrote them, and retention.
+//! - [`segments`]: continuous backup between snapshots (segments of changes) and the choice of
+//!   what a restore to a revision replays.
 //! - [`store`]: the bucket (S3, Azure Blob Storage, GCS) a backup writes to or a restore reads.
 //! - [`transfer`]: snapshots to and from the bucket as streams, in constant memory.
 
@@ -15,6 +17,7 @@ pub mod encryption;
 pub mod error;
 pub mod integrity;
 pub mod keys;
+pub mod segments;
 pub mod store;
 pub mod transfer;
 

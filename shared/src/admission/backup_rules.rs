@@ -90,6 +90,7 @@ pub(crate) fn check_backup(backup: &EtcdBackup, namespace: &str, report: &mut Re
             );
         }
     }
+    check_continuous(backup, report);
     let Some(policy) = &spec.backup_policy else {
         return;
     };
@@ -201,6 +202,53 @@ fn check_schedule(backup: &EtcdBackup, report: &mut Report) {
     }
 }
 
+/// `spec.continuous` (this operator's extension): segments between periodic snapshots, in an
+/// object store, unencrypted (segments are not encrypted yet: refusing is better than writing
+/// an encrypted backup's data in the clear).
+fn check_continuous(backup: &EtcdBackup, report: &mut Report) {
+    let spec = &backup.spec;
+    let Some(continuous) = &spec.continuous else {
+        return;
+    };
+    if continuous.segment_seconds > 60 {
+        report.refuse(
+            "backup-continuous",
+            "spec.continuous.segmentSeconds",
+            format!(
+                "must be 1 to 60 (0 means 5), got {}",
+                continuous.segment_seconds
+            ),
+        );
+    }
+    if spec.storage_type == PVC_STORAGE_TYPE {
+        report.refuse(
+            "backup-continuous",
+            "spec.continuous",
+            format!(
+                "is supported for S3, ABS and GCS only, not {PVC_STORAGE_TYPE}: remove it, or back up to an object store"
+            ),
+        );
+    }
+    if spec.encryption.is_some() {
+        report.refuse(
+            "backup-continuous",
+            "spec.continuous",
+            "is not supported with spec.encryption yet (segments would be written unencrypted): remove one of them",
+        );
+    }
+    let interval = spec
+        .backup_policy
+        .as_ref()
+        .map_or(0, |p| p.backup_interval_in_second);
+    if interval <= 0 && spec.schedule.is_empty() {
+        report.refuse(
+            "backup-continuous",
+            "spec.continuous",
+            "needs periodic snapshots (spec.backupPolicy.backupIntervalInSecond or spec.schedule): segments are replayed onto them",
+        );
+    }
+}
+
 /// Every rule on an EtcdRestore's spec (a create or a spec change).
 pub(crate) fn check_restore(restore: &EtcdRestore, report: &mut Report) {
     let spec = &restore.spec;
@@ -233,6 +281,58 @@ pub(crate) fn check_restore(restore: &EtcdRestore, report: &mut Report) {
             report,
         );
         refuse_encrypted_pvc(&spec.backup_storage_type, report);
+    }
+    if let Some(revision) = spec.to_revision {
+        check_to_revision(revision, restore, "spec.toRevision", report);
+    }
+    if let Some(time) = &spec.to_time {
+        if spec.to_revision.is_some() {
+            report.refuse(
+                "restore-to-time",
+                "spec.toTime",
+                "and spec.toRevision are both set: a restore to a point in time takes one or the other",
+            );
+        }
+        if time.parse::<jiff::Timestamp>().is_err() {
+            report.refuse(
+                "restore-to-time",
+                "spec.toTime",
+                format!(
+                    "must be an RFC 3339 time with its offset, such as 2026-12-07T05:10:00Z, got {}",
+                    quoted(time)
+                ),
+            );
+        }
+        check_to_revision(1, restore, "spec.toTime", report);
+    }
+}
+
+/// `spec.toRevision` or `spec.toTime` (`field`; a restore to a point in time): a revision,
+/// from an object store's continuous backup, unencrypted (as `spec.continuous` is).
+fn check_to_revision(revision: i64, restore: &EtcdRestore, field: &str, report: &mut Report) {
+    let spec = &restore.spec;
+    if revision < 1 {
+        report.refuse(
+            "restore-to-revision",
+            field,
+            format!("must be an etcd revision (1 or more), got {revision}"),
+        );
+    }
+    if spec.backup_storage_type == PVC_STORAGE_TYPE {
+        report.refuse(
+            "restore-to-revision",
+            field,
+            format!(
+                "is supported for S3, ABS and GCS only (continuous backups), not {PVC_STORAGE_TYPE}"
+            ),
+        );
+    }
+    if spec.encryption.is_some() {
+        report.refuse(
+            "restore-to-revision",
+            field,
+            "is not supported with spec.encryption (continuous backups are not encrypted yet)",
+        );
     }
 }
 

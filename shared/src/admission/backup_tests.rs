@@ -1200,3 +1200,113 @@ fn verify_of_an_encrypted_backup_needs_its_identity() {
         None,
     ));
 }
+
+#[test]
+fn continuous_backups() {
+    let periodic = "backupPolicy:\n  backupIntervalInSecond: 3600\n";
+    assert_eq!(
+        accepted(judge_backup(
+            &good_backup(&format!("{periodic}continuous:\n  segmentSeconds: 5\n")),
+            None
+        )),
+        Vec::<String>::new()
+    );
+    accepted(judge_backup(
+        &good_backup("schedule: \"0 * * * *\"\ncontinuous: {}\n"),
+        None,
+    ));
+    assert_refused(
+        judge_backup(&good_backup("continuous: {}\n"), None),
+        "backup-continuous",
+        "spec.continuous: needs periodic snapshots",
+    );
+    assert_refused(
+        judge_backup(
+            &good_backup(&format!("{periodic}continuous:\n  segmentSeconds: 61\n")),
+            None,
+        ),
+        "backup-continuous",
+        "spec.continuous.segmentSeconds: must be 1 to 60 (0 means 5), got 61",
+    );
+    assert_refused(
+        judge_backup(
+            &good_backup(&format!(
+                "{periodic}continuous: {{}}\nencryption:\n  recipientsSecret: r\n"
+            )),
+            None,
+        ),
+        "backup-continuous",
+        "spec.continuous: is not supported with spec.encryption yet",
+    );
+    assert_refused(
+        judge_backup(
+            &pvc_backup(&format!("{PVC}{periodic}continuous: {{}}\n")),
+            None,
+        ),
+        "backup-continuous",
+        "spec.continuous: is supported for S3, ABS and GCS only, not PVC",
+    );
+}
+
+#[test]
+fn restores_to_a_time() {
+    accepted(judge_restore(
+        &good_restore("toTime: \"2026-12-07T05:10:00Z\"\n"),
+        None,
+    ));
+    accepted(judge_restore(
+        &good_restore("toTime: \"2026-12-07T06:10:00.250+01:00\"\n"),
+        None,
+    ));
+    assert_refused(
+        judge_restore(&good_restore("toTime: yesterday\n"), None),
+        "restore-to-time",
+        "spec.toTime: must be an RFC 3339 time with its offset, such as 2026-12-07T05:10:00Z, got \"yesterday\"",
+    );
+    assert_refused(
+        judge_restore(
+            &good_restore("toTime: \"2026-12-07T05:10:00Z\"\ntoRevision: 4\n"),
+            None,
+        ),
+        "restore-to-time",
+        "spec.toTime: and spec.toRevision are both set",
+    );
+    assert_refused(
+        judge_restore(
+            &restore(&format!(
+                "etcdCluster:\n  name: demo\nbackupStorageType: PVC\n{PVC}toTime: \"2026-12-07T05:10:00Z\"\n"
+            )),
+            None,
+        ),
+        "restore-to-revision",
+        "spec.toTime: is supported for S3, ABS and GCS only",
+    );
+}
+
+#[test]
+fn restores_to_a_revision() {
+    accepted(judge_restore(&good_restore("toRevision: 42\n"), None));
+    assert_refused(
+        judge_restore(&good_restore("toRevision: 0\n"), None),
+        "restore-to-revision",
+        "spec.toRevision: must be an etcd revision (1 or more), got 0",
+    );
+    assert_refused(
+        judge_restore(
+            &good_restore("toRevision: 42\nencryption:\n  identitySecret: k\n"),
+            None,
+        ),
+        "restore-to-revision",
+        "spec.toRevision: is not supported with spec.encryption",
+    );
+    assert_refused(
+        judge_restore(
+            &restore(&format!(
+                "etcdCluster:\n  name: demo\nbackupStorageType: PVC\n{PVC}toRevision: 42\n"
+            )),
+            None,
+        ),
+        "restore-to-revision",
+        "spec.toRevision: is supported for S3, ABS and GCS only",
+    );
+}

@@ -107,6 +107,74 @@ pub struct EtcdBackupSpec {
     /// (S3, ABS, GCS), not `PVC`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify: Option<BackupVerify>,
+
+    /// An operator extension: continuous backup, for restores to a point in time (EtcdRestore
+    /// `spec.toRevision`). Between the periodic snapshots, the controller watches every key of
+    /// the cluster from the newest snapshot's revision on and writes what changed to the
+    /// store every `segmentSeconds`, in segments (objects `KEY_segments/FIRST-LAST`, revisions
+    /// 20 digits). Needs periodic snapshots (`backupPolicy.backupIntervalInSecond` or
+    /// `schedule`): they are the bases the segments are replayed onto, and segments older than
+    /// the oldest snapshot kept are deleted with it. Object stores only (S3, ABS, GCS), and
+    /// not with `encryption` yet (segments are not encrypted). Leases are not kept: a
+    /// replayed key has no lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continuous: Option<ContinuousBackup>,
+}
+
+/// Continuous backup between snapshots (an operator extension).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ContinuousBackup {
+    /// Seconds between two segments (1 to 60; 0 or unset means 5): the longest an
+    /// acknowledged write waits to be in the store while the store answers promptly (each
+    /// segment is cut half a second early, for its upload), so about the recovery point
+    /// objective. A segment is written sooner when it reaches 8 MiB; no segment is written
+    /// for an interval without writes.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    #[schemars(range(min = 0, max = 60))]
+    pub segment_seconds: u32,
+}
+
+/// Seconds between two segments when `segmentSeconds` is unset.
+pub const DEFAULT_SEGMENT_SECONDS: u32 = 5;
+
+impl ContinuousBackup {
+    /// `segmentSeconds`, with its default.
+    pub fn segment_seconds(&self) -> u32 {
+        if self.segment_seconds == 0 {
+            DEFAULT_SEGMENT_SECONDS
+        } else {
+            self.segment_seconds
+        }
+    }
+}
+
+fn is_zero_u32(v: &u32) -> bool {
+    *v == 0
+}
+
+/// Where the continuous backup of an EtcdBackup stands (`spec.continuous`).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ContinuousStatus {
+    /// The first revision of the current chain of segments: the revision after the snapshot
+    /// it continues. A new chain starts when the watch could not go on from where the last
+    /// one ended (that history was compacted): revisions between two chains can only be
+    /// restored to where a snapshot covers them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain_start_revision: Option<i64>,
+    /// The last revision in the store (the last segment's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_revision: Option<i64>,
+    /// When the last segment was written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_segment_time: Option<Time>,
+    /// Segments written by this controller since it started streaming this backup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segments: Option<i64>,
+    /// Why streaming stopped or waits (blank while it runs).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
 }
 
 /// Which backups are verified (an operator extension).
@@ -297,6 +365,10 @@ pub struct EtcdBackupStatus {
     /// The latest verification of a snapshot (`spec.verify`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_verification: Option<VerificationRecord>,
+
+    /// The continuous backup (`spec.continuous`): what is in the store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continuous: Option<ContinuousStatus>,
 }
 
 /// One verification of a snapshot: what the source member said at backup time, and what
