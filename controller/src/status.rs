@@ -896,6 +896,14 @@ pub fn compute(
 /// `note`: its phase and what it waits for) unless it reports other work already, in which case
 /// the note is added to its message.
 pub fn note_certificate_switch(status: &mut EtcdClusterStatus, note: &str, now: Timestamp) {
+    note_progress(status, "SwitchingCertificates", note, now);
+}
+
+/// Work the operator does beside the planner's step (a certificate switch, a point-in-time
+/// restore's replay while clients are held): the Progressing condition says so, with `reason`
+/// and `note`, unless it reports other work already, in which case the note is added to its
+/// message.
+pub fn note_progress(status: &mut EtcdClusterStatus, reason: &str, note: &str, now: Timestamp) {
     let Some(c) = status
         .conditions
         .iter_mut()
@@ -911,7 +919,7 @@ pub fn note_certificate_switch(status: &mut EtcdClusterStatus, note: &str, now: 
         c.status = "True".into();
         c.last_transition_time = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now);
     }
-    c.reason = "SwitchingCertificates".into();
+    c.reason = reason.into();
     c.message = crate::conditions::bounded_message(note.to_string());
 }
 

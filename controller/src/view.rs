@@ -81,6 +81,9 @@ pub struct ClusterView {
     pub recover_automatically: bool,
     /// The cluster carries the approval annotation (`etcd.database.coreos.com/recover=now`).
     pub recover_now: bool,
+    /// No member is let into the client Service ([`names::ANNOTATION_HOLD_CLIENTS`]: a
+    /// point-in-time restore replays its changes).
+    pub clients_held: bool,
     /// `spec.network` (empty when the spec has none).
     pub network: etcd_shared::types::NetworkSpec,
 }
@@ -143,6 +146,10 @@ impl ClusterView {
                 .as_ref()
                 .and_then(|a| a.get(names::ANNOTATION_RECOVER))
                 .is_some_and(|v| v == names::RECOVER_NOW),
+            clients_held: meta
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(names::ANNOTATION_HOLD_CLIENTS)),
             network: spec.network.clone().unwrap_or_default(),
         })
     }

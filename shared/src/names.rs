@@ -70,6 +70,11 @@ pub const LEGACY_LABEL_CLUSTER: &str = "etcd_cluster";
 /// Annotation on an EtcdCluster whose first member is seeded from a snapshot (JSON of
 /// [`crate::types::restore::RestoreSeed`]); put there by the EtcdRestore controller.
 pub const ANNOTATION_RESTORE_SEED: &str = "etcd.database.coreos.com/restore-seed";
+/// Annotation on an EtcdCluster restored to a point in time while its restore replays the
+/// continuous backup's changes (the EtcdRestore's name): no member is let into the client
+/// Service until the restore removes it, so no client reads the snapshot's older data or
+/// writes something the replay would overwrite.
+pub const ANNOTATION_HOLD_CLIENTS: &str = "etcd.database.coreos.com/hold-clients";
 /// Annotation on an EtcdCluster approving a recovery from permanent quorum loss under
 /// `spec.recovery.policy: Manual`; its one value is [`RECOVER_NOW`]. The operator removes it
 /// once it acts on it.

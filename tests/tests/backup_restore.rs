@@ -2832,7 +2832,47 @@ async fn point_in_time_restores(ctx: TestContext, version: Option<&str>) -> anyh
         restore_yaml(&storage, "to-rev", "src", "src/snapshot.db")
     );
     create::<EtcdRestore>(&ctx, &restore).await?;
-    let status = restore_status(&ctx, "to-rev", "succeeded", |s| s.succeeded).await?;
+    // No client is let into the copy before the replay is done: its client Service lists no
+    // ready member until the restore succeeded.
+    let restores: Api<EtcdRestore> = ctx.api();
+    let slices: Api<EndpointSlice> = ctx.api();
+    let held_seen = AtomicBool::new(false);
+    let status = poll_until("the restore to a revision done", WAIT * 4, || async {
+        let status = restores.get("to-rev").await?.status.unwrap_or_default();
+        if status.succeeded {
+            return anyhow::Ok(Some(status));
+        }
+        let clusters: Api<EtcdCluster> = ctx.api();
+        if let Some(copy) = clusters.get_opt("pitr-copy").await? {
+            let held = copy
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(etcd_shared::names::ANNOTATION_HOLD_CLIENTS));
+            if held {
+                held_seen.store(true, Ordering::Relaxed);
+            }
+            let serving = ready_endpoints(&slices, "pitr-copy-client").await?;
+            ensure!(
+                serving == 0,
+                "{serving} members in the copy's client Service before the replay finished"
+            );
+        }
+        Ok(None)
+    })
+    .await?;
+    ensure!(
+        held_seen.load(Ordering::Relaxed),
+        "the copy was never created holding its clients"
+    );
+    poll_until(
+        "the copy's members let into its client Service",
+        WAIT,
+        || async {
+            anyhow::Ok((ready_endpoints(&slices, "pitr-copy-client").await? == 3).then_some(()))
+        },
+    )
+    .await?;
     let secs = duration("restore to a revision", started);
     println!(
         "figure: restore to revision {target} ({} revisions after the snapshot of revision {:?}, {} segments) in {secs:.1} s",
@@ -2919,4 +2959,20 @@ async fn point_in_time_restores(ctx: TestContext, version: Option<&str>) -> anyh
     ensure!(reason.starts_with("RevisionNotStreamed"), "{reason}");
     ensure!(clusters.get_opt("pitr-later").await?.is_none());
     Ok(())
+}
+
+/// How many ready endpoints the EndpointSlices of Service `service` list.
+async fn ready_endpoints(slices: &Api<EndpointSlice>, service: &str) -> anyhow::Result<usize> {
+    let listed = slices
+        .list(
+            &kube::api::ListParams::default()
+                .labels(&format!("kubernetes.io/service-name={service}")),
+        )
+        .await?;
+    Ok(listed
+        .items
+        .iter()
+        .flat_map(|s| s.endpoints.iter().flatten())
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(false))
+        .count())
 }

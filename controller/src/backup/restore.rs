@@ -379,6 +379,9 @@ async fn reconcile(
                     }
                 }
             }
+            if let Some(cluster) = cluster.as_ref() {
+                release_clients(&clusters, cluster).await?;
+            }
             status.succeeded = true;
             status.reason = None;
             let mut message = format!(
@@ -429,7 +432,13 @@ async fn create_restored(
     namespace: &str,
 ) -> Result<(), BackupError> {
     let target = restore.spec.target().to_string();
-    let new = restored_cluster(restore, namespace)?;
+    let mut new = restored_cluster(restore, namespace)?;
+    if restore.metadata.deletion_timestamp.is_some()
+        && let Some(a) = new.metadata.annotations.as_mut()
+    {
+        // Deleted during the replacement: nothing will replay, the snapshot is what it serves.
+        a.remove(etcd_shared::names::ANNOTATION_HOLD_CLIENTS);
+    }
     idempotent::create(clusters, &new, format!("EtcdCluster {target}")).await?;
     let note = format!("EtcdCluster {target} created; its first member restores the snapshot");
     r.events(restore).normal("ClusterCreated", note).await;
@@ -464,6 +473,29 @@ async fn finish_deleted(
             Ok(Action::await_change())
         }
     }
+}
+
+/// Lets clients into the restored cluster once its replay is done: removes
+/// [`etcd_shared::names::ANNOTATION_HOLD_CLIENTS`] (nothing to do without it).
+async fn release_clients(
+    clusters: &Api<EtcdCluster>,
+    cluster: &EtcdCluster,
+) -> Result<(), BackupError> {
+    if !cluster
+        .annotations()
+        .contains_key(etcd_shared::names::ANNOTATION_HOLD_CLIENTS)
+    {
+        return Ok(());
+    }
+    let name = cluster.name_any();
+    let patch = serde_json::json!({
+        "metadata": {"annotations": {etcd_shared::names::ANNOTATION_HOLD_CLIENTS: null}}
+    });
+    clusters
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(Error::kube(format!("let clients into EtcdCluster {name}")))?;
+    Ok(())
 }
 
 /// Adds (`hold`) or removes [`RESTORE_FINALIZER`] on the restore, keeping others' finalizers;
@@ -804,6 +836,15 @@ fn restored_cluster(restore: &EtcdRestore, namespace: &str) -> Result<EtcdCluste
     };
     let mut annotations = template.annotations.clone();
     annotations.insert(ANNOTATION_RESTORE_SEED.into(), seed.to_annotation());
+    // A point-in-time restore replays its changes once the cluster runs: no client is let in
+    // before (it would read the snapshot's older data, or write what the replay overwrites).
+    annotations.remove(etcd_shared::names::ANNOTATION_HOLD_CLIENTS);
+    if restore.spec.is_point_in_time() {
+        annotations.insert(
+            etcd_shared::names::ANNOTATION_HOLD_CLIENTS.into(),
+            restore.name_any(),
+        );
+    }
     let name = restore.spec.target();
     let mut cluster = EtcdCluster::new(name, template.spec.clone());
     cluster.metadata = ObjectMeta {

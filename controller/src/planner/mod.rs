@@ -553,7 +553,7 @@ pub fn plan(view: &ClusterView, obs: &Observed, settings: &PlannerSettings) -> S
     if matches!(step, Step::Blocked(Blocked::Paused)) {
         return step;
     }
-    serving::gate(obs, respect_budget(obs, step))
+    serving::gate(obs, respect_budget(obs, step), view.clients_held)
 }
 
 /// The operator's own disruptions (a member restarted on a new image, a member blocked by a

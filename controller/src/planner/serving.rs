@@ -58,11 +58,13 @@ fn serves_again(obs: &Observed, pod: &PodState) -> bool {
 
 /// `step`, or the serving-gate step that must come before it: a member that serves again is
 /// put back into the Service first; the member `step` takes down leaves the Service before it.
-pub fn gate(obs: &Observed, step: Step) -> Step {
+/// While `held` (a point-in-time restore replays its changes) no member is let in.
+pub fn gate(obs: &Observed, step: Step, held: bool) -> Step {
     let victim = taken_down(&step);
     if let Some(back) = obs
         .pods
         .iter()
+        .filter(|_| !held)
         .find(|p| Some(p.name.as_str()) != victim && serves_again(obs, p))
     {
         return Step::SetServing {
@@ -135,7 +137,7 @@ mod tests {
         let upgrade = upgrade_member(1, "3.7.3");
         let mut obs = cluster();
         assert_eq!(
-            gate(&obs, upgrade.clone()),
+            gate(&obs, upgrade.clone(), false),
             Step::SetServing {
                 name: "demo-1".into(),
                 serving: false
@@ -144,25 +146,25 @@ mod tests {
         obs.pods[1].serving = Some(false);
         obs.in_service = Some(vec!["demo-0".into(), "demo-1".into(), "demo-2".into()]);
         assert_eq!(
-            gate(&obs, upgrade.clone()),
+            gate(&obs, upgrade.clone(), false),
             Step::Wait(Waiting::LeavingService("demo-1".into()))
         );
         obs.in_service = None;
         assert_eq!(
-            gate(&obs, upgrade.clone()),
+            gate(&obs, upgrade.clone(), false),
             Step::Wait(Waiting::LeavingService("demo-1".into())),
             "the EndpointSlices could not be read: wait"
         );
         obs.in_service = Some(vec!["demo-0".into(), "demo-2".into()]);
         obs.pods[1].serving_changed = Some(Duration::from_secs(1));
         assert_eq!(
-            gate(&obs, upgrade.clone()),
+            gate(&obs, upgrade.clone(), false),
             Step::Wait(Waiting::LeavingService("demo-1".into())),
             "kube-proxy may not have applied it yet"
         );
         obs.pods[1].serving_changed = Some(PROXY_PROPAGATION);
         assert_eq!(
-            gate(&obs, upgrade.clone()),
+            gate(&obs, upgrade.clone(), false),
             upgrade,
             "out of the Service: restart"
         );
@@ -170,10 +172,14 @@ mod tests {
         obs.pods[1].version = "3.7.3".parse().ok();
         obs.pods[1].restarts_at_upgrade = Some(0);
         let wait = Step::Wait(Waiting::MemberUpgrading("demo-1".into()));
-        assert_eq!(gate(&obs, wait.clone()), wait, "restart pending: stays out");
+        assert_eq!(
+            gate(&obs, wait.clone(), false),
+            wait,
+            "restart pending: stays out"
+        );
         obs.pods[1].restarts = 1;
         assert_eq!(
-            gate(&obs, wait.clone()),
+            gate(&obs, wait.clone(), false),
             wait,
             "still on the old version: stays out"
         );
@@ -184,7 +190,7 @@ mod tests {
             };
         }
         assert_eq!(
-            gate(&obs, wait),
+            gate(&obs, wait, false),
             Step::SetServing {
                 name: "demo-1".into(),
                 serving: true
@@ -224,12 +230,12 @@ mod tests {
         if let Ok(m) = obs.members.as_mut() {
             m[2].learner = true;
         }
-        assert_eq!(gate(&obs, Step::Done), Step::Done);
+        assert_eq!(gate(&obs, Step::Done, false), Step::Done);
         if let Ok(m) = obs.members.as_mut() {
             m[2].learner = false;
         }
         assert_eq!(
-            gate(&obs, Step::Done),
+            gate(&obs, Step::Done, false),
             Step::SetServing {
                 name: "demo-2".into(),
                 serving: true
@@ -244,8 +250,22 @@ mod tests {
         let mut obs = cluster();
         obs.pods[1].serving = None;
         let upgrade = upgrade_member(1, "3.7.3");
-        assert_eq!(gate(&obs, upgrade.clone()), upgrade);
+        assert_eq!(gate(&obs, upgrade.clone(), false), upgrade);
         let replace = crate::planner::fixtures::remove_member(2, RemovalReason::Replace);
-        assert_eq!(gate(&cluster(), replace.clone()), replace);
+        assert_eq!(gate(&cluster(), replace.clone(), false), replace);
+    }
+
+    /// While a point-in-time restore replays its changes, no member is let into the Service.
+    #[test]
+    fn held_clients_keep_every_member_out() {
+        let mut obs = cluster();
+        for p in &mut obs.pods {
+            p.serving = Some(false);
+        }
+        assert!(matches!(
+            gate(&obs, Step::Done, false),
+            Step::SetServing { serving: true, .. }
+        ));
+        assert_eq!(gate(&obs, Step::Done, true), Step::Done);
     }
 }

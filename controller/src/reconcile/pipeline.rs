@@ -92,6 +92,14 @@ pub async fn reconcile(cluster: &EtcdCluster, run: &Run<'_>) -> Result<Action, E
     if let Some(note) = &certificates.switching {
         status::note_certificate_switch(&mut new, note, now);
     }
+    if view.clients_held {
+        status::note_progress(
+            &mut new,
+            "ReplayingRestore",
+            "no member is in the client Service while the point-in-time restore replays its changes (annotation etcd.database.coreos.com/hold-clients)",
+            now,
+        );
+    }
     let finished = (outcome.is_ok() && step == Step::FinishRecovery).then_some(recovered_from);
     announce(cluster, run, &at, &new, finished.flatten()).await;
     write_status(&at.api, &at.name, &new, at.previous).await?;
