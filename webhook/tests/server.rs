@@ -360,11 +360,16 @@ fn rule_cases() -> Vec<Case> {
                 "spec.TLS.static.member.peerSecret: peer traffic cannot switch from TLS to plain HTTP",
             ),
         ),
+        // Other Secrets are a switch of the certificates' source: taken once the operator
+        // recorded what the members use (status.tls; these stored objects have no status).
         update(
             "peer secret rotated",
             quiet(json!({"TLS": {"static": {"member": {"peerSecret": "peer"}}}})),
             quiet(json!({"TLS": {"static": {"member": {"peerSecret": "peer-2"}}}})),
-            Want::Allowed(&[]),
+            Want::Refused(
+                "tls-switch-in-progress",
+                "spec.TLS: the operator has not recorded yet which certificate Secrets the members use (status.tls)",
+            ),
         ),
         update(
             "cluster domain change",
