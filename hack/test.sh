@@ -3,7 +3,7 @@
 # integration suites run side by side instead of one after another.
 #
 #   hack/test.sh              build every test target, run the unit and doc tests, then the
-#                             suites, ETCD_TEST_JOBS (default 3) lanes at a time
+#                             suites, ETCD_TEST_JOBS (default 4) lanes at a time
 #   hack/test.sh SUITE...     only those integration suites (by test target name)
 #
 # Each suite is its own process with its own control plane, network namespace and ports, so
@@ -15,7 +15,7 @@
 # failed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-JOBS="${ETCD_TEST_JOBS:-3}"
+JOBS="${ETCD_TEST_JOBS:-4}"
 LOGS="$PWD/target/test-logs"
 mkdir -p "$LOGS"
 start=$SECONDS
