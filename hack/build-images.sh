@@ -38,7 +38,10 @@ OUT="${IMAGES_OUT:-$root/target/images}"
 # The workspace's version (every crate inherits it: `version.workspace = true`).
 VERSION="$(sed -n '/^\[workspace.package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' "$root/Cargo.toml" | head -1)"
 [[ "$VERSION" =~ ^[0-9]+\.[0-9]+\.[0-9]+ ]] || { echo "build-images: no version in Cargo.toml's [workspace.package]" >&2; exit 1; }
-export SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-$(git -C "$root" log -1 --format=%ct 2>/dev/null || echo 0)}"
+# Not exported before the cargo build below: the `cc` crate's build scripts rerun when
+# SOURCE_DATE_EPOCH changes, and a value the caller's `cargo build` did not see rebuilt ring and
+# everything above it (3.5 min on the CI machine). A caller's exported value stays exported.
+SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-$(git -C "$root" log -1 --format=%ct 2>/dev/null || echo 0)}"
 created="$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)"
 
 log() { printf '[build-images %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -54,6 +57,7 @@ if ((build)) && [[ " $images " == *" controller "* || " $images " == *" webhook 
   log "cargo build --release (controller, webhook)"
   (cd "$root" && cargo build --release --locked -p etcd-controller --bin etcd-controller -p etcd-webhook --bin etcd-webhook)
 fi
+export SOURCE_DATE_EPOCH
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
