@@ -48,6 +48,9 @@ pub const SHOW_LOGS_ENV: &str = "ETCD_TESTS_SHOW_LOGS";
 /// Default per-test timeout.
 pub const DEFAULT_TEST_TIMEOUT: Duration = Duration::from_secs(180);
 
+/// The share of its timeout past which a passing test is reported as close to it.
+const NEAR_TIMEOUT: f64 = 0.8;
+
 type TestFn = Box<dyn FnOnce(TestContext) -> BoxFuture<'static, Result<(), String>> + Send>;
 
 /// One test of a suite: a name and an async function of a [`TestContext`].
@@ -365,6 +368,7 @@ impl Shared {
             };
             let task = tokio::spawn(run(ctx));
             let abort = task.abort_handle();
+            let began = std::time::Instant::now();
             let result = match tokio::time::timeout(timeout, task).await {
                 Ok(Ok(result)) => result,
                 Ok(Err(join)) if join.is_panic() => {
@@ -378,6 +382,13 @@ impl Shared {
                     ))
                 }
             };
+            // A test that passes close to its limit fails on a slower machine: say so.
+            let took = began.elapsed();
+            if result.is_ok() && took > timeout.mul_f64(NEAR_TIMEOUT) {
+                eprintln!(
+                    "etcd-tests: {test_name} took {took:.1?} of its {timeout:?} timeout: raise it (Test::with_timeout)"
+                );
+            }
             Self::restore_nodes(&test_kubelets, &test_name);
             if let Err(e) = namespace.delete().await {
                 eprintln!("etcd-tests: cleanup: {e}");

@@ -979,11 +979,22 @@ async fn a_partition_cuts_two_etcd_pods_apart_until_healed(ctx: TestContext) -> 
 
     let pids = kubelets[0].pause_pod(ctx.ns(), "a")?;
     ensure!(!pids.is_empty(), "pod a has no process");
-    ensure!(
-        pids.iter().all(|p| process_state(*p) == Some('T')),
-        "paused, yet states {:?}",
-        pids.iter().map(|p| process_state(*p)).collect::<Vec<_>>()
-    );
+    // SIGSTOP takes effect when each thread next runs: on a busy machine a moment later.
+    poll_until(
+        "every process of pod a stopped (state T)",
+        Duration::from_secs(10),
+        || {
+            let states: Vec<Option<char>> = pids.iter().map(|p| process_state(*p)).collect();
+            async move {
+                if states.iter().all(|s| *s == Some('T')) {
+                    anyhow::Ok(Some(()))
+                } else {
+                    Err(anyhow::anyhow!("paused, yet states {states:?}"))
+                }
+            }
+        },
+    )
+    .await?;
     if etcd_answers(ip_a).await.is_ok() {
         bail!("a paused member answered");
     }

@@ -261,12 +261,7 @@ pub async fn listing(
     bucket: &Arc<dyn ObjectStore>,
     prefix: &str,
 ) -> Result<(Vec<(i64, String)>, Vec<(String, i64, i64)>), object_store::Error> {
-    let dir = prefix.rsplit_once('/').map(|(d, _)| d);
-    let listed: Vec<_> = bucket
-        .list(dir.map(object_store::path::Path::from).as_ref())
-        .try_collect()
-        .await?;
-    let keys: Vec<String> = listed.iter().map(|m| m.location.to_string()).collect();
+    let keys = store::keys_beside(bucket.as_ref(), prefix).await?;
     let snapshots = keys::periodic_revisions(prefix, &keys);
     let segments = keys
         .iter()

@@ -14,7 +14,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures::TryStreamExt as _;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
 use kube::runtime::controller::Action;
@@ -414,13 +413,7 @@ async fn retain(
     if rule.keeps_all() {
         return Ok(());
     }
-    // Listing is by directory: the objects beside the prefix's last component.
-    let dir = prefix.rsplit_once('/').map(|(d, _)| d);
-    let listed: Vec<_> = bucket
-        .list(dir.map(object_store::path::Path::from).as_ref())
-        .try_collect()
-        .await?;
-    let keys: Vec<String> = listed.iter().map(|m| m.location.to_string()).collect();
+    let keys = store::keys_beside(bucket.as_ref(), prefix).await?;
     for doomed in rule.expired(prefix, &keys, keep) {
         bucket.delete(&transfer::object_path(&doomed)?).await?;
         info!(key = %doomed, "old snapshot deleted ({})", rule.field());

@@ -21,7 +21,7 @@ use super::inspect::{
 use super::issue::{self, CaName, Pem};
 use super::plan::{self, Decision, Held, Reason};
 use super::rotation::{self, CaMove, CaPhase, RotationFacts};
-use super::served::served_certificate;
+use super::served::every_member_serves;
 use crate::error::{Error, FIELD_MANAGER};
 use crate::planner::{TlsFiles, TlsStamp};
 use crate::view::ClusterView;
@@ -73,7 +73,9 @@ fn secret_data(pairs: &[(&str, &str)]) -> BTreeMap<String, ByteString> {
         .collect()
 }
 
-async fn write(
+/// Applies (server-side, forced) the cluster's TLS Secret `name` with `data` and
+/// `annotations`, labelled and owned as every Secret of the operator's.
+pub(super) async fn write(
     api: &Api<Secret>,
     view: &ClusterView,
     name: &str,
@@ -470,9 +472,6 @@ async fn keep_leaves(
 /// How often a CA rotation in progress (or a CA due for one) is looked at.
 const CA_RECHECK: Duration = Duration::from_secs(10);
 
-/// How long reading a member's served certificate may take.
-const SERVED_TIMEOUT: Duration = Duration::from_secs(3);
-
 fn generation_name(generation: u64) -> String {
     format!("CA #{generation}")
 }
@@ -567,23 +566,7 @@ async fn serve_current_leaves(
             _ => return false,
         }
     }
-    for pod in &members.pods {
-        let Some(ip) = &pod.ip else {
-            return false;
-        };
-        let host = if ip.contains(':') {
-            format!("[{ip}]")
-        } else {
-            ip.clone()
-        };
-        for (port, der) in &wanted {
-            match served_certificate(&format!("{host}:{port}"), SERVED_TIMEOUT).await {
-                Ok(seen) if &seen == der => {}
-                _ => return false,
-            }
-        }
-    }
-    true
+    every_member_serves(members.pods.iter().map(|p| p.ip.clone()).collect(), &wanted).await
 }
 
 fn secs(d: Duration) -> i64 {

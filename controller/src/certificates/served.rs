@@ -142,3 +142,29 @@ pub async fn served_certificate(addr: &str, timeout: Duration) -> Result<Vec<u8>
     let seen = recorder.seen.lock().ok().and_then(|mut s| s.take());
     seen.ok_or_else(|| ServedError::NoCertificate(addr.to_string()))
 }
+
+/// How long one member gets to present its certificate on one port.
+pub const SERVED_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Whether the member at each of `ips` presents, on each port of `wanted`, exactly that
+/// port's certificate (DER): a renewal or a switch reached every member. A member without an
+/// IP, or one that does not answer within [`SERVED_TIMEOUT`], does not count as serving it.
+pub async fn every_member_serves(ips: Vec<Option<String>>, wanted: &[(i32, Vec<u8>)]) -> bool {
+    for ip in ips {
+        let Some(ip) = ip else {
+            return false;
+        };
+        let host = if ip.contains(':') {
+            format!("[{ip}]")
+        } else {
+            ip
+        };
+        for (port, der) in wanted {
+            match served_certificate(&format!("{host}:{port}"), SERVED_TIMEOUT).await {
+                Ok(seen) if &seen == der => {}
+                _ => return false,
+            }
+        }
+    }
+    true
+}

@@ -4,24 +4,23 @@
 //! Certificates, the operator's CA) is the pipeline's, once [`SwitchState::detached`].
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
-use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::api::{DeleteParams, DynamicObject};
 
 use etcd_shared::names;
 use etcd_shared::tls::{CertKind, SecretLayout};
 use etcd_shared::types::TlsInUse;
 
 use super::rotation::{ders, fingerprint};
-use super::served::served_certificate;
+use super::served::every_member_serves;
 use super::switch::{
     self, FROM_ANNOTATION, Leaf, Material, PHASE_ANNOTATION, SwitchFacts, SwitchPhase,
     TO_ANNOTATION,
 };
-use crate::error::{Error, FIELD_MANAGER};
+use crate::error::Error;
 use crate::planner::{TlsFiles, TlsStamp};
 use crate::view::{ClusterView, TlsMode};
 
@@ -30,18 +29,11 @@ const CERT_MANAGER: &str = "certManager";
 /// `status.tls.source` of the operator's own certificates.
 const OPERATOR_MANAGED: &str = "operatorManaged";
 
-/// How long reading a member's served certificate may take.
-const SERVED_TIMEOUT: Duration = Duration::from_secs(3);
-
 /// A member pod as the switch needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SwitchPod {
-    /// Pod (member) name.
-    pub name: String,
-    /// Its IP, where the served certificates are read.
-    pub ip: Option<String>,
-    /// The trust bundle's fingerprint it was made with.
-    pub trust: Option<String>,
+    /// Its name, IP and the trust bundle it was made with, as every TLS step reads them.
+    pub files: super::PodFiles,
     /// The Secrets its TLS volumes mount.
     pub secrets: Vec<String>,
 }
@@ -206,42 +198,23 @@ async fn write_switch(
     phase: SwitchPhase,
     (from, to): (&TlsInUse, &TlsInUse),
 ) -> Result<(), Error> {
-    let name = names::tls_switch_secret_name(&view.name);
-    let secret = Secret {
-        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-            name: Some(name.clone()),
-            namespace: Some(view.namespace.clone()),
-            labels: Some(names::object_labels(&view.name, "tls")),
-            annotations: Some(BTreeMap::from([
-                (PHASE_ANNOTATION.to_string(), phase.as_str().to_string()),
-                (FROM_ANNOTATION.to_string(), describe(from)),
-                (TO_ANNOTATION.to_string(), describe(to)),
-            ])),
-            owner_references: Some(vec![view.owner.clone()]),
-            ..Default::default()
-        },
-        type_: Some("Opaque".into()),
-        data: Some(
-            data.iter()
-                .map(|(k, v)| (k.clone(), ByteString(v.as_bytes().to_vec())))
-                .collect(),
-        ),
-        ..Default::default()
-    };
-    let mut value = serde_json::to_value(&secret).map_err(|source| Error::Serialize {
-        what: "secret",
-        source,
-    })?;
-    value["apiVersion"] = "v1".into();
-    value["kind"] = "Secret".into();
-    api.patch(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&value),
+    let data = data
+        .iter()
+        .map(|(k, v)| (k.clone(), ByteString(v.as_bytes().to_vec())))
+        .collect();
+    let annotations = BTreeMap::from([
+        (PHASE_ANNOTATION.to_string(), phase.as_str().to_string()),
+        (FROM_ANNOTATION.to_string(), describe(from)),
+        (TO_ANNOTATION.to_string(), describe(to)),
+    ]);
+    super::apply::write(
+        api,
+        view,
+        &names::tls_switch_secret_name(&view.name),
+        data,
+        annotations,
     )
     .await
-    .map_err(Error::kube(format!("apply secret {name}")))?;
-    Ok(())
 }
 
 /// A source in words: `certManager (Issuer.cert-manager.io/ca)`, `static`.
@@ -260,7 +233,7 @@ fn bundle_of<'a>(data: &'a BTreeMap<String, String>, kinds: &[CertKind]) -> Opti
 fn every_listed_has_a_pod(pods: &[SwitchPod], listed: &[String]) -> bool {
     listed
         .iter()
-        .all(|name| pods.iter().any(|p| &p.name == name))
+        .all(|name| pods.iter().any(|p| &p.files.name == name))
 }
 
 /// Reads (or, at the start, makes) the switch Secret and what the members use: the state a
@@ -312,8 +285,8 @@ pub async fn start(
         && pods.iter().all(|p| {
             !p.secrets.is_empty()
                 && p.secrets.iter().all(|s| s == &name)
-                && p.trust.is_some()
-                && p.trust == trust
+                && p.files.trust.is_some()
+                && p.files.trust == trust
         });
     Ok(SwitchState {
         from: from.clone(),
@@ -510,23 +483,7 @@ async fn serve_leaves(
             None => return false,
         }
     }
-    for pod in pods {
-        let Some(ip) = &pod.ip else {
-            return false;
-        };
-        let host = if ip.contains(':') {
-            format!("[{ip}]")
-        } else {
-            ip.clone()
-        };
-        for (port, der) in &wanted {
-            match served_certificate(&format!("{host}:{port}"), SERVED_TIMEOUT).await {
-                Ok(seen) if &seen == der => {}
-                _ => return false,
-            }
-        }
-    }
-    true
+    every_member_serves(pods.iter().map(|p| p.files.ip.clone()).collect(), &wanted).await
 }
 
 /// cert-manager's Secret type.

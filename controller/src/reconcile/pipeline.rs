@@ -311,6 +311,20 @@ async fn switching_from(
     recorded.filter(|r| target.is_some_and(|t| r != t && r.modes() == t.modes()))
 }
 
+/// A member pod's name, IP and the trust bundle it was made with, as the TLS steps read them.
+fn pod_files(pod: &crate::cache::CachedPod) -> crate::certificates::PodFiles {
+    crate::certificates::PodFiles {
+        name: pod.metadata.name.clone().unwrap_or_default(),
+        ip: pod.status.pod_ip.clone().filter(|ip| !ip.is_empty()),
+        trust: pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(etcd_shared::names::ANNOTATION_TLS_TRUST))
+            .cloned(),
+    }
+}
+
 /// The member pods as a switch needs them.
 fn switch_pods(
     caches: &Caches,
@@ -319,14 +333,7 @@ fn switch_pods(
     crate::observe::member_pods(caches, view)
         .into_iter()
         .map(|(pod, _)| crate::certificates::switching::SwitchPod {
-            name: pod.metadata.name.clone().unwrap_or_default(),
-            ip: pod.status.pod_ip.clone().filter(|ip| !ip.is_empty()),
-            trust: pod
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(etcd_shared::names::ANNOTATION_TLS_TRUST))
-                .cloned(),
+            files: pod_files(&pod),
             secrets: pod.tls_secrets(),
         })
         .collect()
@@ -621,16 +628,7 @@ fn member_files<'a>(
 ) -> crate::certificates::MemberFiles<'a> {
     let pods = crate::observe::member_pods(caches, view)
         .into_iter()
-        .map(|(pod, _)| crate::certificates::PodFiles {
-            name: pod.metadata.name.clone().unwrap_or_default(),
-            ip: pod.status.pod_ip.clone().filter(|ip| !ip.is_empty()),
-            trust: pod
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(etcd_shared::names::ANNOTATION_TLS_TRUST))
-                .cloned(),
-        })
+        .map(|(pod, _)| pod_files(&pod))
         .collect();
     crate::certificates::MemberFiles {
         pods,

@@ -14,7 +14,7 @@
 //!   that SHA-256 and etcd's hash, before the seed member starts (older snapshots in the claim
 //!   are not searched).
 
-use futures::{StreamExt as _, TryStreamExt as _};
+use futures::StreamExt as _;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt as _};
@@ -177,11 +177,7 @@ pub async fn candidates(
             let location = StoreLocation::from_source(&spec.storage_type, &spec.source)?;
             let credentials = credentials(client, &view.namespace, &location).await?;
             let bucket = store::open(&location, &credentials, timeouts)?;
-            let dir = location.key.rsplit_once('/').map(|(d, _)| d);
-            let keys: Vec<String> = bucket
-                .list(dir.map(object_store::path::Path::from).as_ref())
-                .map_ok(|m| m.location.to_string())
-                .try_collect()
+            let keys = store::keys_beside(bucket.as_ref(), &location.key)
                 .await
                 .map_err(transfer::TransferError::from)?;
             Ok::<_, SnapshotError>((location, keys))

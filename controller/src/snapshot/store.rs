@@ -538,6 +538,23 @@ impl Default for StoreTimeouts {
     }
 }
 
+/// The keys of every object beside `prefix`'s last component: stores list by directory, and
+/// a backup's periodic snapshots, segments' directory and markers are named from `prefix`.
+pub async fn keys_beside(
+    bucket: &dyn ObjectStore,
+    prefix: &str,
+) -> Result<Vec<String>, object_store::Error> {
+    use futures::TryStreamExt as _;
+    let dir = prefix
+        .rsplit_once('/')
+        .map(|(d, _)| object_store::path::Path::from(d));
+    bucket
+        .list(dir.as_ref())
+        .map_ok(|m| m.location.to_string())
+        .try_collect()
+        .await
+}
+
 /// Opens the bucket (or container) of `location` with `credentials`.
 pub fn open(
     location: &StoreLocation,
