@@ -725,16 +725,17 @@ async fn a_cert_manager_renewal_replaces_the_users_3_2_members(
     let recording = Recording::start_tls_feed(&ctx, NAME, run, feed, feed_task).await?;
     let started = Instant::now();
     // Under the recorder's load: cert-manager renews 20 s after issuing.
-    let clusters: Api<etcd_shared::EtcdCluster> = ctx.api();
-    clusters
-        .patch(
-            NAME,
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({
-                "spec": {"TLS": {"certManager": {"renewBefore": "59m40s"}}}
-            })),
-        )
-        .await?;
+    let renew_before = |before: &'static str| {
+        let clusters: Api<etcd_shared::EtcdCluster> = ctx.api();
+        async move {
+            let patch =
+                serde_json::json!({"spec": {"TLS": {"certManager": {"renewBefore": before}}}});
+            clusters
+                .patch(NAME, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+        }
+    };
+    renew_before("59m40s").await?;
     poll_until("the server certificate renewed", WAIT * 2, || async {
         let now = held(&ctx, NAME, CertKind::Server).await?;
         anyhow::Ok((now != first).then_some(()))
@@ -742,15 +743,7 @@ async fn a_cert_manager_renewal_replaces_the_users_3_2_members(
     .await?;
     duration(&format!("{run}: renewed by cert-manager"), started);
     // One renewal is enough: renewed again only 30 minutes before the end.
-    clusters
-        .patch(
-            NAME,
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({
-                "spec": {"TLS": {"certManager": {"renewBefore": "30m"}}}
-            })),
-        )
-        .await?;
+    renew_before("30m").await?;
     let after = poll_until(
         "3 new members serving the renewed certificate",
         WAIT * 4,
