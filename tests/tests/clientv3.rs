@@ -4,8 +4,14 @@
 //! - a steady load over three endpoints: nothing fails, every member serves, the history is
 //!   linearizable;
 //! - a follower, then the leader, stopped gracefully (SIGTERM: what a pod deletion does in an
-//!   upgrade, a replacement or a scale-down) and restarted under the load: no request fails, the
-//!   history is linearizable, and the client is back on the member once it is up;
+//!   upgrade, a replacement or a scale-down) and restarted under the load: the history is
+//!   linearizable, and the client is back on the member once it is up. A follower's stop fails
+//!   no request. The leader's fails at most the request each client has in flight while it hands
+//!   its leadership over: etcd's raft drops proposals during a transfer ("transfer leadership
+//!   ... is in progress; dropping proposal"), and one forwarded by a follower is never answered,
+//!   so its caller times out (outcome unknown, never applied). Measured: 0 in 11 of 11 runs on
+//!   an idle machine, 1 timeout once in full CI load (the `clients` suite allows the same, one
+//!   per client per handover);
 //! - an endpoint dropped from the list while running (the client's `SetEndpoints`): the traffic
 //!   goes on, on the other two only, and nothing fails;
 //! - ignored (measured false, see their `ignore` reasons): a follower or the leader SIGKILLed
@@ -186,9 +192,13 @@ async fn a_follower_stopped_and_restarted_no_request_fails() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_leader_stopped_and_restarted_no_request_fails() {
+async fn the_leader_stopped_and_restarted_fails_at_most_the_requests_in_flight_at_its_handover() {
     let report = stop_and_restart("stop-leader", true, Stop::Graceful).await;
-    assert_eq!(report.failed, 0, "{report}");
+    // Each client sends one request at a time: at most one each is caught by the handover.
+    let in_flight = u64::try_from(report.clients).expect("clients");
+    assert!(report.failed <= in_flight, "{report}");
+    // Dropped by the leader handing over: never refused, only unanswered.
+    assert_eq!(report.failed, report.unknown, "{report}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -355,8 +355,9 @@ async fn a_full_database_is_healed_without_a_human(ctx: TestContext) -> anyhow::
 }
 
 /// Issue 23, item 2: data that fills the quota even compacted is said (in use X of quota Y,
-/// raise ETCD_QUOTA_BACKEND_BYTES) and not looped on: one compaction, no defragmentation. Once
-/// the user deletes keys (deletes are served under NOSPACE), the operator heals it.
+/// raise ETCD_QUOTA_BACKEND_BYTES) and not looped on: one compaction, one defragmentation (the
+/// first follower's, whose figure is exact afterwards). Once the user deletes keys (deletes are
+/// served under NOSPACE), the operator heals it.
 async fn data_over_the_quota_is_said_not_looped_on(ctx: TestContext) -> anyhow::Result<()> {
     install(&ctx).await?;
     let controller = Controller::start(&ctx)?;
@@ -366,9 +367,10 @@ async fn data_over_the_quota_is_said_not_looped_on(ctx: TestContext) -> anyhow::
     let full_at = Instant::now();
     let api: Api<EtcdCluster> = ctx.api();
     // Where etcd raises NOSPACE depends on its file's free pages, which vary with how its
-    // commits fell (under load: fewer keys). With the data at 90% of the quota or more the
-    // operator says so (SpaceExhausted) and defragments nothing; below, one defragmentation of
-    // each member makes room and the alarm is disarmed. Either way, once.
+    // commits fell (under load: fewer keys). With the data at 80% of the quota or more the
+    // operator says so (SpaceExhausted) once one member is defragmented (the figures before
+    // are not exact); below, one defragmentation of each member makes room and the alarm is
+    // disarmed. Either way, once.
     let said = wait_until(&api, "over", "SpaceExhausted, or the alarm healed", |c| {
         c.status.as_ref().is_some_and(|s| {
             s.reason.as_deref() == Some("SpaceExhausted")
@@ -393,13 +395,13 @@ async fn data_over_the_quota_is_said_not_looped_on(ctx: TestContext) -> anyhow::
             "{message}"
         );
     } else {
-        duration("over: below 90% in use: healed by defragmentation", full_at);
+        duration("over: below 80% in use: healed by defragmentation", full_at);
         println!(
-            "over: {puts} distinct keys filled the file, under 90% of the quota in use: healed"
+            "over: {puts} distinct keys filled the file, under 80% of the quota in use: healed"
         );
     }
-    // Several reconciles later: still one compaction; no defragmentation when it cannot help,
-    // one per member when it could.
+    // Several reconciles later: still one compaction; one defragmentation (the member whose
+    // exact figure said no) when it cannot help, one per member when it could.
     let reconciles = controller.reconciles();
     poll_until("five more reconciles", WAIT, || {
         let done = controller.reconciles() >= reconciles + 5;
@@ -412,7 +414,10 @@ async fn data_over_the_quota_is_said_not_looped_on(ctx: TestContext) -> anyhow::
         "nospace",
     );
     if exhausted {
-        ensure!(defragmented == 0, "defragmented although it cannot help");
+        ensure!(
+            defragmented == 1,
+            "{defragmented} defragmentations although the first said it cannot help"
+        );
     } else {
         ensure!(
             defragmented == 3,

@@ -6,8 +6,9 @@
 //!   compacting again whenever it moved would never get past the compaction, and each one
 //!   cancels the watchers behind it), defragments the members one at a time (followers first,
 //!   the leader last, each healthy again before the next) and disarms the alarm. When,
-//!   compacted, the data in use on the fullest member still fills [`NO_SPACE_FILL`] of the
-//!   quota, defragmenting cannot make room: it stops and says so, and compacts again (at most
+//!   compacted, the data in use on the fullest member defragmented since (the figures before
+//!   are not exact) still fills [`NO_SPACE_FILL`] of the quota, defragmenting the others cannot
+//!   make room: it stops and says so, and compacts again (at most
 //!   every [`RECOMPACT_EXHAUSTED_AFTER`]) only once the revision moved, so data a human deletes
 //!   is freed;
 //! - **defragmenting before it hurts**: a member whose file is [`DefragmentationPolicy::ratio`]
@@ -127,12 +128,16 @@ pub fn heal_no_space(view: &ClusterView, obs: &Observed, members: &[MemberState]
             .zip(since_compaction)
             .is_some_and(|(defragmented, compacted)| defragmented <= compacted)
     };
-    // The fullest member decides (it raises the alarm again first), judged on the figures that
-    // are exact: a member's size in use is current once it committed after the compaction,
-    // which under NOSPACE (writes refused) its defragmentation does. Before any member is
-    // defragmented, the least full one says whether defragmenting can help at all. Lines that
-    // do not report the part in use (3.2, 3.3) are judged by the file size once defragmented.
-    let exact = members
+    // The fullest member decides (it raises the alarm again first), judged only on figures that
+    // are exact: those of members defragmented since the compaction. Before, a member's size
+    // in use can still count the pages the compaction freed: etcd computes it when its next
+    // write transaction begins, bbolt releases freed pages only once no older read transaction
+    // is open (under client reads, the one begun before the compaction's last commit often
+    // still is), and under NOSPACE nothing else commits. So the first member (a follower) is
+    // defragmented whatever its figure says, and its exact figure says whether defragmenting
+    // the others can help. Lines that do not report the part in use (3.2, 3.3) are judged by
+    // the file size once defragmented.
+    let in_use = members
         .iter()
         .filter(|m| done(m))
         .map(|m| {
@@ -143,7 +148,6 @@ pub fn heal_no_space(view: &ClusterView, obs: &Observed, members: &[MemberState]
             }
         })
         .max();
-    let in_use = exact.or_else(|| members.iter().map(|m| m.db.in_use).filter(|u| *u > 0).min());
     if let Some(in_use) = in_use
         && obs.quota_bytes > 0
         && in_use as f64 >= obs.quota_bytes as f64 * NO_SPACE_FILL
