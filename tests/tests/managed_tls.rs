@@ -744,9 +744,10 @@ async fn a_cert_manager_renewal_replaces_the_users_3_2_members(
     duration(&format!("{run}: renewed by cert-manager"), started);
     // One renewal is enough: renewed again only 30 minutes before the end.
     renew_before("30m").await?;
+    // Bounded well inside the test's timeout, so that a stalled roll fails with the status.
     let after = poll_until(
         "3 new members serving the renewed certificate",
-        WAIT * 4,
+        WAIT * 2,
         || async {
             let want = held(&ctx, NAME, CertKind::Server).await?;
             let now = member_pods(&pods, NAME).await?;
@@ -761,7 +762,23 @@ async fn a_cert_manager_renewal_replaces_the_users_3_2_members(
             )
         },
     )
-    .await?;
+    .await;
+    let after = match after {
+        Ok(after) => after,
+        Err(e) => {
+            let clusters: Api<etcd_shared::EtcdCluster> = ctx.api();
+            let status = clusters
+                .get_opt(NAME)
+                .await
+                .ok()
+                .flatten()
+                .map(|c| c.status);
+            let pods_now = member_pods(&pods, NAME)
+                .await
+                .map(|p| p.into_keys().collect::<Vec<_>>());
+            anyhow::bail!("{e}; member pods {pods_now:?}; last status: {status:#?}");
+        }
+    };
     wait_until(&ctx.api(), NAME, "3 healthy voters", |c| {
         settled(c, 3, &version)
     })
